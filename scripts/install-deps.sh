@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs the Debian packages numaserve needs, only those missing; safe to
+# run again and again. Usage: scripts/install-deps.sh build|test
+set -euo pipefail
+
+# Compiler, CMake and the libraries the code links.
+BUILD_PACKAGES=(
+  g++ cmake make pkg-config
+  libhwloc-dev hwloc libnuma-dev numactl
+  nlohmann-json3-dev libcli11-dev libexpected-dev
+)
+# GoogleTest, and what the multi-NUMA VM tests boot: qemu, busybox for the
+# initramfs, a kernel with modules, and the decompressors for it.
+TEST_PACKAGES=(
+  libgtest-dev
+  qemu-system-x86 busybox-static linux-image-amd64 xz-utils zstd
+)
+
+case ${1:-} in
+  build) wanted=("${BUILD_PACKAGES[@]}") ;;
+  test) wanted=("${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}") ;;
+  *) echo "usage: $0 build|test" >&2; exit 2 ;;
+esac
+
+missing=()
+for pkg in "${wanted[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+done
+((${#missing[@]} == 0)) && exit 0
+
+if ((EUID != 0)); then
+  echo "numaserve needs these Debian packages: ${missing[*]}" >&2
+  echo "install them as root: sudo apt-get install --no-install-recommends ${missing[*]}" >&2
+  exit 1
+fi
+echo "installing Debian packages: ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt_opts=(-y -q --no-install-recommends -o DPkg::Lock::Timeout=600)
+# A fresh machine has no package lists yet; an old one may have stale ones.
+apt-get -q -o DPkg::Lock::Timeout=600 update >&2
+apt-get "${apt_opts[@]}" install "${missing[@]}" >&2

@@ -1,0 +1,172 @@
+// Runs inside a multi-NUMA VM (tests/vm/numa-vm.sh), never on the host: it
+// creates cgroups and binds memory. The VM's layout comes from the harness's
+// flags, passed as NUMASERVE_VM_NODES and NUMASERVE_VM_CPUS_PER_NODE, so the
+// expectations do not come from the code under test.
+
+#include <numaif.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <string>
+
+#include "numaserve/common/numa_maps.h"
+#include "numaserve/common/placement.h"
+#include "numaserve/common/text_file.h"
+#include "numaserve/common/topology.h"
+
+namespace numaserve {
+namespace {
+
+unsigned env_unsigned(const char* name) {
+  const char* value = std::getenv(name);
+  return value ? static_cast<unsigned>(std::stoul(value)) : 0;
+}
+
+class InVm : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::getenv("NUMA_VM_GUEST") == nullptr) GTEST_SKIP() << "only runs inside numa-vm.sh";
+    nodes_ = env_unsigned("NUMASERVE_VM_NODES");
+    cpus_per_node_ = env_unsigned("NUMASERVE_VM_CPUS_PER_NODE");
+    ASSERT_GE(nodes_, 2u) << "set NUMASERVE_VM_NODES";
+    ASSERT_GE(cpus_per_node_, 1u) << "set NUMASERVE_VM_CPUS_PER_NODE";
+  }
+
+  CpuSet cpus_of(unsigned node) const {
+    return CpuSet::range(node * cpus_per_node_, (node + 1) * cpus_per_node_ - 1);
+  }
+
+  unsigned nodes_ = 0;
+  unsigned cpus_per_node_ = 0;
+};
+
+void write_file(const std::string& path, const std::string& value) {
+  std::ofstream out(path);
+  out << value << std::flush;
+  ASSERT_TRUE(out.good()) << "cannot write '" << value << "' to " << path << ": " << std::strerror(errno);
+}
+
+// A cgroup v2 child of the root with the given cpuset, as the kubelet makes
+// for a Guaranteed pod on one NUMA node.
+std::string make_cgroup(const std::string& name, const CpuSet& cpus, unsigned mem_node) {
+  write_file("/sys/fs/cgroup/cgroup.subtree_control", "+cpuset");
+  const std::string dir = "/sys/fs/cgroup/" + name;
+  std::filesystem::create_directory(dir);
+  write_file(dir + "/cpuset.cpus", cpus.to_list());
+  write_file(dir + "/cpuset.mems", std::to_string(mem_node));
+  return dir;
+}
+
+// Runs `body` in a forked child (optionally moved into cgroup `dir` first) and
+// returns what it printed into the pipe. The child never touches gtest.
+std::string in_child(const std::string& cgroup_dir, const std::function<std::string()>& body) {
+  int fds[2];
+  if (pipe(fds) != 0) return "pipe failed";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    std::string out;
+    if (!cgroup_dir.empty()) {
+      std::ofstream procs(cgroup_dir + "/cgroup.procs");
+      procs << "0" << std::flush;  // "0" moves the writing process
+      if (!procs.good()) out = "cannot join " + cgroup_dir;
+    }
+    if (out.empty()) out = body();
+    const auto written = write(fds[1], out.data(), out.size());
+    _exit(written == static_cast<ssize_t>(out.size()) ? 0 : 1);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return out;
+}
+
+std::string placement_summary() {
+  auto p = discover_placement();
+  if (!p) return "error: " + p.error().message;
+  return "cpus=" + p->cpus().to_list() + " mems=" + p->mems().to_list() +
+         " cgroup_v" + (p->cgroup ? std::to_string(p->cgroup->version) : "none");
+}
+
+// Maps and touches 32 MiB, then reports which nodes its pages are on, from
+// the kernel's own account (/proc/self/numa_maps).
+std::string allocate_and_locate() {
+  constexpr std::size_t kBytes = 32u << 20;
+  void* p = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return std::string("mmap: ") + std::strerror(errno);
+  std::memset(p, 0x5a, kBytes);  // first touch decides placement
+  auto text = read_text_file("/proc/self/numa_maps");
+  if (!text) return "error: " + text.error().message;
+  auto maps = parse_numa_maps(*text);
+  if (!maps) return "error: " + maps.error().message;
+  for (const auto& m : *maps) {
+    if (m.start != reinterpret_cast<std::uintptr_t>(p)) continue;
+    std::string out;
+    for (const auto& [node, pages] : m.pages_per_node) {
+      out += "N" + std::to_string(node) + "=" + std::to_string(pages) + " ";
+    }
+    return out;
+  }
+  return "mapping not found";
+}
+
+std::string all_pages_on(unsigned node) {
+  return "N" + std::to_string(node) + "=" + std::to_string((32u << 20) / 4096) + " ";
+}
+
+TEST_F(InVm, LiveTopologyHasTheVmsNodesAndCpus) {
+  auto t = discover_topology(TopologySource::live());
+  ASSERT_TRUE(t.has_value()) << t.error().message;
+  ASSERT_EQ(t->nodes.size(), nodes_);
+  for (unsigned n = 0; n < nodes_; ++n) {
+    const NumaNode* node = t->node(n);
+    ASSERT_NE(node, nullptr) << n;
+    EXPECT_EQ(node->cpus.to_list(), cpus_of(n).to_list()) << "node " << n;
+    EXPECT_EQ(node->cores.size(), cpus_per_node_) << "node " << n;
+    EXPECT_GT(node->memory_bytes, 0u) << "node " << n;
+    for (unsigned m = 0; m < nodes_; ++m) {
+      EXPECT_EQ(t->distances->at(n, m), n == m ? 10u : 20u) << n << "->" << m;
+    }
+  }
+  EXPECT_EQ(t->online_cpus, CpuSet::range(0, nodes_ * cpus_per_node_ - 1));
+}
+
+TEST_F(InVm, PlacementReaderSeesTheCgroupV2Cpuset) {
+  for (unsigned node : {1u, nodes_ - 1}) {
+    const std::string dir = make_cgroup("numaserve-node" + std::to_string(node), cpus_of(node), node);
+    EXPECT_EQ(in_child(dir, placement_summary),
+              "cpus=" + cpus_of(node).to_list() + " mems=" + std::to_string(node) + " cgroup_v2")
+        << "node " << node;
+  }
+}
+
+TEST_F(InVm, CgroupMemsPutFirstTouchedPagesOnTheNode) {
+  const unsigned node = 1;
+  const std::string dir = make_cgroup("numaserve-mem" + std::to_string(node), cpus_of(node), node);
+  EXPECT_EQ(in_child(dir, allocate_and_locate), all_pages_on(node));
+}
+
+TEST_F(InVm, MembindPolicyPutsPagesOnTheNode) {
+  const unsigned node = nodes_ - 1;
+  EXPECT_EQ(in_child({}, [node] {
+              unsigned long mask = 1ul << node;
+              if (set_mempolicy(MPOL_BIND, &mask, sizeof(mask) * 8) != 0) {
+                return std::string("set_mempolicy: ") + std::strerror(errno);
+              }
+              return allocate_and_locate();
+            }),
+            all_pages_on(node));
+}
+
+}  // namespace
+}  // namespace numaserve

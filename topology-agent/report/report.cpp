@@ -1,0 +1,101 @@
+#include "report/report.h"
+
+#include <cstdio>
+#include <sstream>
+
+namespace numaserve::agent::report {
+namespace {
+
+std::string or_none(const CpuSet& set) { return set.empty() ? "none" : set.to_list(); }
+
+std::string describe_node(const NumaNode& node) {
+  std::ostringstream out;
+  out << "NUMA node " << node.os_index;
+  if (!node.kind.empty()) out << " (" << node.kind << ")";
+  out << ": ";
+  if (node.memory_only()) {
+    out << "memory only, local to CPUs " << or_none(node.local_cpus);
+  } else {
+    out << "CPUs " << node.cpus.to_list() << " (" << node.cores.size() << " cores)";
+  }
+  out << ", " << format_bytes(node.memory_bytes);
+  for (const auto& [size, count] : node.hugepages) {
+    if (count > 0) out << ", " << count << " x " << format_bytes(size) << " hugepages";
+  }
+  return out.str();
+}
+
+}  // namespace
+
+std::string format_bytes(std::uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  std::size_t unit = 0;
+  while (value >= 1024 && unit + 1 < std::size(kUnits)) {
+    value /= 1024;
+    ++unit;
+  }
+  char buf[32];
+  if (value == static_cast<double>(static_cast<std::uint64_t>(value))) {
+    std::snprintf(buf, sizeof buf, "%.0f %s", value, kUnits[unit]);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f %s", value, kUnits[unit]);
+  }
+  return buf;
+}
+
+std::string render_text(const Topology& t, const std::optional<Placement>& placement,
+                        const std::vector<std::string>& warnings) {
+  std::ostringstream out;
+  out << "Machine (" << t.source << "): " << t.packages.size() << " packages, " << t.nodes.size()
+      << " NUMA nodes (" << t.nodes_with_cpus().count() << " with CPUs), " << t.core_count()
+      << " cores, " << t.online_cpus.count() << " online CPUs, " << t.threads_per_core()
+      << " thread(s) per core\n";
+  if (!t.offline_cpus.empty()) out << "  offline CPUs: " << t.offline_cpus.to_list() << "\n";
+  if (!t.offline_nodes.empty()) out << "  offline NUMA nodes: " << t.offline_nodes.to_list() << "\n";
+  if (!t.cpus_without_node.empty()) {
+    out << "  CPUs without a NUMA node: " << t.cpus_without_node.to_list() << "\n";
+  }
+  out << "  allowed here: CPUs " << or_none(t.allowed_cpus) << ", NUMA nodes " << or_none(t.allowed_mems)
+      << "\n";
+  for (const auto& pkg : t.packages) {
+    out << "Package " << pkg.os_index << ": CPUs " << or_none(pkg.cpus) << ", NUMA nodes "
+        << or_none(pkg.nodes) << "\n";
+  }
+  for (const auto& node : t.nodes) out << "  " << describe_node(node) << "\n";
+
+  if (t.distances) {
+    out << "Distances (SLIT, 10 = local):\n      ";
+    for (unsigned to : t.distances->nodes) out << std::string(5 - std::to_string(to).size(), ' ') << to;
+    out << "\n";
+    for (unsigned from : t.distances->nodes) {
+      out << std::string(6 - std::to_string(from).size(), ' ') << from;
+      for (unsigned to : t.distances->nodes) {
+        const auto d = std::to_string(t.distances->at(from, to).value_or(0));
+        out << std::string(5 - std::min<std::size_t>(d.size(), 4), ' ') << d;
+      }
+      out << "\n";
+    }
+  }
+  if (placement) {
+    out << "This process: CPUs " << or_none(placement->cpus()) << ", memory nodes "
+        << or_none(placement->mems()) << " (affinity " << or_none(placement->affinity)
+        << ", Mems_allowed " << or_none(placement->mems_allowed);
+    if (const auto& cg = placement->cgroup) {
+      out << "; cgroup v" << cg->version << " " << cg->path;
+      if (cg->cpus) out << " cpus " << or_none(*cg->cpus);
+      if (cg->mems) out << " mems " << or_none(*cg->mems);
+      out << ", CPU limit ";
+      if (cg->cpu_limit) {
+        out << *cg->cpu_limit;
+      } else {
+        out << "none";
+      }
+    }
+    out << ")\n";
+  }
+  for (const auto& w : warnings) out << "warning: " << w << "\n";
+  return out.str();
+}
+
+}  // namespace numaserve::agent::report
