@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The agent's command line as an operator meets it: exit status and the first
+# words of output for good and bad invocations.
+set -u
+AGENT=${1:?usage: agent_cli_test.sh path/to/numaserve-topology-agent fixtures-dir}
+FIXTURES=${2:?usage: agent_cli_test.sh path/to/numaserve-topology-agent fixtures-dir}
+pass=0 fail=0
+check() {  # name, expected status, regex the combined output must match, args...
+  local name=$1 want_rc=$2 want=$3; shift 3
+  local out rc
+  out=$("$AGENT" "$@" 2>&1); rc=$?
+  if [[ $rc == "$want_rc" ]] && grep -Eq -- "$want" <<<"$out"; then
+    pass=$((pass + 1)); echo "PASS $name"
+  else
+    fail=$((fail + 1)); printf 'FAIL %s: status %s (want %s), output:\n%s\n' "$name" "$rc" "$want_rc" "$out"
+  fi
+}
+xml=$FIXTURES/topologies/xml/24em64t-2n6c2t-pci.xml
+check "text report of an XML machine" 0 'NUMA node 1: CPUs 1,3,5,7,9,11,13,15,17,19,21,23 \(6 cores\)' discover --xml "$xml"
+check "JSON report parses and has both nodes" 0 '"os_index": 1' discover --json --xml "$xml"
+check "live report includes this process" 0 '^This process: CPUs ' discover
+check "synthetic machine" 0 '4 NUMA nodes' discover --synthetic 'pack:2 numa:2 core:2 pu:1'
+check "missing XML file is a usage error naming it" 2 '/no/such.xml' discover --xml /no/such.xml
+check "not an XML topology names the file" 1 'error: hwloc could not load hwloc XML .*README.md' discover --xml "$FIXTURES/topologies/README.md"
+check "bad synthetic description is named" 1 "error: bad synthetic topology 'pack:x'" discover --synthetic pack:x
+check "two sources at once are refused" 2 'excludes' discover --xml "$xml" --synthetic 'numa:2 pu:2'
+check "unknown flag" 2 'not expected' discover --bogus
+check "no subcommand" 2 'subcommand' 
+check "--help" 0 'discover' --help
+if command -v python3 >/dev/null; then
+  json=$("$AGENT" discover --json --xml "$xml")
+  if python3 -c 'import json,sys; d=json.load(sys.stdin); assert len(d["topology"]["nodes"])==2' <<<"$json"; then
+    pass=$((pass + 1)); echo "PASS JSON loads with python"
+  else
+    fail=$((fail + 1)); echo "FAIL JSON loads with python"
+  fi
+fi
+echo "$pass passed, $fail failed"
+((fail == 0))
