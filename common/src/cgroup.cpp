@@ -235,9 +235,15 @@ Result<std::optional<CgroupPlacement>> discover_cgroup(const fs::path& root) {
     return std::optional<CgroupPlacement>();
   }
 
-  auto mount_table = read_text_file(under_root(root, "/proc/self/mountinfo"));
+  const fs::path mountinfo = under_root(root, "/proc/self/mountinfo");
+  auto mount_table = read_text_file(mountinfo);
   if (!mount_table) mount_table = read_text_file(under_root(root, "/proc/mounts"));
-  if (!mount_table) return tl::unexpected(std::move(mount_table.error()).with_context("cgroup mounts"));
+  if (!mount_table) {
+    return make_error(Error::Code::kNotFound,
+                      "the process has a cgroup but neither " + mountinfo.string() +
+                          " nor /proc/mounts can be read to find where it is mounted",
+                      mountinfo.string());
+  }
   const std::vector<Mount> mounts = parse_cgroup_mounts(*mount_table);
 
   const auto cpuset = locate(root, lines, mounts, "cpuset");

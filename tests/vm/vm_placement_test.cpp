@@ -1,7 +1,8 @@
 // Runs inside a multi-NUMA VM (tests/vm/numa-vm.sh), never on the host: it
 // creates cgroups and binds memory. The VM's layout comes from the harness's
 // flags, passed as NUMASERVE_VM_NODES and NUMASERVE_VM_CPUS_PER_NODE, so the
-// expectations do not come from the code under test.
+// expectations do not come from the code under test. NUMASERVE_AGENT names
+// the agent binary for the end-to-end case.
 
 #include <numaif.h>
 #include <sys/mman.h>
@@ -10,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -19,6 +21,7 @@
 #include "numaserve/common/placement.h"
 #include "numaserve/common/text_file.h"
 #include "numaserve/common/topology.h"
+#include "numaserve/common/topology_json.h"
 
 namespace numaserve {
 namespace {
@@ -63,23 +66,29 @@ std::string make_cgroup(const std::string& name, const CpuSet& cpus, unsigned me
   return dir;
 }
 
-// Runs `body` in a forked child (optionally moved into cgroup `dir` first) and
-// returns what it printed into the pipe. The child never touches gtest.
-std::string in_child(const std::string& cgroup_dir, const std::function<std::string()>& body) {
+// Runs `body` in a forked child, moved into cgroup `cgroup_dir` first unless
+// it is empty, and returns what the child wrote to its stdout. The child never
+// touches gtest; it exits after `body`.
+std::string in_child(const std::string& cgroup_dir, const std::function<void()>& body) {
   int fds[2];
   if (pipe(fds) != 0) return "pipe failed";
+  std::fflush(stdout);  // or the child would inherit, and print, gtest's buffered output
   const pid_t pid = fork();
   if (pid == 0) {
     close(fds[0]);
-    std::string out;
+    dup2(fds[1], STDOUT_FILENO);
     if (!cgroup_dir.empty()) {
       std::ofstream procs(cgroup_dir + "/cgroup.procs");
       procs << "0" << std::flush;  // "0" moves the writing process
-      if (!procs.good()) out = "cannot join " + cgroup_dir;
+      if (!procs.good()) {
+        std::printf("cannot join %s", cgroup_dir.c_str());
+        std::fflush(stdout);
+        _exit(1);
+      }
     }
-    if (out.empty()) out = body();
-    const auto written = write(fds[1], out.data(), out.size());
-    _exit(written == static_cast<ssize_t>(out.size()) ? 0 : 1);
+    body();
+    std::fflush(stdout);
+    _exit(0);
   }
   close(fds[1]);
   std::string out;
@@ -89,6 +98,10 @@ std::string in_child(const std::string& cgroup_dir, const std::function<std::str
   int status = 0;
   waitpid(pid, &status, 0);
   return out;
+}
+
+std::function<void()> printing(std::string (*compute)()) {
+  return [compute] { std::fputs(compute().c_str(), stdout); };
 }
 
 std::string placement_summary() {
@@ -144,7 +157,7 @@ TEST_F(InVm, LiveTopologyHasTheVmsNodesAndCpus) {
 TEST_F(InVm, PlacementReaderSeesTheCgroupV2Cpuset) {
   for (unsigned node : {1u, nodes_ - 1}) {
     const std::string dir = make_cgroup("numaserve-node" + std::to_string(node), cpus_of(node), node);
-    EXPECT_EQ(in_child(dir, placement_summary),
+    EXPECT_EQ(in_child(dir, printing(placement_summary)),
               "cpus=" + cpus_of(node).to_list() + " mems=" + std::to_string(node) + " cgroup_v2")
         << "node " << node;
   }
@@ -153,7 +166,26 @@ TEST_F(InVm, PlacementReaderSeesTheCgroupV2Cpuset) {
 TEST_F(InVm, CgroupMemsPutFirstTouchedPagesOnTheNode) {
   const unsigned node = 1;
   const std::string dir = make_cgroup("numaserve-mem" + std::to_string(node), cpus_of(node), node);
-  EXPECT_EQ(in_child(dir, allocate_and_locate), all_pages_on(node));
+  EXPECT_EQ(in_child(dir, printing(allocate_and_locate)), all_pages_on(node));
+}
+
+// The operator's view, end to end: the agent binary run inside the cgroup.
+TEST_F(InVm, AgentDiscoverReportsTheCgroupItRunsIn) {
+  const char* agent = std::getenv("NUMASERVE_AGENT");
+  ASSERT_NE(agent, nullptr) << "set NUMASERVE_AGENT to numaserve-topology-agent";
+  const unsigned node = nodes_ - 1;
+  const std::string dir = make_cgroup("numaserve-agent", cpus_of(node), node);
+  const std::string out = in_child(dir, [agent] {
+    execl(agent, agent, "discover", "--json", static_cast<char*>(nullptr));
+    std::printf("exec %s: %s", agent, std::strerror(errno));
+  });
+  const auto json = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_FALSE(json.is_discarded()) << out;
+  EXPECT_EQ(json["placement"]["cpus"], cpus_of(node).to_list()) << out;
+  EXPECT_EQ(json["placement"]["mems"], std::to_string(node)) << out;
+  EXPECT_EQ(json["placement"]["cgroup"]["version"], 2) << out;
+  EXPECT_EQ(json["topology"]["nodes"].size(), nodes_) << out;
+  EXPECT_EQ(json["topology"]["allowed_cpus"], cpus_of(node).to_list()) << out;
 }
 
 TEST_F(InVm, MembindPolicyPutsPagesOnTheNode) {
@@ -161,9 +193,10 @@ TEST_F(InVm, MembindPolicyPutsPagesOnTheNode) {
   EXPECT_EQ(in_child({}, [node] {
               unsigned long mask = 1ul << node;
               if (set_mempolicy(MPOL_BIND, &mask, sizeof(mask) * 8) != 0) {
-                return std::string("set_mempolicy: ") + std::strerror(errno);
+                std::printf("set_mempolicy: %s", std::strerror(errno));
+                return;
               }
-              return allocate_and_locate();
+              std::fputs(allocate_and_locate().c_str(), stdout);
             }),
             all_pages_on(node));
 }

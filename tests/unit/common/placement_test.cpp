@@ -113,6 +113,13 @@ TEST(Placement, MissingStatusFileIsAClearError) {
   EXPECT_NE(p.error().message.find("proc/self/status"), std::string::npos) << p.error().message;
 }
 
+TEST(Placement, MissingMountTableIsAClearError) {
+  auto p = discover_placement(tree("no-mountinfo"));
+  ASSERT_FALSE(p.has_value());
+  EXPECT_EQ(p.error().code, Error::Code::kNotFound);
+  EXPECT_NE(p.error().message.find("proc/self/mountinfo"), std::string::npos) << p.error().message;
+}
+
 TEST(Placement, WarnsWhenCpusSpanNodesOrMemoryIsRemote) {
   auto topology = discover_topology(TopologySource::synthetic("pack:2 numa:1 core:4 pu:1"));
   ASSERT_TRUE(topology.has_value());
