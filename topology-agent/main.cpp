@@ -1,50 +1,71 @@
 // numaserve-topology-agent: flags only; the work happens in numaserve::common
-// (discovery) and the agent's parts (report).
+// (discovery) and the agent's parts (plan, report).
 #include <CLI/CLI.hpp>
 
 #include <iostream>
 
 #include "numaserve/common/placement.h"
+#include "numaserve/common/quantity.h"
 #include "numaserve/common/topology.h"
 #include "numaserve/common/topology_json.h"
+#include "plan/plan.h"
+#include "plan/plan_output.h"
 #include "report/report.h"
 
 namespace {
 
-struct DiscoverOptions {
+using numaserve::TopologySource;
+namespace plan = numaserve::agent::plan;
+
+constexpr const char* kProgram = "numaserve-topology-agent";
+
+// Where the machine description comes from; shared by every subcommand.
+struct SourceOptions {
   std::string xml;
   std::string sysfs_root;
   std::string synthetic;
-  bool json = false;
+
+  void add_to(CLI::App* cmd) {
+    auto* x = cmd->add_option("--xml", xml, "Read an hwloc XML export instead of this machine")
+                  ->check(CLI::ExistingFile);
+    auto* s = cmd->add_option("--sysfs-root", sysfs_root,
+                              "Read /sys and /proc under this directory (e.g. /host in a pod)")
+                  ->check(CLI::ExistingDirectory);
+    auto* y = cmd->add_option("--synthetic", synthetic,
+                              "An hwloc synthetic description, e.g. \"pack:2 numa:1 core:4 pu:2\"");
+    x->excludes(s, y);
+    s->excludes(y);
+  }
+
+  TopologySource source() const {
+    if (!xml.empty()) return TopologySource::xml(xml);
+    if (!sysfs_root.empty()) return TopologySource::sysfs(sysfs_root);
+    if (!synthetic.empty()) return TopologySource::synthetic(synthetic);
+    return TopologySource::live();
+  }
 };
 
-int run_discover(const DiscoverOptions& opt) {
-  using numaserve::TopologySource;
-  TopologySource source = TopologySource::live();
-  if (!opt.xml.empty()) source = TopologySource::xml(opt.xml);
-  if (!opt.sysfs_root.empty()) source = TopologySource::sysfs(opt.sysfs_root);
-  if (!opt.synthetic.empty()) source = TopologySource::synthetic(opt.synthetic);
+int fail(const numaserve::Error& error) {
+  std::cerr << kProgram << ": error: " << error.message << "\n";
+  return 1;
+}
 
+int run_discover(const SourceOptions& from, bool json) {
+  const TopologySource source = from.source();
   auto topology = numaserve::discover_topology(source);
-  if (!topology) {
-    std::cerr << "numaserve-topology-agent: error: " << topology.error().message << "\n";
-    return 1;
-  }
+  if (!topology) return fail(topology.error());
   // The process placement is this process's own, so it belongs with the live
   // machine only; for a captured tree, Topology::allowed_* already say what
   // the captured cgroup allowed.
   std::optional<numaserve::Placement> placement;
   if (source.kind == TopologySource::Kind::kLive) {
     auto found = numaserve::discover_placement();
-    if (!found) {
-      std::cerr << "numaserve-topology-agent: error: " << found.error().message << "\n";
-      return 1;
-    }
+    if (!found) return fail(found.error());
     placement = *found;
   }
   const auto warnings = placement ? numaserve::check_placement(*placement, &*topology)
                                   : std::vector<std::string>{};
-  if (opt.json) {
+  if (json) {
     nlohmann::json out = {{"topology", *topology},
                           {"placement", placement ? nlohmann::json(*placement) : nlohmann::json()},
                           {"warnings", warnings}};
@@ -55,25 +76,73 @@ int run_discover(const DiscoverOptions& opt) {
   return 0;
 }
 
+int run_plan(const SourceOptions& from, const plan::PlanConfig& config, const std::string& output) {
+  auto topology = numaserve::discover_topology(from.source());
+  if (!topology) return fail(topology.error());
+  auto result = plan::plan_node(*topology, config);
+  if (!result) return fail(result.error());
+  if (output == "json") {
+    std::cout << nlohmann::json(*result).dump(2) << "\n";
+  } else if (output == "kubelet-config") {
+    std::cout << plan::kubelet_config_yaml(*result);
+  } else if (output == "helm-values") {
+    std::cout << plan::helm_values_yaml(*result);
+  } else {
+    std::cout << plan::render_text(*result);
+  }
+  return 0;
+}
+
+// A CLI11 option that takes a Kubernetes memory quantity ("1Gi").
+void add_quantity(CLI::App* cmd, const std::string& flag, std::uint64_t& target, const std::string& help) {
+  cmd->add_option_function<std::string>(
+         flag,
+         [&target, flag](const std::string& text) {
+           auto bytes = numaserve::parse_quantity(text);
+           if (!bytes) throw CLI::ValidationError(flag, bytes.error().message);
+           target = *bytes;
+         },
+         help + " (default " + numaserve::format_quantity(target) + ")")
+      ->type_name("QUANTITY");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"numaserve-topology-agent: NUMA topology of a Kubernetes node"};
+  CLI::App app{"numaserve-topology-agent: NUMA topology of a Kubernetes node, and how to use it"};
   app.require_subcommand(1);
 
-  DiscoverOptions discover;
-  auto* cmd = app.add_subcommand("discover", "Print NUMA nodes, CPUs, cores, memory, distances and "
-                                             "this process's placement");
-  auto* xml = cmd->add_option("--xml", discover.xml, "Read an hwloc XML export instead of this machine")
-                  ->check(CLI::ExistingFile);
-  auto* sysfs = cmd->add_option("--sysfs-root", discover.sysfs_root,
-                                "Read /sys and /proc under this directory (e.g. /host in a pod)")
-                    ->check(CLI::ExistingDirectory);
-  auto* synthetic = cmd->add_option("--synthetic", discover.synthetic,
-                                    "An hwloc synthetic description, e.g. \"pack:2 numa:1 core:4 pu:2\"");
-  xml->excludes(sysfs, synthetic);
-  sysfs->excludes(synthetic);
-  cmd->add_flag("--json", discover.json, "Print JSON instead of text");
+  SourceOptions discover_from;
+  bool json = false;
+  auto* discover = app.add_subcommand("discover", "Print NUMA nodes, CPUs, cores, memory, distances and "
+                                                  "this process's placement");
+  discover_from.add_to(discover);
+  discover->add_flag("--json", json, "Print JSON instead of text");
+
+  SourceOptions plan_from;
+  plan::PlanConfig config;
+  std::string output = "text";
+  auto* plan_cmd = app.add_subcommand("plan", "Kubelet CPU/Memory/Topology Manager settings and the pod "
+                                              "size that fits one replica on each NUMA node");
+  plan_from.add_to(plan_cmd);
+  plan_cmd->add_option("--output,-o", output, "text, json, kubelet-config or helm-values")
+      ->check(CLI::IsMember({"text", "json", "kubelet-config", "helm-values"}))
+      ->capture_default_str();
+  plan_cmd->add_option("--reserved-cores-per-node", config.reserved_cores_per_node,
+                       "Whole physical cores kept for the system on every NUMA node")
+      ->capture_default_str();
+  add_quantity(plan_cmd, "--kube-reserved-memory", config.kube_reserved_memory, "kubeReserved memory");
+  add_quantity(plan_cmd, "--system-reserved-memory", config.system_reserved_memory, "systemReserved memory");
+  add_quantity(plan_cmd, "--eviction-hard-memory", config.eviction_hard_memory,
+               "evictionHard memory.available");
+  plan_cmd->add_option("--pod-memory-fraction", config.pod_memory_fraction,
+                       "Share of a node's allocatable memory one replica asks for")
+      ->check(CLI::Range(0.01, 1.0))
+      ->capture_default_str();
+  plan_cmd->add_option("--replicas-per-numa-node", config.replicas_per_node,
+                       "Replicas sharing one NUMA node")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
 
   try {
     app.parse(argc, argv);
@@ -82,5 +151,6 @@ int main(int argc, char** argv) {
     // CLI11's internal code for it.
     return app.exit(e) == 0 ? 0 : 2;
   }
-  return run_discover(discover);
+  if (discover->parsed()) return run_discover(discover_from, json);
+  return run_plan(plan_from, config, output);
 }

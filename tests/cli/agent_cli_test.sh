@@ -27,6 +27,13 @@ check "two sources at once are refused" 2 'excludes' discover --xml "$xml" --syn
 check "unknown flag" 2 'not expected' discover --bogus
 check "no subcommand" 2 'subcommand' 
 check "--help" 0 'discover' --help
+check "plan as text" 0 'Replica: 10 CPUs' plan --xml "$xml"
+check "plan as a kubelet drop-in" 0 'reservedSystemCPUs: "0-1,12-13"' plan --xml "$xml" -o kubelet-config
+check "plan as Helm values" 0 'replicasPerNode: 2' plan --xml "$xml" -o helm-values
+check "plan with two replicas per NUMA node" 0 'Replica: 4 CPUs.*2 per NUMA node, 4 per machine' plan --xml "$xml" --replicas-per-numa-node 2
+check "bad memory quantity is named" 2 "bad quantity '1GB'" plan --xml "$xml" --kube-reserved-memory 1GB
+check "unknown output format" 2 'output' plan --xml "$xml" -o xml
+check "a plan that cannot be made says why" 1 'reserving 6 leaves none' plan --xml "$xml" --reserved-cores-per-node 6
 if command -v python3 >/dev/null; then
   json=$("$AGENT" discover --json --xml "$xml")
   if python3 -c 'import json,sys; d=json.load(sys.stdin); assert len(d["topology"]["nodes"])==2' <<<"$json"; then

@@ -5,8 +5,8 @@
 #include <fstream>
 
 #include "fixture_paths.h"
+#include "golden.h"
 #include "lstopo_output.h"
-#include "numaserve/common/text_file.h"
 #include "numaserve/common/topology_json.h"
 
 namespace numaserve {
@@ -92,17 +92,8 @@ INSTANTIATE_TEST_SUITE_P(HwlocTestSuite, SysfsCapture, ::testing::ValuesIn(kSysf
 void expect_matches_golden(const Topology& topology, const std::string& name) {
   nlohmann::json json = topology;
   json.erase("source");  // holds a build-tree path
-  const std::string actual = json.dump(2) + "\n";
-  const auto golden = fixtures_dir() / "topologies/golden" / (name + ".json");
-  if (const char* update = std::getenv("NUMASERVE_UPDATE_GOLDEN"); update && std::string(update) == "1") {
-    std::ofstream(golden) << actual;
-    return;
-  }
-  auto expected = read_text_file(golden);
-  ASSERT_TRUE(expected.has_value())
-      << expected.error().message << " (create it with NUMASERVE_UPDATE_GOLDEN=1 and review it)";
-  EXPECT_EQ(actual, *expected) << "discovery of " << name << " changed; if intended, rerun with "
-                               << "NUMASERVE_UPDATE_GOLDEN=1 and review the diff of " << golden;
+  testing::expect_matches_golden(json.dump(2) + "\n",
+                                 fixtures_dir() / "topologies/golden" / (name + ".json"));
 }
 
 TEST_P(SysfsCapture, MatchesGolden) { expect_matches_golden(from_sysfs(GetParam()), GetParam()); }
