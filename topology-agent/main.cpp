@@ -1,13 +1,11 @@
 // numaserve-topology-agent: flags only; the work happens in numaserve::common
-// (discovery) and the agent's parts (plan, report).
+// and the agent's parts (discover, plan, report).
 #include <CLI/CLI.hpp>
 
 #include <iostream>
 
-#include "numaserve/common/placement.h"
+#include "discover/discover.h"
 #include "numaserve/common/quantity.h"
-#include "numaserve/common/topology.h"
-#include "numaserve/common/topology_json.h"
 #include "plan/plan.h"
 #include "plan/plan_output.h"
 #include "report/report.h"
@@ -15,6 +13,7 @@
 namespace {
 
 using numaserve::TopologySource;
+namespace discover = numaserve::agent::discover;
 namespace plan = numaserve::agent::plan;
 
 constexpr const char* kProgram = "numaserve-topology-agent";
@@ -51,27 +50,12 @@ int fail(const numaserve::Error& error) {
 }
 
 int run_discover(const SourceOptions& from, bool json) {
-  const TopologySource source = from.source();
-  auto topology = numaserve::discover_topology(source);
-  if (!topology) return fail(topology.error());
-  // The process placement is this process's own, so it belongs with the live
-  // machine only; for a captured tree, Topology::allowed_* already say what
-  // the captured cgroup allowed.
-  std::optional<numaserve::Placement> placement;
-  if (source.kind == TopologySource::Kind::kLive) {
-    auto found = numaserve::discover_placement();
-    if (!found) return fail(found.error());
-    placement = *found;
-  }
-  const auto warnings = placement ? numaserve::check_placement(*placement, &*topology)
-                                  : std::vector<std::string>{};
+  auto report = discover::discover_node({from.source()});
+  if (!report) return fail(report.error());
   if (json) {
-    nlohmann::json out = {{"topology", *topology},
-                          {"placement", placement ? nlohmann::json(*placement) : nlohmann::json()},
-                          {"warnings", warnings}};
-    std::cout << out.dump(2) << "\n";
+    std::cout << nlohmann::json(*report).dump(2) << "\n";
   } else {
-    std::cout << numaserve::agent::report::render_text(*topology, placement, warnings);
+    std::cout << numaserve::agent::report::render_text(*report);
   }
   return 0;
 }

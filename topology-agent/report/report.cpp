@@ -44,8 +44,9 @@ std::string format_bytes(std::uint64_t bytes) {
   return buf;
 }
 
-std::string render_text(const Topology& t, const std::optional<Placement>& placement,
-                        const std::vector<std::string>& warnings) {
+std::string render_text(const discover::NodeReport& report) {
+  const Topology& t = report.topology;
+  const auto& placement = report.placement;
   std::ostringstream out;
   out << "Machine (" << t.source << "): " << t.packages.size() << " packages, " << t.nodes.size()
       << " NUMA nodes (" << t.nodes_with_cpus().count() << " with CPUs), " << t.core_count()
@@ -94,7 +95,14 @@ std::string render_text(const Topology& t, const std::optional<Placement>& place
     }
     out << ")\n";
   }
-  for (const auto& w : warnings) out << "warning: " << w << "\n";
+  if (const auto& k = report.kernel) {
+    out << "Kernel: numa_balancing "
+        << (k->numa_balancing ? std::to_string(*k->numa_balancing) : std::string("absent"))
+        << ", transparent hugepages " << (k->transparent_hugepage.empty() ? "absent" : k->transparent_hugepage)
+        << ", isolated CPUs " << or_none(k->isolated_cpus) << ", nohz_full CPUs " << or_none(k->nohz_full_cpus)
+        << "\n";
+  }
+  for (const auto& w : report.warnings) out << "warning: " << w << "\n";
   return out.str();
 }
 

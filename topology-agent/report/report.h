@@ -6,15 +6,13 @@
 #include <string>
 #include <vector>
 
-#include "numaserve/common/placement.h"
-#include "numaserve/common/topology.h"
+#include "discover/discover.h"
 
 namespace numaserve::agent::report {
 
 // Bytes as "63.9 GiB" / "512 MiB": binary units, as the kernel counts memory.
 std::string format_bytes(std::uint64_t bytes);
 
-std::string render_text(const Topology& topology, const std::optional<Placement>& placement,
-                        const std::vector<std::string>& warnings);
+std::string render_text(const discover::NodeReport& report);
 
 }  // namespace numaserve::agent::report

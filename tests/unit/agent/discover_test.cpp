@@ -1,0 +1,54 @@
+#include "discover/discover.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "fixture_paths.h"
+
+namespace numaserve::agent::discover {
+namespace {
+
+TEST(Discover, CapturedTreeGivesTopologyAndKernelButNoPlacement) {
+  auto report = discover_node({TopologySource::sysfs(testing::sysfs_root("16amd64-8n2c").string())});
+  ASSERT_TRUE(report.has_value()) << report.error().message;
+  EXPECT_EQ(report->topology.nodes.size(), 8u);
+  EXPECT_FALSE(report->placement.has_value());
+  ASSERT_TRUE(report->kernel.has_value());
+  EXPECT_TRUE(report->warnings.empty()) << ::testing::PrintToString(report->warnings);
+}
+
+TEST(Discover, BrokenKernelSettingIsAWarningAndDiscoveryGoesOn) {
+  // A copy of a real capture with a malformed numa_balancing added.
+  const auto root = std::filesystem::temp_directory_path() / "numaserve-discover-test";
+  std::filesystem::remove_all(root);
+  std::filesystem::copy(testing::sysfs_root("16amd64-8n2c"), root, std::filesystem::copy_options::recursive | std::filesystem::copy_options::copy_symlinks);
+  std::filesystem::create_directories(root / "proc/sys/kernel");
+  std::ofstream(root / "proc/sys/kernel/numa_balancing") << "yes\n";
+  auto report = discover_node({TopologySource::sysfs(root.string())});
+  std::filesystem::remove_all(root);
+  ASSERT_TRUE(report.has_value()) << report.error().message;
+  EXPECT_EQ(report->topology.nodes.size(), 8u);
+  EXPECT_FALSE(report->kernel.has_value());
+  ASSERT_EQ(report->warnings.size(), 1u);
+  EXPECT_NE(report->warnings[0].find("numa_balancing: want a number, got 'yes'"), std::string::npos)
+      << report->warnings[0];
+}
+
+TEST(Discover, LiveNodeIncludesTheAgentsOwnPlacement) {
+  auto report = discover_node({TopologySource::live()});
+  ASSERT_TRUE(report.has_value()) << report.error().message;
+  ASSERT_TRUE(report->placement.has_value());
+  EXPECT_TRUE(report->placement->cpus().is_subset_of(report->topology.online_cpus));
+  const nlohmann::json json = *report;
+  EXPECT_EQ(json["placement"]["cpus"], report->placement->cpus().to_list());
+}
+
+TEST(Discover, UnreadableMachineIsTheOneFatalError) {
+  auto report = discover_node({TopologySource::xml("/no/such/machine.xml")});
+  ASSERT_FALSE(report.has_value());
+  EXPECT_NE(report.error().message.find("/no/such/machine.xml"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace numaserve::agent::discover
