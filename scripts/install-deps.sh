@@ -18,15 +18,32 @@ TEST_PACKAGES=(
 
 case ${1:-} in
   build) wanted=("${BUILD_PACKAGES[@]}") ;;
-  test) wanted=("${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}") ;;
+  test)
+    wanted=("${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}")
+    # Node.js runs the offline Kubernetes schema checks; any install will do.
+    command -v node >/dev/null && command -v npm >/dev/null || wanted+=(nodejs npm)
+    ;;
   *) echo "usage: $0 build|test" >&2; exit 2 ;;
 esac
+
+# The schema validator's npm packages, pinned by tests/k8s/package-lock.json;
+# reinstalled only when the lock file changes.
+install_node_modules() {
+  local dir
+  dir=$(cd "$(dirname "$0")/../tests/k8s" && pwd)
+  [[ $dir/node_modules/.package-lock.json -nt $dir/package-lock.json ]] && return 0
+  echo "installing npm packages for the schema tests (tests/k8s)" >&2
+  (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >&2)
+}
 
 missing=()
 for pkg in "${wanted[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
 done
-((${#missing[@]} == 0)) && exit 0
+if ((${#missing[@]} == 0)); then
+  if [[ $1 == test ]]; then install_node_modules; fi
+  exit 0
+fi
 
 if ((EUID != 0)); then
   echo "numaserve needs these Debian packages: ${missing[*]}" >&2
@@ -39,3 +56,4 @@ apt_opts=(-y -q --no-install-recommends -o DPkg::Lock::Timeout=600)
 # A fresh machine has no package lists yet; an old one may have stale ones.
 apt-get -q -o DPkg::Lock::Timeout=600 update >&2
 apt-get "${apt_opts[@]}" install "${missing[@]}" >&2
+if [[ $1 == test ]]; then install_node_modules; fi

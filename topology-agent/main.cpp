@@ -1,13 +1,18 @@
 // numaserve-topology-agent: flags only; the work happens in numaserve::common
-// and the agent's parts (discover, plan, report).
+// and the agent's parts (discover, plan, publish, report).
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <iostream>
 
 #include "discover/discover.h"
 #include "numaserve/common/quantity.h"
 #include "plan/plan.h"
 #include "plan/plan_output.h"
+#include "publish/nrt.h"
+#include "publish/yaml.h"
 #include "report/report.h"
 
 namespace {
@@ -15,6 +20,7 @@ namespace {
 using numaserve::TopologySource;
 namespace discover = numaserve::agent::discover;
 namespace plan = numaserve::agent::plan;
+namespace publish = numaserve::agent::publish;
 
 constexpr const char* kProgram = "numaserve-topology-agent";
 
@@ -60,21 +66,40 @@ int run_discover(const SourceOptions& from, bool json) {
   return 0;
 }
 
-int run_plan(const SourceOptions& from, const plan::PlanConfig& config, const std::string& output) {
-  auto topology = numaserve::discover_topology(from.source());
-  if (!topology) return fail(topology.error());
-  auto result = plan::plan_node(*topology, config);
+int run_plan(const SourceOptions& from, const plan::PlanConfig& config, const std::string& output,
+             const std::string& node_name) {
+  auto report = discover::discover_node({from.source()});
+  if (!report) return fail(report.error());
+  auto result = plan::plan_node(report->topology, config);
   if (!result) return fail(result.error());
   if (output == "json") {
     std::cout << nlohmann::json(*result).dump(2) << "\n";
+  } else if (output == "yaml") {
+    std::cout << publish::to_yaml(*result);
+  } else if (output == "nrt") {
+    std::cout << publish::to_yaml(publish::make_node_resource_topology(node_name, *report, *result));
+  } else if (output == "labels") {
+    for (const auto& [key, value] : publish::make_node_labels(*report, *result)) {
+      std::cout << key << "=" << value << "\n";
+    }
   } else if (output == "kubelet-config") {
     std::cout << plan::kubelet_config_yaml(*result);
   } else if (output == "helm-values") {
     std::cout << plan::helm_values_yaml(*result);
   } else {
     std::cout << plan::render_text(*result);
+    for (const auto& warning : report->warnings) std::cout << "warning: " << warning << "\n";
   }
   return 0;
+}
+
+// The node's name as Kubernetes knows it: NODE_NAME from the downward API in
+// the DaemonSet, else the host name (what the kubelet registers by default).
+std::string default_node_name() {
+  if (const char* name = std::getenv("NODE_NAME"); name != nullptr && *name != '\0') return name;
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return host;
 }
 
 // A CLI11 option that takes a Kubernetes memory quantity ("1Gi").
@@ -109,8 +134,13 @@ int main(int argc, char** argv) {
   auto* plan_cmd = app.add_subcommand("plan", "Kubelet CPU/Memory/Topology Manager settings and the pod "
                                               "size that fits one replica on each NUMA node");
   plan_from.add_to(plan_cmd);
-  plan_cmd->add_option("--output,-o", output, "text, json, kubelet-config or helm-values")
-      ->check(CLI::IsMember({"text", "json", "kubelet-config", "helm-values"}))
+  std::string node_name = default_node_name();
+  plan_cmd->add_option("--output,-o", output,
+                       "text, json, yaml, nrt (NodeResourceTopology), labels, kubelet-config or helm-values")
+      ->check(CLI::IsMember({"text", "json", "yaml", "nrt", "labels", "kubelet-config", "helm-values"}))
+      ->capture_default_str();
+  plan_cmd->add_option("--node-name", node_name, "Kubernetes node name for the NodeResourceTopology object")
+      ->envname("NODE_NAME")
       ->capture_default_str();
   plan_cmd->add_option("--reserved-cores-per-node", config.reserved_cores_per_node,
                        "Whole physical cores kept for the system on every NUMA node")
@@ -136,5 +166,5 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   if (discover->parsed()) return run_discover(discover_from, json);
-  return run_plan(plan_from, config, output);
+  return run_plan(plan_from, config, output, node_name);
 }

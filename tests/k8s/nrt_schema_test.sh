@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Every NodeResourceTopology the agent emits, for every fixture machine, must
+# validate against the CRD (offline, with ajv) — and a broken one must not.
+# Usage: nrt_schema_test.sh AGENT FIXTURES_DIR UNPACKED_SYSFS_DIR
+set -euo pipefail
+AGENT=$1 FIXTURES=$2 SYSFS=$3
+HERE=$(cd "$(dirname "$0")" && pwd)
+CRD=$FIXTURES/k8s/noderesourcetopology-crd.yaml
+[[ -d $HERE/node_modules/ajv ]] || { echo "ajv missing: run scripts/install-deps.sh test" >&2; exit 1; }
+out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+
+n=0
+emit() {  # name, source flags...
+  local name=$1; shift
+  "$AGENT" plan -o nrt --node-name "$name" "$@" > "$out/$name.yaml"
+  n=$((n + 1))
+}
+for xml in 16amd64-4distances 24em64t-2n6c2t-pci 32em64t-2n8c2t-pci-normalio 64intel64-fakeknl-snc4-hybrid; do
+  file=$(ls "$FIXTURES"/topologies/xml/*.xml | grep -i "/$xml.xml")
+  emit "$xml" --xml "$file"
+done
+for dir in "$SYSFS"/*/; do
+  root=$(find "$dir" -mindepth 1 -maxdepth 1 -type d | head -1)
+  emit "$(basename "$dir" | tr 'A-Z' 'a-z')" --sysfs-root "$root"
+done
+emit synthetic-16-nodes --synthetic "pack:4 numa:4(memory=32GiB) core:4 pu:2"
+emit this-machine
+echo "emitted $n NodeResourceTopology objects"
+node "$HERE/validate_crd.mjs" "$CRD" "$out"/*.yaml
+
+# The validator must catch what the API server would reject.
+sed 's/name: "cpu"/name: "cpu"\n        bogus: 1/; s/capacity: \([0-9]*\)/capacity: "\1 cores"/' \
+  "$out/synthetic-16-nodes.yaml" > "$out/broken.yaml"
+if node "$HERE/validate_crd.mjs" "$CRD" "$out/broken.yaml" >/dev/null 2>&1; then
+  echo "FAIL: a broken object passed validation" >&2
+  exit 1
+fi
+echo "a broken object is rejected, as it must be"

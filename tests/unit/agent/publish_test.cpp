@@ -1,0 +1,92 @@
+#include "publish/nrt.h"
+
+#include <gtest/gtest.h>
+
+#include "fixture_paths.h"
+#include "publish/yaml.h"
+
+namespace numaserve::agent::publish {
+namespace {
+
+struct Machine {
+  discover::NodeReport report;
+  plan::Plan plan;
+};
+
+Machine machine(const TopologySource& source) {
+  auto report = discover::discover_node({source});
+  EXPECT_TRUE(report.has_value()) << source.describe();
+  auto p = plan::plan_node(report->topology, {});
+  EXPECT_TRUE(p.has_value()) << source.describe();
+  return {*report, *p};
+}
+
+class EveryCapture : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EveryCapture, ZonesAgreeWithTheTopologyAndThePlan) {
+  const auto [report, plan] = machine(TopologySource::sysfs(testing::sysfs_root(GetParam()).string()));
+  const auto nrt = make_node_resource_topology("worker-7", report, plan);
+  EXPECT_EQ(nrt["metadata"]["name"], "worker-7");
+  const auto& t = report.topology;
+  ASSERT_EQ(nrt["zones"].size(), t.nodes.size());
+  for (std::size_t i = 0; i < t.nodes.size(); ++i) {
+    const auto& node = t.nodes[i];
+    const auto& zone = nrt["zones"][i];
+    EXPECT_EQ(zone["name"], "node-" + std::to_string(node.os_index));
+    EXPECT_EQ(zone["type"], "Node");
+    if (t.distances) {
+      ASSERT_EQ(zone["costs"].size(), t.distances->nodes.size());
+      for (const auto& cost : zone["costs"]) {
+        const unsigned other = static_cast<unsigned>(std::stoul(cost["name"].get<std::string>().substr(5)));
+        EXPECT_EQ(cost["value"], *t.distances->at(node.os_index, other));
+      }
+    }
+    std::map<std::string, nlohmann::json> resources;
+    for (const auto& r : zone["resources"]) resources[r["name"]] = r;
+    if (node.memory_only()) {
+      EXPECT_FALSE(resources.contains("cpu"));
+      EXPECT_EQ(resources["memory"]["allocatable"], 0);
+    } else {
+      EXPECT_EQ(resources["cpu"]["capacity"], node.cpus.count());
+      EXPECT_EQ(resources["cpu"]["allocatable"],
+                node.cpus.count() - (node.cpus & plan.kubelet.reserved_system_cpus).count());
+      EXPECT_LE(resources["memory"]["allocatable"].get<std::uint64_t>(), resources["memory"]["capacity"].get<std::uint64_t>());
+    }
+    for (const auto& [size, count] : node.hugepages) {
+      EXPECT_TRUE(resources.contains("hugepages-" + std::to_string(size >> 10) + "Ki") ||
+                  resources.contains("hugepages-" + std::to_string(size >> 20) + "Mi") ||
+                  resources.contains("hugepages-" + std::to_string(size >> 30) + "Gi"));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Publish, EveryCapture,
+                         ::testing::Values("16amd64-8n2c", "32amd64-4s2n4c-cgroup2", "64amd64-4s2n4ca2co",
+                                           "fakeheteromemtiers", "offline-cpu0-node0"),
+                         [](const ::testing::TestParamInfo<std::string>& param_info) {
+                           return "capture" + std::to_string(param_info.index);
+                         });
+
+TEST(Labels, DescribeTheNodeForNodeSelectors) {
+  const auto [report, plan] = machine(
+      TopologySource::xml((testing::fixtures_dir() / "topologies/xml/32em64t-2n8c2t-pci-normalio.xml").string()));
+  const auto labels = make_node_labels(report, plan);
+  EXPECT_EQ(labels.at("numaserve.io/numa-nodes"), "2");
+  EXPECT_EQ(labels.at("numaserve.io/cpus-per-numa-node"), "16");
+  EXPECT_EQ(labels.at("numaserve.io/smt"), "true");
+  EXPECT_EQ(labels.at("numaserve.io/replica-cpus"), "14");
+  for (const auto& [key, value] : labels) {
+    EXPECT_LE(value.size(), 63u) << key;
+    EXPECT_EQ(value.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_."),
+              std::string::npos)
+        << key << "=" << value;
+  }
+}
+
+TEST(Yaml, QuotesStringsAndKeepsNumbers) {
+  const std::string yaml = to_yaml({{"a", "true"}, {"b", 10}, {"c", nlohmann::json::array({"0-3", false})}});
+  EXPECT_EQ(yaml, "a: \"true\"\nb: 10\nc:\n  - \"0-3\"\n  - false\n");
+}
+
+}  // namespace
+}  // namespace numaserve::agent::publish
