@@ -24,11 +24,13 @@ namespace publish = numaserve::agent::publish;
 
 constexpr const char* kProgram = "numaserve-topology-agent";
 
-// Where the machine description comes from; shared by every subcommand.
+// Where the node's description comes from; shared by every subcommand.
 struct SourceOptions {
   std::string xml;
   std::string sysfs_root;
   std::string synthetic;
+  std::string kubelet_config;
+  std::string kubelet_state_dir;
 
   void add_to(CLI::App* cmd) {
     auto* x = cmd->add_option("--xml", xml, "Read an hwloc XML export instead of this machine")
@@ -40,13 +42,20 @@ struct SourceOptions {
                               "An hwloc synthetic description, e.g. \"pack:2 numa:1 core:4 pu:2\"");
     x->excludes(s, y);
     s->excludes(y);
+    cmd->add_option("--kubelet-config", kubelet_config,
+                    "The kubelet's KubeletConfiguration file, e.g. /var/lib/kubelet/config.yaml");
+    cmd->add_option("--kubelet-state-dir", kubelet_state_dir,
+                    "Directory with the kubelet's cpu_manager_state and memory_manager_state, e.g. /var/lib/kubelet");
   }
 
-  TopologySource source() const {
-    if (!xml.empty()) return TopologySource::xml(xml);
-    if (!sysfs_root.empty()) return TopologySource::sysfs(sysfs_root);
-    if (!synthetic.empty()) return TopologySource::synthetic(synthetic);
-    return TopologySource::live();
+  discover::DiscoverConfig config() const {
+    discover::DiscoverConfig out;
+    if (!xml.empty()) out.source = TopologySource::xml(xml);
+    if (!sysfs_root.empty()) out.source = TopologySource::sysfs(sysfs_root);
+    if (!synthetic.empty()) out.source = TopologySource::synthetic(synthetic);
+    if (!kubelet_config.empty()) out.kubelet_config = kubelet_config;
+    if (!kubelet_state_dir.empty()) out.kubelet_state_dir = kubelet_state_dir;
+    return out;
   }
 };
 
@@ -56,7 +65,7 @@ int fail(const numaserve::Error& error) {
 }
 
 int run_discover(const SourceOptions& from, bool json) {
-  auto report = discover::discover_node({from.source()});
+  auto report = discover::discover_node(from.config());
   if (!report) return fail(report.error());
   if (json) {
     std::cout << nlohmann::json(*report).dump(2) << "\n";
@@ -68,7 +77,7 @@ int run_discover(const SourceOptions& from, bool json) {
 
 int run_plan(const SourceOptions& from, const plan::PlanConfig& config, const std::string& output,
              const std::string& node_name) {
-  auto report = discover::discover_node({from.source()});
+  auto report = discover::discover_node(from.config());
   if (!report) return fail(report.error());
   auto result = plan::plan_node(report->topology, config);
   if (!result) return fail(result.error());

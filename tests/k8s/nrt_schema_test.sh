@@ -24,6 +24,9 @@ for dir in "$SYSFS"/*/; do
   emit "$(basename "$dir" | tr 'A-Z' 'a-z')" --sysfs-root "$root"
 done
 emit synthetic-16-nodes --synthetic "pack:4 numa:4(memory=32GiB) core:4 pu:2"
+emit with-kubelet-state --xml "$FIXTURES/topologies/xml/32em64t-2n8c2t-pci-normalio.xml" \
+  --kubelet-config "$FIXTURES/kubelet/numa-ready/config.yaml" --kubelet-state-dir "$FIXTURES/kubelet/numa-ready"
+grep -q 'topologyManagerPolicy' "$out/with-kubelet-state.yaml" || { echo "FAIL: no attributes from the kubelet config" >&2; exit 1; }
 emit this-machine
 echo "emitted $n NodeResourceTopology objects"
 node "$HERE/validate_crd.mjs" "$CRD" "$out"/*.yaml

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kubelet/kubelet.h"
 #include "numaserve/common/kernel_settings.h"
 #include "numaserve/common/placement.h"
 #include "numaserve/common/topology.h"
@@ -19,12 +20,26 @@ namespace numaserve::agent::discover {
 
 struct DiscoverConfig {
   TopologySource source = TopologySource::live();
+  // The kubelet's files, when mounted: its KubeletConfiguration, and the
+  // directory holding cpu_manager_state and memory_manager_state.
+  std::optional<std::filesystem::path> kubelet_config;
+  std::optional<std::filesystem::path> kubelet_state_dir;
+
+  // The machine alone, without kubelet files.
+  static DiscoverConfig of(TopologySource source) {
+    DiscoverConfig config;
+    config.source = std::move(source);
+    return config;
+  }
 };
 
 struct NodeReport {
   Topology topology;
   std::optional<Placement> placement;     // live source only: the agent's own
   std::optional<KernelSettings> kernel;   // live and sysfs-root sources
+  std::optional<kubelet::KubeletConfig> kubelet_config;
+  std::optional<kubelet::CpuManagerState> cpu_manager_state;
+  std::optional<kubelet::MemoryManagerState> memory_manager_state;
   std::vector<std::string> warnings;
 };
 

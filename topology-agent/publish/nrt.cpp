@@ -37,10 +37,17 @@ nlohmann::json make_node_resource_topology(const std::string& node_name,
     const auto room = std::find_if(plan.nodes.begin(), plan.nodes.end(),
                                    [&](const plan::NodeRoom& r) { return r.node == node.os_index; });
     if (room != plan.nodes.end()) {
-      const auto cpus = room->cpus.count();
+      // What the kubelet has already handed out lowers what is available.
+      const CpuSet taken = report.cpu_manager_state ? report.cpu_manager_state->exclusive_cpus : CpuSet{};
       const auto allocatable = room->allocatable_cpus.count();
-      resources.push_back(resource("cpu", cpus, allocatable, allocatable));
-      resources.push_back(resource("memory", room->memory_bytes, room->allocatable_memory, room->allocatable_memory));
+      resources.push_back(resource("cpu", room->cpus.count(), allocatable,
+                                   allocatable - (room->allocatable_cpus & taken).count()));
+      std::uint64_t assigned = 0;
+      if (report.memory_manager_state && report.memory_manager_state->assigned_memory.contains(node.os_index)) {
+        assigned = report.memory_manager_state->assigned_memory.at(node.os_index);
+      }
+      resources.push_back(resource("memory", room->memory_bytes, room->allocatable_memory,
+                                   room->allocatable_memory - std::min(assigned, room->allocatable_memory)));
     } else {
       // A memory-only node: its memory is real capacity, but no pod can be
       // aligned with it, so none is allocatable.
@@ -52,10 +59,18 @@ nlohmann::json make_node_resource_topology(const std::string& node_name,
     zone["resources"] = resources;
     zones.push_back(std::move(zone));
   }
-  return {{"apiVersion", "topology.node.k8s.io/v1alpha2"},
-          {"kind", "NodeResourceTopology"},
-          {"metadata", {{"name", node_name}}},
-          {"zones", zones}};
+  nlohmann::json nrt = {{"apiVersion", "topology.node.k8s.io/v1alpha2"},
+                        {"kind", "NodeResourceTopology"},
+                        {"metadata", {{"name", node_name}}},
+                        {"zones", zones}};
+  // The scheduler plugin filters by the kubelet's actual Topology Manager
+  // settings, so they are published only when read from its configuration.
+  if (const auto& k = report.kubelet_config) {
+    nrt["attributes"] = nlohmann::json::array(
+        {{{"name", "topologyManagerPolicy"}, {"value", k->topology_manager_policy}},
+         {{"name", "topologyManagerScope"}, {"value", k->topology_manager_scope}}});
+  }
+  return nrt;
 }
 
 std::map<std::string, std::string> make_node_labels(const discover::NodeReport& report,

@@ -15,8 +15,9 @@ namespace numaserve::agent::publish {
 
 // Zones "node-<id>" of type Node with costs from the distance matrix and
 // cpu / memory / hugepages-<size> resources: capacity (the node's), allocatable
-// (after the plan's reservations) and available (allocatable; lowered by what
-// the kubelet has already assigned once its state is read).
+// (after the plan's reservations) and available (allocatable less what the
+// kubelet's CPU and Memory Managers have assigned, when their state is read);
+// attributes topologyManagerPolicy/Scope when the kubelet config is read.
 nlohmann::json make_node_resource_topology(const std::string& node_name,
                                            const discover::NodeReport& report,
                                            const plan::Plan& plan);

@@ -10,7 +10,7 @@ namespace numaserve::agent::discover {
 namespace {
 
 TEST(Discover, CapturedTreeGivesTopologyAndKernelButNoPlacement) {
-  auto report = discover_node({TopologySource::sysfs(testing::sysfs_root("16amd64-8n2c").string())});
+  auto report = discover_node(DiscoverConfig::of(TopologySource::sysfs(testing::sysfs_root("16amd64-8n2c").string())));
   ASSERT_TRUE(report.has_value()) << report.error().message;
   EXPECT_EQ(report->topology.nodes.size(), 8u);
   EXPECT_FALSE(report->placement.has_value());
@@ -25,7 +25,7 @@ TEST(Discover, BrokenKernelSettingIsAWarningAndDiscoveryGoesOn) {
   std::filesystem::copy(testing::sysfs_root("16amd64-8n2c"), root, std::filesystem::copy_options::recursive | std::filesystem::copy_options::copy_symlinks);
   std::filesystem::create_directories(root / "proc/sys/kernel");
   std::ofstream(root / "proc/sys/kernel/numa_balancing") << "yes\n";
-  auto report = discover_node({TopologySource::sysfs(root.string())});
+  auto report = discover_node(DiscoverConfig::of(TopologySource::sysfs(root.string())));
   std::filesystem::remove_all(root);
   ASSERT_TRUE(report.has_value()) << report.error().message;
   EXPECT_EQ(report->topology.nodes.size(), 8u);
@@ -35,8 +35,38 @@ TEST(Discover, BrokenKernelSettingIsAWarningAndDiscoveryGoesOn) {
       << report->warnings[0];
 }
 
+TEST(Discover, KubeletFilesAreReadAndCheckedAgainstTheAdvice) {
+  DiscoverConfig config;
+  config.source = TopologySource::synthetic("pack:2 numa:1(memory=32GiB) core:8 pu:2");
+  config.kubelet_config = testing::fixtures_dir() / "kubelet/defaults/config.yaml";
+  config.kubelet_state_dir = testing::fixtures_dir() / "kubelet/defaults";
+  auto report = discover_node(config);
+  ASSERT_TRUE(report.has_value()) << report.error().message;
+  ASSERT_TRUE(report->kubelet_config.has_value());
+  ASSERT_TRUE(report->cpu_manager_state.has_value());
+  const std::string all = ::testing::PrintToString(report->warnings);
+  EXPECT_NE(all.find("unknown fields: cpuManagerPolicyy (line 8)"), std::string::npos) << all;
+  EXPECT_NE(all.find("cpuManagerPolicy is 'none'"), std::string::npos) << all;
+  EXPECT_NE(all.find("topologyManagerPolicy is 'none'"), std::string::npos) << all;
+  EXPECT_NE(all.find("memory_manager_state"), std::string::npos) << all;  // absent file
+}
+
+TEST(Discover, BrokenKubeletFilesAreWarningsAndDiscoveryGoesOn) {
+  DiscoverConfig config;
+  config.source = TopologySource::synthetic("pack:2 numa:1(memory=32GiB) core:8 pu:2");
+  config.kubelet_config = testing::fixtures_dir() / "kubelet/broken/config.yaml";
+  config.kubelet_state_dir = testing::fixtures_dir() / "kubelet/broken";
+  auto report = discover_node(config);
+  ASSERT_TRUE(report.has_value()) << report.error().message;
+  EXPECT_EQ(report->topology.nodes.size(), 2u);
+  EXPECT_FALSE(report->kubelet_config.has_value());
+  EXPECT_FALSE(report->cpu_manager_state.has_value());
+  EXPECT_FALSE(report->memory_manager_state.has_value());
+  EXPECT_EQ(report->warnings.size(), 3u) << ::testing::PrintToString(report->warnings);
+}
+
 TEST(Discover, LiveNodeIncludesTheAgentsOwnPlacement) {
-  auto report = discover_node({TopologySource::live()});
+  auto report = discover_node(DiscoverConfig::of(TopologySource::live()));
   ASSERT_TRUE(report.has_value()) << report.error().message;
   ASSERT_TRUE(report->placement.has_value());
   EXPECT_TRUE(report->placement->cpus().is_subset_of(report->topology.online_cpus));
@@ -45,7 +75,7 @@ TEST(Discover, LiveNodeIncludesTheAgentsOwnPlacement) {
 }
 
 TEST(Discover, UnreadableMachineIsTheOneFatalError) {
-  auto report = discover_node({TopologySource::xml("/no/such/machine.xml")});
+  auto report = discover_node(DiscoverConfig::of(TopologySource::xml("/no/such/machine.xml")));
   ASSERT_FALSE(report.has_value());
   EXPECT_NE(report.error().message.find("/no/such/machine.xml"), std::string::npos);
 }

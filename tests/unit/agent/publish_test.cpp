@@ -14,7 +14,7 @@ struct Machine {
 };
 
 Machine machine(const TopologySource& source) {
-  auto report = discover::discover_node({source});
+  auto report = discover::discover_node(discover::DiscoverConfig::of(source));
   EXPECT_TRUE(report.has_value()) << source.describe();
   auto p = plan::plan_node(report->topology, {});
   EXPECT_TRUE(p.has_value()) << source.describe();
@@ -66,6 +66,35 @@ INSTANTIATE_TEST_SUITE_P(Publish, EveryCapture,
                          [](const ::testing::TestParamInfo<std::string>& param_info) {
                            return "capture" + std::to_string(param_info.index);
                          });
+
+TEST(Nrt, AvailableSubtractsWhatTheKubeletAssignedAndAttributesComeFromItsConfig) {
+  discover::DiscoverConfig config;
+  config.source =
+      TopologySource::xml((testing::fixtures_dir() / "topologies/xml/32em64t-2n8c2t-pci-normalio.xml").string());
+  config.kubelet_config = testing::fixtures_dir() / "kubelet/numa-ready/config.yaml";
+  config.kubelet_state_dir = testing::fixtures_dir() / "kubelet/numa-ready";
+  auto report = discover::discover_node(config);
+  ASSERT_TRUE(report.has_value());
+  EXPECT_TRUE(report->warnings.empty()) << ::testing::PrintToString(report->warnings);
+  auto p = plan::plan_node(report->topology, {});
+  ASSERT_TRUE(p.has_value());
+  const auto nrt = make_node_resource_topology("w", *report, *p);
+  ASSERT_EQ(nrt["attributes"].size(), 2u);
+  EXPECT_EQ(nrt["attributes"][0]["value"], "single-numa-node");
+  EXPECT_EQ(nrt["attributes"][1]["value"], "pod");
+  for (const auto& zone : nrt["zones"]) {
+    for (const auto& r : zone["resources"]) {
+      if (r["name"] == "cpu") {
+        EXPECT_EQ(r["allocatable"], 14);
+        EXPECT_EQ(r["available"], 4);  // 10 CPUs of each node are held exclusively
+      }
+      if (r["name"] == "memory") {
+        const std::uint64_t assigned = zone["name"] == "node-0" ? 16ull << 30 : 8ull << 30;
+        EXPECT_EQ(r["available"].get<std::uint64_t>(), r["allocatable"].get<std::uint64_t>() - assigned);
+      }
+    }
+  }
+}
 
 TEST(Labels, DescribeTheNodeForNodeSelectors) {
   const auto [report, plan] = machine(

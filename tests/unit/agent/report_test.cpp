@@ -15,7 +15,10 @@ TEST(Report, FormatsBytesInBinaryUnits) {
 TEST(Report, NamesNodesCoresMemoryAndDistances) {
   auto topology = discover_topology(TopologySource::synthetic("pack:2 numa:1(memory=32GiB) core:2 pu:2"));
   ASSERT_TRUE(topology.has_value());
-  const std::string text = render_text({*topology, std::nullopt, std::nullopt, {"something is off"}});
+  discover::NodeReport report;
+  report.topology = *topology;
+  report.warnings = {"something is off"};
+  const std::string text = render_text(report);
   EXPECT_NE(text.find("2 packages, 2 NUMA nodes (2 with CPUs), 4 cores, 8 online CPUs, 2 thread(s) per core"),
             std::string::npos)
       << text;
@@ -30,7 +33,11 @@ TEST(Report, ShowsPlacementCgroupAndKernelSettings) {
   placement.affinity = CpuSet::range(0, 3);
   placement.mems_allowed = NodeSet{0, 1};
   placement.cgroup = CgroupPlacement{2, "/pod", "/sys/fs/cgroup/pod", CpuSet{2, 3}, NodeSet{1}, 2.0};
-  const std::string text = render_text({*topology, placement, KernelSettings{1, "always", "madvise", {}, {}}, {}});
+  discover::NodeReport report;
+  report.topology = *topology;
+  report.placement = placement;
+  report.kernel = KernelSettings{1, "always", "madvise", {}, {}};
+  const std::string text = render_text(report);
   EXPECT_NE(text.find("This process: CPUs 2-3, memory nodes 1"), std::string::npos) << text;
   EXPECT_NE(text.find("cgroup v2 /pod cpus 2-3 mems 1, CPU limit 2"), std::string::npos) << text;
   EXPECT_NE(text.find("Kernel: numa_balancing 1, transparent hugepages always, isolated CPUs none"),

@@ -1,0 +1,88 @@
+#include "kubelet/kubelet.h"
+
+#include <gtest/gtest.h>
+
+#include "fixture_paths.h"
+#include "numaserve/common/text_file.h"
+
+namespace numaserve::agent::kubelet {
+namespace {
+
+std::string fixture(const std::string& name) {
+  return read_text_file(testing::fixtures_dir() / "kubelet" / name).value_or("");
+}
+
+TEST(KubeletConfig, ReadsTheNumaSettings) {
+  auto c = parse_kubelet_config(fixture("numa-ready/config.yaml"), "config.yaml");
+  ASSERT_TRUE(c.has_value()) << c.error().message;
+  EXPECT_EQ(c->cpu_manager_policy, "static");
+  EXPECT_EQ(c->cpu_manager_policy_options.at("full-pcpus-only"), "true");
+  EXPECT_EQ(c->topology_manager_policy, "single-numa-node");
+  EXPECT_EQ(c->topology_manager_scope, "pod");
+  EXPECT_EQ(c->memory_manager_policy, "Static");
+  EXPECT_EQ(c->reserved_system_cpus.to_list(), "0,8,16,24");
+  EXPECT_TRUE(c->unknown_fields.empty()) << ::testing::PrintToString(c->unknown_fields);
+}
+
+TEST(KubeletConfig, DefaultsAndTyposAreReported) {
+  auto c = parse_kubelet_config(fixture("defaults/config.yaml"), "config.yaml");
+  ASSERT_TRUE(c.has_value()) << c.error().message;
+  EXPECT_EQ(c->cpu_manager_policy, "none");
+  EXPECT_EQ(c->topology_manager_policy, "none");
+  EXPECT_EQ(c->topology_manager_scope, "container");
+  EXPECT_EQ(c->memory_manager_policy, "None");
+  ASSERT_EQ(c->unknown_fields.size(), 1u);
+  EXPECT_EQ(c->unknown_fields[0], "cpuManagerPolicyy (line 8)");
+}
+
+TEST(KubeletConfig, BadInputNamesFileAndLine) {
+  auto wrong_kind = parse_kubelet_config(fixture("broken/config.yaml"), "config.yaml");
+  ASSERT_FALSE(wrong_kind.has_value());
+  EXPECT_NE(wrong_kind.error().message.find("kind is 'ConfigMap'"), std::string::npos);
+
+  auto bad_yaml = parse_kubelet_config("kind: KubeletConfiguration\ncpuManagerPolicy: [static\n", "k.yaml");
+  ASSERT_FALSE(bad_yaml.has_value());
+  EXPECT_NE(bad_yaml.error().message.find("k.yaml line"), std::string::npos) << bad_yaml.error().message;
+
+  auto bad_cpus = parse_kubelet_config("kind: KubeletConfiguration\nreservedSystemCPUs: \"0,x\"\n", "k.yaml");
+  ASSERT_FALSE(bad_cpus.has_value());
+  EXPECT_NE(bad_cpus.error().message.find("k.yaml line 2: reservedSystemCPUs"), std::string::npos)
+      << bad_cpus.error().message;
+
+  auto bad_map = parse_kubelet_config("kind: KubeletConfiguration\ncpuManagerPolicyOptions: [a]\n", "k.yaml");
+  ASSERT_FALSE(bad_map.has_value());
+  EXPECT_EQ(bad_map.error().field, "cpuManagerPolicyOptions");
+}
+
+TEST(CpuManagerState, CollectsExclusiveCpus) {
+  auto s = parse_cpu_manager_state(fixture("numa-ready/cpu_manager_state"), "cpu_manager_state");
+  ASSERT_TRUE(s.has_value()) << s.error().message;
+  EXPECT_EQ(s->policy, "static");
+  EXPECT_EQ(s->exclusive_cpus.to_list(), "1-5,9-13,17-21,25-29");
+  EXPECT_EQ(s->default_cpu_set.to_list(), "0,6-8,14-16,22-24,30-31");
+  auto none = parse_cpu_manager_state(fixture("defaults/cpu_manager_state"), "cpu_manager_state");
+  ASSERT_TRUE(none.has_value()) << none.error().message;
+  EXPECT_TRUE(none->exclusive_cpus.empty());
+}
+
+TEST(CpuManagerState, TruncatedOrMalformedIsAClearError) {
+  auto s = parse_cpu_manager_state(fixture("broken/cpu_manager_state"), "/var/lib/kubelet/cpu_manager_state");
+  ASSERT_FALSE(s.has_value());
+  EXPECT_EQ(s.error().message, "/var/lib/kubelet/cpu_manager_state: not a JSON object (truncated?)");
+  auto bad_set = parse_cpu_manager_state(R"({"policyName":"static","entries":{"p":{"c":"1-x"}}})", "f");
+  ASSERT_FALSE(bad_set.has_value());
+  EXPECT_NE(bad_set.error().message.find("entries.p.c"), std::string::npos) << bad_set.error().message;
+}
+
+TEST(MemoryManagerState, AssignedMemoryPerNode) {
+  auto s = parse_memory_manager_state(fixture("numa-ready/memory_manager_state"), "memory_manager_state");
+  ASSERT_TRUE(s.has_value()) << s.error().message;
+  EXPECT_EQ(s->assigned_memory.at(0), 16ull << 30);
+  EXPECT_EQ(s->assigned_memory.at(1), 8ull << 30);
+  auto broken = parse_memory_manager_state(fixture("broken/memory_manager_state"), "memory_manager_state");
+  ASSERT_FALSE(broken.has_value());
+  EXPECT_NE(broken.error().message.find("machineState.0.memoryMap.memory.reserved"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace numaserve::agent::kubelet

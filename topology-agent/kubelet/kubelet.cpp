@@ -1,0 +1,201 @@
+#include "kubelet/kubelet.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <iterator>
+
+#include <nlohmann/json.hpp>
+
+namespace numaserve::agent::kubelet {
+namespace {
+
+// Every top-level field of KubeletConfiguration v1beta1 (Kubernetes 1.33),
+// from the kubelet-config.v1beta1 reference.
+constexpr std::string_view kKnownFields[] = {
+    "apiVersion", "kind", "enableServer", "staticPodPath", "podLogsDir", "syncFrequency",
+    "fileCheckFrequency", "httpCheckFrequency", "staticPodURL", "staticPodURLHeader", "address", "port",
+    "readOnlyPort", "tlsCertFile", "tlsPrivateKeyFile", "tlsCipherSuites", "tlsMinVersion",
+    "rotateCertificates", "serverTLSBootstrap", "authentication", "authorization", "registryPullQPS",
+    "registryBurst", "imagePullCredentialsVerificationPolicy", "preloadedImagesVerificationAllowlist",
+    "eventRecordQPS", "eventBurst", "enableDebuggingHandlers", "enableContentionProfiling", "healthzPort",
+    "healthzBindAddress", "oomScoreAdj", "clusterDomain", "clusterDNS", "streamingConnectionIdleTimeout",
+    "nodeStatusUpdateFrequency", "nodeStatusReportFrequency", "nodeLeaseDurationSeconds",
+    "imageMinimumGCAge", "imageMaximumGCAge", "imageGCHighThresholdPercent", "imageGCLowThresholdPercent",
+    "volumeStatsAggPeriod", "kubeletCgroups", "systemCgroups", "cgroupRoot", "cgroupsPerQOS",
+    "cgroupDriver", "cpuManagerPolicy", "singleProcessOOMKill", "cpuManagerPolicyOptions",
+    "cpuManagerReconcilePeriod", "memoryManagerPolicy", "topologyManagerPolicy", "topologyManagerScope",
+    "topologyManagerPolicyOptions", "qosReserved", "runtimeRequestTimeout", "hairpinMode", "maxPods",
+    "podCIDR", "podPidsLimit", "resolvConf", "runOnce", "cpuCFSQuota", "cpuCFSQuotaPeriod",
+    "nodeStatusMaxImages", "maxOpenFiles", "contentType", "kubeAPIQPS", "kubeAPIBurst",
+    "serializeImagePulls", "maxParallelImagePulls", "evictionHard", "evictionSoft",
+    "evictionSoftGracePeriod", "evictionPressureTransitionPeriod", "evictionMaxPodGracePeriod",
+    "evictionMinimumReclaim", "mergeDefaultEvictionSettings", "podsPerCore",
+    "enableControllerAttachDetach", "protectKernelDefaults", "makeIPTablesUtilChains",
+    "iptablesMasqueradeBit", "iptablesDropBit", "featureGates", "failSwapOn", "memorySwap",
+    "containerLogMaxSize", "containerLogMaxFiles", "containerLogMaxWorkers", "containerLogMonitorInterval",
+    "configMapAndSecretChangeDetectionStrategy", "systemReserved", "kubeReserved", "reservedSystemCPUs",
+    "showHiddenMetricsForVersion", "systemReservedCgroup", "kubeReservedCgroup", "enforceNodeAllocatable",
+    "allowedUnsafeSysctls", "volumePluginDir", "providerID", "kernelMemcgNotification", "logging",
+    "enableSystemLogHandler", "enableSystemLogQuery", "shutdownGracePeriod",
+    "shutdownGracePeriodCriticalPods", "shutdownGracePeriodByPodPriority", "crashLoopBackOff",
+    "reservedMemory", "enableProfilingHandler", "enableDebugFlagsHandler", "seccompDefault",
+    "memoryThrottlingFactor", "registerWithTaints", "registerNode", "tracing",
+    "localStorageCapacityIsolation", "containerRuntimeEndpoint", "imageServiceEndpoint", "failCgroupV1",
+    "userNamespaces"};
+
+std::string at_line(const std::string& file, const YAML::Node& node) {
+  return file + " line " + std::to_string(node.Mark().line + 1);
+}
+
+Result<std::string> scalar(const YAML::Node& map, const char* key, const std::string& fallback,
+                           const std::string& file) {
+  const YAML::Node value = map[key];
+  if (!value) return fallback;
+  if (!value.IsScalar()) {
+    return make_error(Error::Code::kInvalidArgument, at_line(file, value) + ": " + key + " must be a string", key);
+  }
+  return value.as<std::string>();
+}
+
+Result<std::map<std::string, std::string>> string_map(const YAML::Node& map, const char* key,
+                                                      const std::string& file) {
+  std::map<std::string, std::string> out;
+  const YAML::Node value = map[key];
+  if (!value) return out;
+  if (!value.IsMap()) {
+    return make_error(Error::Code::kInvalidArgument, at_line(file, value) + ": " + key + " must be a map", key);
+  }
+  for (const auto& entry : value) {
+    if (!entry.second.IsScalar()) {
+      return make_error(Error::Code::kInvalidArgument,
+                        at_line(file, entry.second) + ": " + key + " values must be strings", key);
+    }
+    out[entry.first.as<std::string>()] = entry.second.as<std::string>();
+  }
+  return out;
+}
+
+Result<nlohmann::json> parse_json(std::string_view text, const std::string& file) {
+  nlohmann::json json = nlohmann::json::parse(text, nullptr, false);
+  if (json.is_discarded() || !json.is_object()) {
+    return make_error(Error::Code::kInvalidArgument, file + ": not a JSON object (truncated?)", file);
+  }
+  return json;
+}
+
+}  // namespace
+
+Result<KubeletConfig> parse_kubelet_config(std::string_view yaml, const std::string& file) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml));
+  } catch (const YAML::Exception& e) {
+    return make_error(Error::Code::kInvalidArgument,
+                      file + " line " + std::to_string(e.mark.line + 1) + ": " + e.msg, file);
+  }
+  if (!root.IsMap()) {
+    return make_error(Error::Code::kInvalidArgument, file + ": not a KubeletConfiguration (a YAML map)", file);
+  }
+  const std::string kind = root["kind"] && root["kind"].IsScalar() ? root["kind"].as<std::string>() : "";
+  if (kind != "KubeletConfiguration") {
+    return make_error(Error::Code::kInvalidArgument,
+                      file + ": kind is '" + kind + "', want KubeletConfiguration", "kind");
+  }
+  KubeletConfig out;
+  for (const auto& entry : root) {
+    const std::string key = entry.first.as<std::string>();
+    if (std::find(std::begin(kKnownFields), std::end(kKnownFields), key) == std::end(kKnownFields)) {
+      out.unknown_fields.push_back(key + " (line " + std::to_string(entry.first.Mark().line + 1) + ")");
+    }
+  }
+  auto read = [&](const char* key, const char* fallback, std::string& target) -> Status {
+    auto value = scalar(root, key, fallback, file);
+    if (!value) return tl::unexpected(value.error());
+    target = *value;
+    return {};
+  };
+  for (const Status& s : {read("cpuManagerPolicy", "none", out.cpu_manager_policy),
+                          read("topologyManagerPolicy", "none", out.topology_manager_policy),
+                          read("topologyManagerScope", "container", out.topology_manager_scope),
+                          read("memoryManagerPolicy", "None", out.memory_manager_policy)}) {
+    if (!s) return tl::unexpected(s.error());
+  }
+  auto cpu_options = string_map(root, "cpuManagerPolicyOptions", file);
+  if (!cpu_options) return tl::unexpected(cpu_options.error());
+  out.cpu_manager_policy_options = *cpu_options;
+  auto topology_options = string_map(root, "topologyManagerPolicyOptions", file);
+  if (!topology_options) return tl::unexpected(topology_options.error());
+  out.topology_manager_policy_options = *topology_options;
+  auto reserved = scalar(root, "reservedSystemCPUs", "", file);
+  if (!reserved) return tl::unexpected(reserved.error());
+  auto cpus = CpuSet::parse_list(*reserved);
+  if (!cpus) {
+    return tl::unexpected(std::move(cpus.error()).with_context(at_line(file, root["reservedSystemCPUs"]) +
+                                                                ": reservedSystemCPUs"));
+  }
+  out.reserved_system_cpus = *cpus;
+  return out;
+}
+
+Result<CpuManagerState> parse_cpu_manager_state(std::string_view text, const std::string& file) {
+  auto json = parse_json(text, file);
+  if (!json) return tl::unexpected(json.error());
+  CpuManagerState out;
+  out.policy = json->value("policyName", "");
+  if (out.policy.empty()) return make_error(Error::Code::kInvalidArgument, file + ": no policyName", "policyName");
+  auto parse_set = [&](const nlohmann::json& value, const std::string& where) -> Result<CpuSet> {
+    if (!value.is_string()) return make_error(Error::Code::kInvalidArgument, file + ": " + where + " is not a string");
+    auto set = CpuSet::parse_list(value.get<std::string>());
+    if (!set) return tl::unexpected(std::move(set.error()).with_context(file + ": " + where));
+    return *set;
+  };
+  if (json->contains("defaultCpuSet")) {
+    auto set = parse_set((*json)["defaultCpuSet"], "defaultCpuSet");
+    if (!set) return tl::unexpected(set.error());
+    out.default_cpu_set = *set;
+  }
+  // entries: pod UID -> container name -> cpuset
+  const nlohmann::json entries = json->value("entries", nlohmann::json::object());
+  for (const auto& [pod, containers] : entries.items()) {
+    if (!containers.is_object()) {
+      return make_error(Error::Code::kInvalidArgument, file + ": entries." + pod + " is not an object");
+    }
+    for (const auto& [container, value] : containers.items()) {
+      auto set = parse_set(value, "entries." + pod + "." + container);
+      if (!set) return tl::unexpected(set.error());
+      out.exclusive_cpus |= *set;
+    }
+  }
+  return out;
+}
+
+Result<MemoryManagerState> parse_memory_manager_state(std::string_view text, const std::string& file) {
+  auto json = parse_json(text, file);
+  if (!json) return tl::unexpected(json.error());
+  MemoryManagerState out;
+  out.policy = json->value("policyName", "");
+  if (out.policy.empty()) return make_error(Error::Code::kInvalidArgument, file + ": no policyName", "policyName");
+  // machineState: NUMA node -> memoryMap -> resource -> {total, reserved, free, ...};
+  // "reserved" is what containers have been assigned.
+  const nlohmann::json machine_state = json->value("machineState", nlohmann::json::object());
+  for (const auto& [node, state] : machine_state.items()) {
+    const auto memory = state.is_object() ? state.value("memoryMap", nlohmann::json::object()).value(
+                                                "memory", nlohmann::json::object())
+                                          : nlohmann::json();
+    if (!memory.is_object() || !memory.contains("reserved") || !memory["reserved"].is_number_unsigned()) {
+      return make_error(Error::Code::kInvalidArgument,
+                        file + ": machineState." + node + ".memoryMap.memory.reserved missing or not a number");
+    }
+    unsigned id = 0;
+    try {
+      id = static_cast<unsigned>(std::stoul(node));
+    } catch (const std::exception&) {
+      return make_error(Error::Code::kInvalidArgument, file + ": machineState key '" + node + "' is not a node id");
+    }
+    out.assigned_memory[id] = memory["reserved"].get<std::uint64_t>();
+  }
+  return out;
+}
+
+}  // namespace numaserve::agent::kubelet
