@@ -1,0 +1,68 @@
+#pragma once
+// Options declared once, in a table: flag, NUMASERVE_* environment variable,
+// YAML key, help text and default, and the one function that parses a value
+// into the typed config struct. From the table come the command line, the
+// environment, the YAML config file, --help and the README's option table,
+// so the four can never disagree. Precedence: default < YAML < env < flag.
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "numaserve/common/result.h"
+
+namespace CLI {
+class App;
+}
+
+namespace numaserve {
+
+struct OptionSpec {
+  std::string name;      // YAML key and the stem of flag and env: "hints_dir"
+  std::string value;     // placeholder for help, "DIR"; empty for a switch (true/false)
+  std::string help;
+  std::string default_text;
+  // Parses `text` into the config; the error names what is wrong with it.
+  std::function<Status(const std::string& text)> set;
+
+  std::string flag() const;  // "--hints-dir"
+  std::string env() const;   // "NUMASERVE_HINTS_DIR"
+};
+
+class OptionTable {
+ public:
+  explicit OptionTable(std::vector<OptionSpec> rows);
+
+  const std::vector<OptionSpec>& rows() const { return rows_; }
+
+  // Errors on two rows sharing a name (hence a flag, env var or key).
+  Status check_unique() const;
+
+  // Adds every row to a CLI11 (sub)command, plus --config FILE. Values seen
+  // on the command line or in the environment are only recorded here;
+  // apply() sets them after the YAML file, so the precedence holds.
+  void add_to(CLI::App& app);
+
+  // Applies the YAML config file (when --config or NUMASERVE_CONFIG named
+  // one), then environment and flag values. Unknown YAML keys are errors
+  // that name file and line.
+  Status apply();
+
+  // YAML text alone (for tests and for a mounted ConfigMap).
+  Status apply_yaml(const std::string& yaml, const std::string& file);
+
+  std::string markdown() const;  // the README's table
+
+ private:
+  std::vector<OptionSpec> rows_;
+  std::string config_file_;
+  std::vector<std::pair<const OptionSpec*, std::string>> from_command_line_;
+};
+
+// Value parsers for rows, each with an error naming the option.
+Status set_unsigned(const std::string& name, const std::string& text, unsigned& target);
+Status set_double(const std::string& name, const std::string& text, double& target);
+Status set_bool(const std::string& name, const std::string& text, bool& target);
+Status set_seconds(const std::string& name, const std::string& text, double& target);  // "30", "30s", "5m", "250ms"
+
+}  // namespace numaserve

@@ -1,0 +1,176 @@
+#include "numaserve/common/options.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <set>
+#include <sstream>
+
+#include "numaserve/common/text_file.h"
+
+namespace numaserve {
+namespace {
+
+Error bad_value(const std::string& name, const std::string& text, const std::string& want) {
+  return Error{Error::Code::kInvalidArgument, name + ": '" + text + "' is not " + want, name};
+}
+
+}  // namespace
+
+std::string OptionSpec::flag() const {
+  std::string out = "--" + name;
+  std::replace(out.begin(), out.end(), '_', '-');
+  return out;
+}
+
+std::string OptionSpec::env() const {
+  std::string out = "NUMASERVE_" + name;
+  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::toupper(c); });
+  return out;
+}
+
+OptionTable::OptionTable(std::vector<OptionSpec> rows) : rows_(std::move(rows)) {}
+
+Status OptionTable::check_unique() const {
+  std::set<std::string> seen;
+  for (const auto& row : rows_) {
+    if (row.name == "config") {
+      return make_error(Error::Code::kInternal, "option name 'config' is reserved for the config file", row.name);
+    }
+    if (!seen.insert(row.name).second) {
+      return make_error(Error::Code::kInternal, "option '" + row.name + "' is declared twice", row.name);
+    }
+  }
+  return {};
+}
+
+void OptionTable::add_to(CLI::App& app) {
+  app.add_option("--config", config_file_, "YAML file with any of the options below (keys as in the table)")
+      ->envname("NUMASERVE_CONFIG")
+      ->check(CLI::ExistingFile);
+  for (const auto& row : rows_) {
+    const OptionSpec* spec = &row;
+    const std::string help = row.help + (row.default_text.empty() ? "" : " (default " + row.default_text + ")");
+    if (row.value.empty()) {
+      app.add_flag_function(
+             row.flag(),
+             [this, spec](std::int64_t count) { from_command_line_.emplace_back(spec, count > 0 ? "true" : "false"); },
+             help)
+          ->envname(row.env());
+    } else {
+      app.add_option_function<std::string>(
+             row.flag(), [this, spec](const std::string& text) { from_command_line_.emplace_back(spec, text); },
+             help)
+          ->envname(row.env())
+          ->type_name(row.value);
+    }
+  }
+}
+
+Status OptionTable::apply() {
+  if (!config_file_.empty()) {
+    auto text = read_text_file(config_file_);
+    if (!text) return tl::unexpected(text.error());
+    if (auto applied = apply_yaml(*text, config_file_); !applied) return applied;
+  }
+  for (const auto& [spec, text] : from_command_line_) {
+    if (auto applied = spec->set(text); !applied) {
+      return tl::unexpected(std::move(applied.error()).with_context(spec->flag() + " / " + spec->env()));
+    }
+  }
+  return {};
+}
+
+Status OptionTable::apply_yaml(const std::string& yaml, const std::string& file) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml);
+  } catch (const YAML::Exception& e) {
+    return make_error(Error::Code::kInvalidArgument, file + " line " + std::to_string(e.mark.line + 1) + ": " + e.msg,
+                      file);
+  }
+  if (root.IsNull()) return {};
+  if (!root.IsMap()) return make_error(Error::Code::kInvalidArgument, file + ": want a map of options", file);
+  for (const auto& entry : root) {
+    const std::string key = entry.first.as<std::string>();
+    const std::string where = file + " line " + std::to_string(entry.first.Mark().line + 1);
+    const auto row = std::find_if(rows_.begin(), rows_.end(), [&](const OptionSpec& r) { return r.name == key; });
+    if (row == rows_.end()) {
+      return make_error(Error::Code::kInvalidArgument, where + ": unknown option '" + key + "'", key);
+    }
+    if (!entry.second.IsScalar()) {
+      return make_error(Error::Code::kInvalidArgument, where + ": " + key + " wants a single value", key);
+    }
+    if (auto applied = row->set(entry.second.as<std::string>()); !applied) {
+      return tl::unexpected(std::move(applied.error()).with_context(where));
+    }
+  }
+  return {};
+}
+
+std::string OptionTable::markdown() const {
+  std::ostringstream out;
+  out << "| flag | environment | YAML key | default | meaning |\n|---|---|---|---|---|\n";
+  out << "| `--config FILE` | `NUMASERVE_CONFIG` | — | — | YAML file with any of the options below |\n";
+  for (const auto& row : rows_) {
+    out << "| `" << row.flag() << (row.value.empty() ? "" : " " + row.value) << "` | `" << row.env() << "` | `"
+        << row.name << "` | " << (row.default_text.empty() ? "—" : "`" + row.default_text + "`") << " | " << row.help
+        << " |\n";
+  }
+  return out.str();
+}
+
+Status set_unsigned(const std::string& name, const std::string& text, unsigned& target) {
+  unsigned value = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size()) {
+    return tl::unexpected(bad_value(name, text, "a whole number"));
+  }
+  target = value;
+  return {};
+}
+
+Status set_double(const std::string& name, const std::string& text, double& target) {
+  std::istringstream in(text);
+  double value = 0;
+  if (!(in >> value) || !in.eof() || !std::isfinite(value)) return tl::unexpected(bad_value(name, text, "a number"));
+  target = value;
+  return {};
+}
+
+Status set_bool(const std::string& name, const std::string& text, bool& target) {
+  if (text == "true" || text == "1" || text == "yes") {
+    target = true;
+  } else if (text == "false" || text == "0" || text == "no") {
+    target = false;
+  } else {
+    return tl::unexpected(bad_value(name, text, "true or false"));
+  }
+  return {};
+}
+
+Status set_seconds(const std::string& name, const std::string& text, double& target) {
+  static const std::pair<std::string_view, double> kUnits[] = {{"ms", 1e-3}, {"s", 1}, {"m", 60}, {"h", 3600}};
+  std::string number = text;
+  double scale = 1;
+  for (const auto& [suffix, factor] : kUnits) {
+    if (text.size() > suffix.size() && text.ends_with(suffix) &&
+        std::isdigit(static_cast<unsigned char>(text[text.size() - suffix.size() - 1]))) {
+      number = text.substr(0, text.size() - suffix.size());
+      scale = factor;
+      break;
+    }
+  }
+  double value = 0;
+  if (!set_double(name, number, value) || value < 0) {
+    return tl::unexpected(bad_value(name, text, "a duration (30, 30s, 5m, 250ms)"));
+  }
+  target = value * scale;
+  return {};
+}
+
+}  // namespace numaserve
