@@ -32,5 +32,6 @@ function(numaserve_add_test name)
   numaserve_target_defaults(${name})
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main)
   target_compile_definitions(${name} PRIVATE ${T_DEFINITIONS})
-  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 30 PROPERTIES LABELS "${T_LABELS}")
+  # A hung case fails on its own instead of stalling the whole run.
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 30 PROPERTIES LABELS "${T_LABELS}" TIMEOUT 60)
 endfunction()

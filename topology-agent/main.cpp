@@ -1,54 +1,66 @@
-// numaserve-topology-agent: flags only; the work happens in numaserve::common
-// and the agent's parts (discover, plan, publish, report).
-#include <CLI/CLI.hpp>
-
+// numaserve-topology-agent: flags only. Options are declared once, in
+// agent_options(); the work happens in numaserve::common and the agent's
+// parts (discover, plan, publish, report, serve, updater).
+#include <signal.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
+
 #include <cstdlib>
+#include <ctime>
 #include <iostream>
 
 #include "discover/discover.h"
+#include "numaserve/common/options.h"
 #include "numaserve/common/quantity.h"
 #include "plan/plan.h"
 #include "plan/plan_output.h"
 #include "publish/nrt.h"
 #include "publish/yaml.h"
 #include "report/report.h"
+#include "serve/metrics.h"
+#include "serve/server.h"
+#include "updater/updater.h"
 
 namespace {
 
+using numaserve::OptionSpec;
+using numaserve::Status;
 using numaserve::TopologySource;
 namespace discover = numaserve::agent::discover;
 namespace plan = numaserve::agent::plan;
 namespace publish = numaserve::agent::publish;
+namespace serve = numaserve::agent::serve;
+namespace updater = numaserve::agent::updater;
 
 constexpr const char* kProgram = "numaserve-topology-agent";
 
-// Where the node's description comes from; shared by every subcommand.
-struct SourceOptions {
+// The node's name as Kubernetes knows it: NODE_NAME from the downward API in
+// the DaemonSet, else the host name (what the kubelet registers by default).
+std::string default_node_name() {
+  if (const char* name = std::getenv("NODE_NAME"); name != nullptr && *name != '\0') return name;
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return host;
+}
+
+struct AgentOptions {
   std::string xml;
   std::string sysfs_root;
   std::string synthetic;
   std::string kubelet_config;
   std::string kubelet_state_dir;
+  plan::PlanConfig plan;
+  std::string node_name = default_node_name();
+  double interval_seconds = 60;
+  std::string listen_address = "0.0.0.0";
+  unsigned port = 9300;
+  std::string hints_dir = "/var/lib/numaserve/hints";
+  std::string kubelet_dropin_dir;
+  bool oneshot = false;
+  bool no_publish = false;
 
-  void add_to(CLI::App* cmd) {
-    auto* x = cmd->add_option("--xml", xml, "Read an hwloc XML export instead of this machine")
-                  ->check(CLI::ExistingFile);
-    auto* s = cmd->add_option("--sysfs-root", sysfs_root,
-                              "Read /sys and /proc under this directory (e.g. /host in a pod)")
-                  ->check(CLI::ExistingDirectory);
-    auto* y = cmd->add_option("--synthetic", synthetic,
-                              "An hwloc synthetic description, e.g. \"pack:2 numa:1 core:4 pu:2\"");
-    x->excludes(s, y);
-    s->excludes(y);
-    cmd->add_option("--kubelet-config", kubelet_config,
-                    "The kubelet's KubeletConfiguration file, e.g. /var/lib/kubelet/config.yaml");
-    cmd->add_option("--kubelet-state-dir", kubelet_state_dir,
-                    "Directory with the kubelet's cpu_manager_state and memory_manager_state, e.g. /var/lib/kubelet");
-  }
-
-  discover::DiscoverConfig config() const {
+  discover::DiscoverConfig discover_config() const {
     discover::DiscoverConfig out;
     if (!xml.empty()) out.source = TopologySource::xml(xml);
     if (!sysfs_root.empty()) out.source = TopologySource::sysfs(sysfs_root);
@@ -59,14 +71,87 @@ struct SourceOptions {
   }
 };
 
-int fail(const numaserve::Error& error) {
-  std::cerr << kProgram << ": error: " << error.message << "\n";
+Status set_string(std::string& target, const std::string& text) {
+  target = text;
+  return {};
+}
+
+Status set_memory(const std::string& name, const std::string& text, std::uint64_t& target) {
+  auto bytes = numaserve::parse_quantity(text);
+  if (!bytes) return tl::unexpected(std::move(bytes.error()).with_context(name));
+  target = *bytes;
+  return {};
+}
+
+// Every option of the agent, once. Groups select what each subcommand takes.
+enum Group { kSource = 1, kPlan = 2, kRun = 4 };
+struct Row {
+  int groups;
+  OptionSpec spec;
+};
+
+std::vector<Row> agent_options(AgentOptions& o) {
+  auto& p = o.plan;
+  using numaserve::format_quantity;
+  return {
+      {kSource, {"xml", "FILE", "Describe the machine in this hwloc XML export instead of this one", "",
+                 [&o](const std::string& t) { return set_string(o.xml, t); }}},
+      {kSource, {"sysfs_root", "DIR", "Read /sys and /proc under DIR (the host's, mounted at /host in the pod)", "",
+                 [&o](const std::string& t) { return set_string(o.sysfs_root, t); }}},
+      {kSource, {"synthetic", "DESC", "Describe an hwloc synthetic machine, e.g. \"pack:2 numa:1 core:8 pu:2\"", "",
+                 [&o](const std::string& t) { return set_string(o.synthetic, t); }}},
+      {kSource, {"kubelet_config", "FILE", "The kubelet's KubeletConfiguration, e.g. /var/lib/kubelet/config.yaml", "",
+                 [&o](const std::string& t) { return set_string(o.kubelet_config, t); }}},
+      {kSource, {"kubelet_state_dir", "DIR", "Where cpu_manager_state and memory_manager_state are, e.g. /var/lib/kubelet",
+                 "", [&o](const std::string& t) { return set_string(o.kubelet_state_dir, t); }}},
+      {kPlan, {"reserved_cores_per_node", "N", "Whole cores per NUMA node kept for the system (reservedSystemCPUs)",
+               std::to_string(p.reserved_cores_per_node),
+               [&p](const std::string& t) { return numaserve::set_unsigned("reserved_cores_per_node", t, p.reserved_cores_per_node); }}},
+      {kPlan, {"kube_reserved_memory", "QUANTITY", "kubeReserved memory", format_quantity(p.kube_reserved_memory),
+               [&p](const std::string& t) { return set_memory("kube_reserved_memory", t, p.kube_reserved_memory); }}},
+      {kPlan, {"system_reserved_memory", "QUANTITY", "systemReserved memory", format_quantity(p.system_reserved_memory),
+               [&p](const std::string& t) { return set_memory("system_reserved_memory", t, p.system_reserved_memory); }}},
+      {kPlan, {"eviction_hard_memory", "QUANTITY", "evictionHard memory.available", format_quantity(p.eviction_hard_memory),
+               [&p](const std::string& t) { return set_memory("eviction_hard_memory", t, p.eviction_hard_memory); }}},
+      {kPlan, {"pod_memory_fraction", "F", "Share of a NUMA node's allocatable memory one replica requests", "0.9",
+               [&p](const std::string& t) { return numaserve::set_double("pod_memory_fraction", t, p.pod_memory_fraction); }}},
+      {kPlan, {"replicas_per_numa_node", "N", "Replicas sharing one NUMA node", "1",
+               [&p](const std::string& t) { return numaserve::set_unsigned("replicas_per_numa_node", t, p.replicas_per_node); }}},
+      {kPlan | kRun, {"node_name", "NAME", "Kubernetes node name (NUMASERVE_NODE_NAME or NODE_NAME; default the host name)",
+                      "", [&o](const std::string& t) { return set_string(o.node_name, t); }}},
+      {kRun, {"interval", "DURATION", "Rediscover this often (also on SIGHUP)", "60s",
+              [&o](const std::string& t) { return numaserve::set_seconds("interval", t, o.interval_seconds); }}},
+      {kRun, {"listen_address", "ADDR", "Address for /topology, /plan, /metrics, /healthz", "0.0.0.0",
+              [&o](const std::string& t) { return set_string(o.listen_address, t); }}},
+      {kRun, {"port", "N", "Port for the HTTP endpoint; 0 picks a free one", "9300",
+              [&o](const std::string& t) { return numaserve::set_unsigned("port", t, o.port); }}},
+      {kRun, {"hints_dir", "DIR", "Where topology.json, plan.json, kubelet-config.yaml... are written", "/var/lib/numaserve/hints",
+              [&o](const std::string& t) { return set_string(o.hints_dir, t); }}},
+      {kRun, {"kubelet_dropin_dir", "DIR", "Also write the kubelet drop-in here (opt-in; never restarts the kubelet)", "",
+              [&o](const std::string& t) { return set_string(o.kubelet_dropin_dir, t); }}},
+      {kRun, {"oneshot", "", "Run one cycle and exit (status 1 if it failed)", "false",
+              [&o](const std::string& t) { return numaserve::set_bool("oneshot", t, o.oneshot); }}},
+      {kRun, {"no_publish", "", "Discover and plan, but write nothing", "false",
+              [&o](const std::string& t) { return numaserve::set_bool("no_publish", t, o.no_publish); }}},
+  };
+}
+
+numaserve::OptionTable table_for(AgentOptions& o, int groups) {
+  std::vector<OptionSpec> specs;
+  for (auto& row : agent_options(o)) {
+    if (row.groups & groups) specs.push_back(std::move(row.spec));
+  }
+  return numaserve::OptionTable(std::move(specs));
+}
+
+int fail(const std::string& message) {
+  std::cerr << kProgram << ": error: " << message << "\n";
   return 1;
 }
 
-int run_discover(const SourceOptions& from, bool json) {
-  auto report = discover::discover_node(from.config());
-  if (!report) return fail(report.error());
+int run_discover(const AgentOptions& o, bool json) {
+  auto report = discover::discover_node(o.discover_config());
+  if (!report) return fail(report.error().message);
   if (json) {
     std::cout << nlohmann::json(*report).dump(2) << "\n";
   } else {
@@ -75,18 +160,17 @@ int run_discover(const SourceOptions& from, bool json) {
   return 0;
 }
 
-int run_plan(const SourceOptions& from, const plan::PlanConfig& config, const std::string& output,
-             const std::string& node_name) {
-  auto report = discover::discover_node(from.config());
-  if (!report) return fail(report.error());
-  auto result = plan::plan_node(report->topology, config);
-  if (!result) return fail(result.error());
+int run_plan(const AgentOptions& o, const std::string& output) {
+  auto report = discover::discover_node(o.discover_config());
+  if (!report) return fail(report.error().message);
+  auto result = plan::plan_node(report->topology, o.plan);
+  if (!result) return fail(result.error().message);
   if (output == "json") {
     std::cout << nlohmann::json(*result).dump(2) << "\n";
   } else if (output == "yaml") {
     std::cout << publish::to_yaml(*result);
   } else if (output == "nrt") {
-    std::cout << publish::to_yaml(publish::make_node_resource_topology(node_name, *report, *result));
+    std::cout << publish::to_yaml(publish::make_node_resource_topology(o.node_name, *report, *result));
   } else if (output == "labels") {
     for (const auto& [key, value] : publish::make_node_labels(*report, *result)) {
       std::cout << key << "=" << value << "\n";
@@ -102,26 +186,61 @@ int run_plan(const SourceOptions& from, const plan::PlanConfig& config, const st
   return 0;
 }
 
-// The node's name as Kubernetes knows it: NODE_NAME from the downward API in
-// the DaemonSet, else the host name (what the kubelet registers by default).
-std::string default_node_name() {
-  if (const char* name = std::getenv("NODE_NAME"); name != nullptr && *name != '\0') return name;
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  return host;
+void log_line(const std::string& message) {
+  const std::time_t now = std::time(nullptr);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  std::cerr << stamp << " component=agent " << message << "\n";
 }
 
-// A CLI11 option that takes a Kubernetes memory quantity ("1Gi").
-void add_quantity(CLI::App* cmd, const std::string& flag, std::uint64_t& target, const std::string& help) {
-  cmd->add_option_function<std::string>(
-         flag,
-         [&target, flag](const std::string& text) {
-           auto bytes = numaserve::parse_quantity(text);
-           if (!bytes) throw CLI::ValidationError(flag, bytes.error().message);
-           target = *bytes;
-         },
-         help + " (default " + numaserve::format_quantity(target) + ")")
-      ->type_name("QUANTITY");
+// The DaemonSet's main loop: cycle, serve the result, sleep until the
+// interval ends or SIGHUP asks for a new discovery; SIGTERM/SIGINT end it.
+int run_agent(const AgentOptions& o) {
+  updater::UpdaterConfig config;
+  config.discover = o.discover_config();
+  config.plan = o.plan;
+  config.node_name = o.node_name;
+  config.hints_dir = o.hints_dir;
+  if (!o.kubelet_dropin_dir.empty()) config.kubelet_dropin_dir = o.kubelet_dropin_dir;
+  config.publish = !o.no_publish;
+  updater::Updater agent(config);
+
+  // Signals are taken synchronously by sigtimedwait below, so every thread
+  // (the HTTP server's included, started after this) must block them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  for (int s : {SIGHUP, SIGTERM, SIGINT}) sigaddset(&signals, s);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  serve::StatusServer server;
+  if (!o.oneshot) {
+    if (auto started = server.start(o.listen_address, static_cast<int>(o.port)); !started) {
+      return fail(started.error().message);
+    }
+    log_line("msg=listening address=" + o.listen_address + " port=" + std::to_string(server.port()));
+  }
+  while (true) {
+    const auto result = agent.run_cycle();
+    server.publish(serve::snapshot_of(result, agent.counters()));
+    for (const auto& error : result.errors) log_line("level=error msg=\"" + error + "\"");
+    if (result.report) {
+      for (const auto& w : result.report->warnings) log_line("level=warning msg=\"" + w + "\"");
+    }
+    log_line("msg=cycle ok=" + std::string(result.ok() ? "true" : "false") + " cycles=" +
+             std::to_string(agent.counters().cycles) + " files_changed=" + std::to_string(agent.counters().files_changed));
+    if (o.oneshot) return result.ok() ? 0 : 1;
+
+    timespec wait{};
+    wait.tv_sec = static_cast<time_t>(o.interval_seconds);
+    wait.tv_nsec = static_cast<long>((o.interval_seconds - static_cast<double>(wait.tv_sec)) * 1e9);
+    const int signal = sigtimedwait(&signals, nullptr, &wait);
+    if (signal == SIGTERM || signal == SIGINT) {
+      log_line("msg=stopping signal=" + std::to_string(signal));
+      server.stop();
+      return 0;
+    }
+    if (signal == SIGHUP) log_line("msg=rediscover reason=SIGHUP");
+  }
 }
 
 }  // namespace
@@ -129,43 +248,31 @@ void add_quantity(CLI::App* cmd, const std::string& flag, std::uint64_t& target,
 int main(int argc, char** argv) {
   CLI::App app{"numaserve-topology-agent: NUMA topology of a Kubernetes node, and how to use it"};
   app.require_subcommand(1);
+  AgentOptions options;
 
-  SourceOptions discover_from;
+  auto* discover_cmd = app.add_subcommand("discover", "Print NUMA nodes, CPUs, cores, memory, distances, kernel "
+                                                      "and kubelet settings, and this process's placement");
+  auto discover_table = table_for(options, kSource);
+  discover_table.add_to(*discover_cmd);
   bool json = false;
-  auto* discover = app.add_subcommand("discover", "Print NUMA nodes, CPUs, cores, memory, distances and "
-                                                  "this process's placement");
-  discover_from.add_to(discover);
-  discover->add_flag("--json", json, "Print JSON instead of text");
+  discover_cmd->add_flag("--json", json, "Print JSON instead of text");
 
-  SourceOptions plan_from;
-  plan::PlanConfig config;
+  auto* plan_cmd = app.add_subcommand("plan", "Kubelet CPU/Memory/Topology Manager settings and the pod size "
+                                              "that fits one replica on each NUMA node");
+  auto plan_table = table_for(options, kSource | kPlan);
+  plan_table.add_to(*plan_cmd);
   std::string output = "text";
-  auto* plan_cmd = app.add_subcommand("plan", "Kubelet CPU/Memory/Topology Manager settings and the pod "
-                                              "size that fits one replica on each NUMA node");
-  plan_from.add_to(plan_cmd);
-  std::string node_name = default_node_name();
   plan_cmd->add_option("--output,-o", output,
                        "text, json, yaml, nrt (NodeResourceTopology), labels, kubelet-config or helm-values")
       ->check(CLI::IsMember({"text", "json", "yaml", "nrt", "labels", "kubelet-config", "helm-values"}))
       ->capture_default_str();
-  plan_cmd->add_option("--node-name", node_name, "Kubernetes node name for the NodeResourceTopology object")
-      ->envname("NODE_NAME")
-      ->capture_default_str();
-  plan_cmd->add_option("--reserved-cores-per-node", config.reserved_cores_per_node,
-                       "Whole physical cores kept for the system on every NUMA node")
-      ->capture_default_str();
-  add_quantity(plan_cmd, "--kube-reserved-memory", config.kube_reserved_memory, "kubeReserved memory");
-  add_quantity(plan_cmd, "--system-reserved-memory", config.system_reserved_memory, "systemReserved memory");
-  add_quantity(plan_cmd, "--eviction-hard-memory", config.eviction_hard_memory,
-               "evictionHard memory.available");
-  plan_cmd->add_option("--pod-memory-fraction", config.pod_memory_fraction,
-                       "Share of a node's allocatable memory one replica asks for")
-      ->check(CLI::Range(0.01, 1.0))
-      ->capture_default_str();
-  plan_cmd->add_option("--replicas-per-numa-node", config.replicas_per_node,
-                       "Replicas sharing one NUMA node")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+
+  auto* run_cmd = app.add_subcommand("run", "The DaemonSet agent: discover, plan and publish on an interval; "
+                                            "serve /topology, /plan, /metrics, /healthz");
+  auto run_table = table_for(options, kSource | kPlan | kRun);
+  run_table.add_to(*run_cmd);
+
+  auto* options_cmd = app.add_subcommand("options", "Print every option as a Markdown table (for the README)");
 
   try {
     app.parse(argc, argv);
@@ -174,6 +281,20 @@ int main(int argc, char** argv) {
     // CLI11's internal code for it.
     return app.exit(e) == 0 ? 0 : 2;
   }
-  if (discover->parsed()) return run_discover(discover_from, json);
-  return run_plan(plan_from, config, output, node_name);
+  if (options_cmd->parsed()) {
+    std::cout << table_for(options, kSource | kPlan | kRun).markdown();
+    return 0;
+  }
+  auto& table = discover_cmd->parsed() ? discover_table : plan_cmd->parsed() ? plan_table : run_table;
+  if (auto applied = table.apply(); !applied) {
+    std::cerr << kProgram << ": " << applied.error().message << "\n";
+    return 2;
+  }
+  if ((!options.xml.empty()) + (!options.sysfs_root.empty()) + (!options.synthetic.empty()) > 1) {
+    std::cerr << kProgram << ": --xml, --sysfs-root and --synthetic exclude each other\n";
+    return 2;
+  }
+  if (discover_cmd->parsed()) return run_discover(options, json);
+  if (plan_cmd->parsed()) return run_plan(options, output);
+  return run_agent(options);
 }

@@ -3,7 +3,11 @@
 #include <gtest/gtest.h>
 
 #include "fixture_paths.h"
+#include "numaserve/common/text_file.h"
+#include "publish/files.h"
 #include "publish/yaml.h"
+
+#include <sys/stat.h>
 
 namespace numaserve::agent::publish {
 namespace {
@@ -110,6 +114,54 @@ TEST(Labels, DescribeTheNodeForNodeSelectors) {
               std::string::npos)
         << key << "=" << value;
   }
+}
+
+class HintFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("numaserve-hints-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir_);
+  }
+  void TearDown() override {
+    std::error_code ec;  // the directory may not exist
+    std::filesystem::permissions(dir_, std::filesystem::perms::owner_all, std::filesystem::perm_options::add, ec);
+    std::filesystem::remove_all(dir_, ec);
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(HintFiles, WrittenWholeAndOnlyWhenChanged) {
+  auto first = write_hints(dir_, {{"plan.json", "{}\n"}, {"topology.json", "{\"a\":1}\n"}});
+  ASSERT_TRUE(first.has_value()) << first.error().message;
+  EXPECT_EQ(first->size(), 2u);
+  EXPECT_EQ(read_text_file(dir_ / "topology.json").value(), "{\"a\":1}\n");
+  const auto mtime = std::filesystem::last_write_time(dir_ / "plan.json");
+
+  auto second = write_hints(dir_, {{"plan.json", "{}\n"}, {"topology.json", "{\"a\":2}\n"}});
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(*second, std::vector<std::string>{"topology.json"});
+  EXPECT_EQ(std::filesystem::last_write_time(dir_ / "plan.json"), mtime);
+  // No temporary files left behind, and readable by others.
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir_), std::filesystem::directory_iterator()), 2);
+  struct stat st {};
+  ASSERT_EQ(::stat((dir_ / "plan.json").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u);
+}
+
+TEST_F(HintFiles, ReadOnlyDirectoryIsAClearError) {
+  if (::geteuid() == 0) {
+    // root ignores directory permissions; a read-only mount is what a node
+    // really shows, and /proc is one every machine has.
+    auto e = write_hints("/proc/numaserve-hints", {{"plan.json", "{}"}});
+    ASSERT_FALSE(e.has_value());
+    EXPECT_NE(e.error().message.find("/proc/numaserve-hints"), std::string::npos) << e.error().message;
+    return;
+  }
+  std::filesystem::create_directories(dir_);
+  std::filesystem::permissions(dir_, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+  auto e = write_hints(dir_, {{"plan.json", "{}"}});
+  ASSERT_FALSE(e.has_value());
+  EXPECT_NE(e.error().message.find(dir_.string()), std::string::npos) << e.error().message;
 }
 
 TEST(Yaml, QuotesStringsAndKeepsNumbers) {

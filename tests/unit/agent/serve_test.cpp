@@ -1,0 +1,139 @@
+#include "serve/server.h"
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <unistd.h>
+
+#include "numaserve/common/text_file.h"
+#include "serve/metrics.h"
+#include "updater/updater.h"
+
+namespace numaserve::agent {
+namespace {
+
+updater::UpdaterConfig config_in(const std::filesystem::path& hints) {
+  updater::UpdaterConfig config;
+  config.discover = discover::DiscoverConfig::of(TopologySource::synthetic("pack:2 numa:1(memory=32GiB) core:8 pu:2"));
+  config.node_name = "worker-3";
+  config.hints_dir = hints;
+  return config;
+}
+
+class Agent : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    hints_ = std::filesystem::temp_directory_path() / ("numaserve-agent-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(hints_);
+  }
+  void TearDown() override { std::filesystem::remove_all(hints_); }
+  std::filesystem::path hints_;
+};
+
+TEST_F(Agent, CycleWritesEveryHintOnceAndCountsChanges) {
+  updater::Updater agent(config_in(hints_));
+  const auto first = agent.run_cycle();
+  ASSERT_TRUE(first.ok()) << ::testing::PrintToString(first.errors);
+  for (const char* name : {"topology.json", "plan.json", "kubelet-config.yaml", "helm-values.yaml",
+                           "noderesourcetopology.yaml"}) {
+    EXPECT_TRUE(std::filesystem::exists(hints_ / name)) << name;
+  }
+  EXPECT_NE(read_text_file(hints_ / "noderesourcetopology.yaml")->find("name: \"worker-3\""), std::string::npos);
+  EXPECT_EQ(agent.counters().files_changed, 5u);
+  ASSERT_TRUE(agent.run_cycle().ok());
+  EXPECT_EQ(agent.counters().files_changed, 5u);  // nothing changed, nothing rewritten
+  EXPECT_EQ(agent.counters().cycles, 2u);
+  EXPECT_GT(agent.counters().last_success_unix_seconds, 0);
+}
+
+TEST_F(Agent, NoPublishWritesNothing) {
+  auto config = config_in(hints_);
+  config.publish = false;
+  updater::Updater agent(config);
+  ASSERT_TRUE(agent.run_cycle().ok());
+  EXPECT_FALSE(std::filesystem::exists(hints_));
+}
+
+TEST_F(Agent, KubeletDropinIsOptIn) {
+  auto config = config_in(hints_);
+  config.kubelet_dropin_dir = hints_ / "kubelet.conf.d";
+  updater::Updater agent(config);
+  ASSERT_TRUE(agent.run_cycle().ok());
+  const auto dropin = read_text_file(hints_ / "kubelet.conf.d" / updater::kKubeletDropinName);
+  ASSERT_TRUE(dropin.has_value());
+  EXPECT_NE(dropin->find("kind: KubeletConfiguration"), std::string::npos);
+}
+
+TEST_F(Agent, PublishFailureIsCountedAndTheLoopKeepsItsResults) {
+  auto config = config_in("/proc/numaserve-cannot-write-here");
+  updater::Updater agent(config);
+  const auto result = agent.run_cycle();
+  EXPECT_FALSE(result.ok());
+  EXPECT_TRUE(result.report.has_value());
+  EXPECT_TRUE(result.plan.has_value());
+  EXPECT_EQ(agent.counters().failures.at("publish"), 1u);
+  const std::string metrics = serve::render_metrics(result, agent.counters());
+  EXPECT_NE(metrics.find("numaserve_agent_failures_total{stage=\"publish\"} 1"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("numaserve_plan_replica_cpus 14"), std::string::npos) << metrics;
+}
+
+TEST_F(Agent, DiscoveryFailureIsCountedNotFatal) {
+  auto config = config_in(hints_);
+  config.discover = discover::DiscoverConfig::of(TopologySource::xml("/no/such.xml"));
+  updater::Updater agent(config);
+  const auto result = agent.run_cycle();
+  ASSERT_EQ(result.errors.size(), 1u);
+  EXPECT_NE(result.errors[0].find("discover: "), std::string::npos);
+  EXPECT_EQ(agent.counters().failures.at("discover"), 1u);
+}
+
+TEST_F(Agent, HttpEndpointServesEachRoute) {
+  serve::StatusServer server;
+  ASSERT_TRUE(server.start("127.0.0.1", 0).has_value());
+  httplib::Client client("127.0.0.1", server.port());
+
+  auto before = client.Get("/healthz");
+  ASSERT_TRUE(before);
+  EXPECT_EQ(before->status, 200);  // nothing published yet is not a failure
+  auto no_topology = client.Get("/topology");
+  ASSERT_TRUE(no_topology);
+  EXPECT_EQ(no_topology->status, 503);
+
+  updater::Updater agent(config_in(hints_));
+  const auto result = agent.run_cycle();
+  server.publish(serve::snapshot_of(result, agent.counters()));
+
+  auto topology = client.Get("/topology");
+  ASSERT_TRUE(topology);
+  EXPECT_EQ(topology->status, 200);
+  EXPECT_EQ(nlohmann::json::parse(topology->body)["topology"]["nodes"].size(), 2u);
+  auto plan = client.Get("/plan");
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(nlohmann::json::parse(plan->body)["pod"]["cpus"], 14);
+  auto metrics = client.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->get_header_value("Content-Type"), "text/plain; version=0.0.4");
+  EXPECT_NE(metrics->body.find("numaserve_node_cpus{numa_node=\"1\"} 16"), std::string::npos) << metrics->body;
+  EXPECT_NE(metrics->body.find("# TYPE numaserve_agent_cycles_total counter"), std::string::npos);
+  auto missing = client.Get("/nope");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
+  EXPECT_EQ(nlohmann::json::parse(missing->body)["error"], "no route GET /nope");
+
+  server.publish({"", "", "", "discover: hwloc could not load"});
+  auto unhealthy = client.Get("/healthz");
+  ASSERT_TRUE(unhealthy);
+  EXPECT_EQ(unhealthy->status, 503);
+  server.stop();
+}
+
+TEST(StatusServer, PortInUseIsAClearError) {
+  serve::StatusServer first, second;
+  ASSERT_TRUE(first.start("127.0.0.1", 0).has_value());
+  auto taken = second.start("127.0.0.1", first.port());
+  ASSERT_FALSE(taken.has_value());
+  EXPECT_NE(taken.error().message.find("cannot listen on 127.0.0.1:" + std::to_string(first.port())),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace numaserve::agent

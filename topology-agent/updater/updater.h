@@ -1,0 +1,60 @@
+#pragma once
+// The agent's loop body, NFD-style: discover -> plan -> publish, once per
+// call. A failing stage is counted and reported; it never stops the loop, and
+// what the earlier stages produced is still served.
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "discover/discover.h"
+#include "plan/plan.h"
+
+namespace numaserve::agent::updater {
+
+struct UpdaterConfig {
+  discover::DiscoverConfig discover;
+  plan::PlanConfig plan;
+  std::string node_name;
+  std::filesystem::path hints_dir = "/var/lib/numaserve/hints";
+  // Opt-in: also write the kubelet drop-in here (the kubelet's --config-dir).
+  // The kubelet reads it at its next restart; the agent never restarts it.
+  std::optional<std::filesystem::path> kubelet_dropin_dir;
+  bool publish = true;  // false: discover and plan only (--no-publish)
+};
+
+struct Counters {
+  std::uint64_t cycles = 0;
+  std::map<std::string, std::uint64_t> failures;  // by stage: discover, plan, publish
+  std::uint64_t files_changed = 0;
+  double last_success_unix_seconds = 0;
+};
+
+// What one cycle produced: whatever stages succeeded, and why others did not.
+struct CycleResult {
+  std::optional<discover::NodeReport> report;
+  std::optional<plan::Plan> plan;
+  std::vector<std::string> errors;
+  bool ok() const { return errors.empty(); }
+};
+
+class Updater {
+ public:
+  explicit Updater(UpdaterConfig config);
+
+  CycleResult run_cycle();
+  const Counters& counters() const { return counters_; }
+  const UpdaterConfig& config() const { return config_; }
+
+ private:
+  UpdaterConfig config_;
+  Counters counters_;
+};
+
+// The drop-in's file name: the kubelet applies drop-ins in lexical order,
+// so a high number lets these settings win over distribution defaults.
+inline constexpr const char* kKubeletDropinName = "90-numaserve.conf";
+
+}  // namespace numaserve::agent::updater
