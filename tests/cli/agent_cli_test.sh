@@ -38,6 +38,13 @@ check "an unknown key in the YAML file names file and line" 2 'bad-key.yaml line
 check "options table in Markdown" 0 '^\| `--hints-dir DIR` \| `NUMASERVE_HINTS_DIR` \| `hints_dir` \|' options
 check "unknown output format" 2 'output' plan --xml "$xml" -o xml
 check "a plan that cannot be made says why" 1 'reserving 6 leaves none' plan --xml "$xml" --reserved-cores-per-node 6
+# The README's option table is the program's own, so they cannot drift.
+readme=$FIXTURES/../../README.md
+if diff <("$AGENT" options) <(sed -n '/<!-- agent-options:begin -->/,/<!-- agent-options:end -->/p' "$readme" | sed '1d;$d') >/dev/null; then
+  pass=$((pass + 1)); echo "PASS README option table matches 'options'"
+else
+  fail=$((fail + 1)); echo "FAIL README option table differs from '$AGENT options'; paste its output into README.md"
+fi
 if command -v python3 >/dev/null; then
   json=$("$AGENT" discover --json --xml "$xml")
   if python3 -c 'import json,sys; d=json.load(sys.stdin); assert len(d["topology"]["nodes"])==2' <<<"$json"; then

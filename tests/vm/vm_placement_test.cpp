@@ -188,6 +188,35 @@ TEST_F(InVm, AgentDiscoverReportsTheCgroupItRunsIn) {
   EXPECT_EQ(json["topology"]["allowed_cpus"], cpus_of(node).to_list()) << out;
 }
 
+// The agent's advice for the VM: one replica per node, zones as the VM has them.
+TEST_F(InVm, AgentPlanAndNodeResourceTopologyMatchTheVm) {
+  const char* agent = std::getenv("NUMASERVE_AGENT");
+  ASSERT_NE(agent, nullptr) << "set NUMASERVE_AGENT to numaserve-topology-agent";
+  // Small reservations: the VM's nodes have a few hundred MiB each.
+  auto run_plan = [agent](const char* output) {
+    return in_child({}, [agent, output] {
+      execl(agent, agent, "plan", "-o", output, "--kube-reserved-memory", "32Mi", "--system-reserved-memory",
+            "32Mi", "--eviction-hard-memory", "16Mi", "--node-name", "vm", static_cast<char*>(nullptr));
+      std::printf("exec %s: %s", agent, std::strerror(errno));
+    });
+  };
+  const std::string plan_text = run_plan("json");
+  const auto plan = nlohmann::json::parse(plan_text, nullptr, false);
+  ASSERT_FALSE(plan.is_discarded()) << plan_text;
+  EXPECT_EQ(plan["pod"]["replicas_per_machine"], nodes_) << plan_text;
+  EXPECT_EQ(plan["pod"]["cpus"], cpus_per_node_ - 1) << plan_text;  // one core per node is reserved
+  ASSERT_EQ(plan["nodes"].size(), nodes_);
+  for (unsigned n = 0; n < nodes_; ++n) {
+    EXPECT_EQ(plan["nodes"][n]["cpus"], cpus_of(n).to_list());
+    EXPECT_EQ(plan["nodes"][n]["reserved_cpus"], std::to_string(n * cpus_per_node_));
+  }
+  const std::string nrt = run_plan("nrt");
+  for (unsigned n = 0; n < nodes_; ++n) {
+    EXPECT_NE(nrt.find("name: \"node-" + std::to_string(n) + "\""), std::string::npos) << nrt;
+  }
+  EXPECT_NE(nrt.find("capacity: " + std::to_string(cpus_per_node_) + "\n"), std::string::npos) << nrt;
+}
+
 TEST_F(InVm, MembindPolicyPutsPagesOnTheNode) {
   const unsigned node = nodes_ - 1;
   EXPECT_EQ(in_child({}, [node] {

@@ -76,11 +76,14 @@ Result<std::map<std::string, std::string>> string_map(const YAML::Node& map, con
   return out;
 }
 
-Result<nlohmann::json> parse_json(std::string_view text, const std::string& file) {
+// A kubelet state file: a JSON object that names its policy.
+Result<nlohmann::json> parse_state(std::string_view text, const std::string& file, std::string& policy) {
   nlohmann::json json = nlohmann::json::parse(text, nullptr, false);
   if (json.is_discarded() || !json.is_object()) {
     return make_error(Error::Code::kInvalidArgument, file + ": not a JSON object (truncated?)", file);
   }
+  policy = json.value("policyName", "");
+  if (policy.empty()) return make_error(Error::Code::kInvalidArgument, file + ": no policyName", "policyName");
   return json;
 }
 
@@ -139,11 +142,9 @@ Result<KubeletConfig> parse_kubelet_config(std::string_view yaml, const std::str
 }
 
 Result<CpuManagerState> parse_cpu_manager_state(std::string_view text, const std::string& file) {
-  auto json = parse_json(text, file);
-  if (!json) return tl::unexpected(json.error());
   CpuManagerState out;
-  out.policy = json->value("policyName", "");
-  if (out.policy.empty()) return make_error(Error::Code::kInvalidArgument, file + ": no policyName", "policyName");
+  auto json = parse_state(text, file, out.policy);
+  if (!json) return tl::unexpected(json.error());
   auto parse_set = [&](const nlohmann::json& value, const std::string& where) -> Result<CpuSet> {
     if (!value.is_string()) return make_error(Error::Code::kInvalidArgument, file + ": " + where + " is not a string");
     auto set = CpuSet::parse_list(value.get<std::string>());
@@ -171,11 +172,9 @@ Result<CpuManagerState> parse_cpu_manager_state(std::string_view text, const std
 }
 
 Result<MemoryManagerState> parse_memory_manager_state(std::string_view text, const std::string& file) {
-  auto json = parse_json(text, file);
-  if (!json) return tl::unexpected(json.error());
   MemoryManagerState out;
-  out.policy = json->value("policyName", "");
-  if (out.policy.empty()) return make_error(Error::Code::kInvalidArgument, file + ": no policyName", "policyName");
+  auto json = parse_state(text, file, out.policy);
+  if (!json) return tl::unexpected(json.error());
   // machineState: NUMA node -> memoryMap -> resource -> {total, reserved, free, ...};
   // "reserved" is what containers have been assigned.
   const nlohmann::json machine_state = json->value("machineState", nlohmann::json::object());
