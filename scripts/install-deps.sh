@@ -9,11 +9,13 @@ BUILD_PACKAGES=(
   libhwloc-dev hwloc libnuma-dev numactl
   nlohmann-json3-dev libcli11-dev libexpected-dev libyaml-cpp-dev libcpp-httplib-dev
 )
-# GoogleTest, and what the multi-NUMA VM tests boot: qemu, busybox for the
-# initramfs, a kernel with modules, and the decompressors for it.
+# GoogleTest; what the multi-NUMA VM tests boot (qemu, busybox for the
+# initramfs, a kernel with modules, the decompressors for it); openssl makes
+# the certificate of the TLS test server.
 TEST_PACKAGES=(
   libgtest-dev
   qemu-system-x86 busybox-static linux-image-amd64 xz-utils zstd
+  openssl
 )
 
 case ${1:-} in

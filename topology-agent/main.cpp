@@ -19,7 +19,7 @@
 #include "publish/yaml.h"
 #include "report/report.h"
 #include "serve/metrics.h"
-#include "serve/server.h"
+#include "http/http.h"
 #include "updater/updater.h"
 
 namespace {
@@ -30,6 +30,7 @@ using numaserve::TopologySource;
 namespace discover = numaserve::agent::discover;
 namespace plan = numaserve::agent::plan;
 namespace publish = numaserve::agent::publish;
+namespace http = numaserve::agent::http;
 namespace serve = numaserve::agent::serve;
 namespace updater = numaserve::agent::updater;
 
@@ -59,6 +60,10 @@ struct AgentOptions {
   std::string kubelet_dropin_dir;
   bool oneshot = false;
   bool no_publish = false;
+  std::string apiserver_url;
+  std::string apiserver_ca_file;
+  std::string apiserver_token_file;
+  bool no_apiserver = false;
 
   discover::DiscoverConfig discover_config() const {
     discover::DiscoverConfig out;
@@ -133,6 +138,14 @@ std::vector<Row> agent_options(AgentOptions& o) {
               [&o](const std::string& t) { return numaserve::set_bool("oneshot", t, o.oneshot); }}},
       {kRun, {"no_publish", "", "Discover and plan, but write nothing", "false",
               [&o](const std::string& t) { return numaserve::set_bool("no_publish", t, o.no_publish); }}},
+      {kRun, {"no_apiserver", "", "Do not apply the NodeResourceTopology and labels even in a cluster", "false",
+              [&o](const std::string& t) { return numaserve::set_bool("no_apiserver", t, o.no_apiserver); }}},
+      {kRun, {"apiserver_url", "URL", "API server to apply to (default in a pod: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)",
+              "", [&o](const std::string& t) { return set_string(o.apiserver_url, t); }}},
+      {kRun, {"apiserver_ca_file", "FILE", "CA bundle for the API server (default the service account's ca.crt)", "",
+              [&o](const std::string& t) { return set_string(o.apiserver_ca_file, t); }}},
+      {kRun, {"apiserver_token_file", "FILE", "Bearer token file (default the service account's token)", "",
+              [&o](const std::string& t) { return set_string(o.apiserver_token_file, t); }}},
   };
 }
 
@@ -203,6 +216,18 @@ int run_agent(const AgentOptions& o) {
   config.hints_dir = o.hints_dir;
   if (!o.kubelet_dropin_dir.empty()) config.kubelet_dropin_dir = o.kubelet_dropin_dir;
   config.publish = !o.no_publish;
+  if (!o.no_apiserver) {
+    config.apiserver = numaserve::agent::apiserver::in_cluster_config();
+    if (!o.apiserver_url.empty()) {
+      if (!config.apiserver) config.apiserver.emplace();
+      config.apiserver->url = o.apiserver_url;
+    }
+    if (config.apiserver) {
+      if (!o.apiserver_ca_file.empty()) config.apiserver->ca_file = o.apiserver_ca_file;
+      if (!o.apiserver_token_file.empty()) config.apiserver->token_file = o.apiserver_token_file;
+      log_line("msg=apiserver url=" + config.apiserver->url);
+    }
+  }
   updater::Updater agent(config);
 
   // Signals are taken synchronously by sigtimedwait below, so every thread
@@ -212,7 +237,7 @@ int run_agent(const AgentOptions& o) {
   for (int s : {SIGHUP, SIGTERM, SIGINT}) sigaddset(&signals, s);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  serve::StatusServer server;
+  http::StatusServer server;
   if (!o.oneshot) {
     if (auto started = server.start(o.listen_address, static_cast<int>(o.port)); !started) {
       return fail(started.error().message);

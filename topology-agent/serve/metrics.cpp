@@ -34,11 +34,13 @@ std::string render_metrics(const updater::CycleResult& last, const updater::Coun
   w.family("numaserve_agent_cycles_total", "counter", "Discover-plan-publish cycles run.")
       .sample("numaserve_agent_cycles_total", counters.cycles);
   w.family("numaserve_agent_failures_total", "counter", "Failed stages, by stage.");
-  for (const char* stage : {"discover", "plan", "publish"}) {
+  for (const char* stage : {"discover", "plan", "publish", "apiserver"}) {
     const auto it = counters.failures.find(stage);
     w.sample("numaserve_agent_failures_total", it == counters.failures.end() ? 0 : it->second,
              std::string("stage=\"") + stage + "\"");
   }
+  w.family("numaserve_agent_apiserver_retries_total", "counter", "API server requests retried after a transient failure.")
+      .sample("numaserve_agent_apiserver_retries_total", counters.apiserver_retries);
   w.family("numaserve_agent_files_changed_total", "counter", "Hint files rewritten because their content changed.")
       .sample("numaserve_agent_files_changed_total", counters.files_changed);
   w.family("numaserve_agent_last_success_timestamp_seconds", "gauge", "When the last cycle fully succeeded.")
@@ -85,8 +87,8 @@ std::string render_metrics(const updater::CycleResult& last, const updater::Coun
   return w.str();
 }
 
-Snapshot snapshot_of(const updater::CycleResult& last, const updater::Counters& counters) {
-  Snapshot snapshot;
+http::Snapshot snapshot_of(const updater::CycleResult& last, const updater::Counters& counters) {
+  http::Snapshot snapshot;
   if (last.report) snapshot.topology_json = nlohmann::json(*last.report).dump(2) + "\n";
   if (last.plan) snapshot.plan_json = nlohmann::json(*last.plan).dump(2) + "\n";
   snapshot.metrics = render_metrics(last, counters);

@@ -47,6 +47,15 @@ CycleResult Updater::run_cycle() {
     } else {
       counters_.files_changed += written->size();
     }
+    if (config_.apiserver) {
+      apiserver::ApiServer api(*config_.apiserver);
+      for (const Status& applied :
+           {api.apply_node_resource_topology(nrt),
+            api.apply_node_labels(config_.node_name, publish::make_node_labels(*result.report, *result.plan))}) {
+        if (!applied) fail("apiserver", applied.error());
+      }
+      counters_.apiserver_retries += api.retries();
+    }
     if (config_.kubelet_dropin_dir) {
       auto dropin = publish::write_hints(*config_.kubelet_dropin_dir, {{kKubeletDropinName, kubelet_config}});
       if (!dropin) {

@@ -1,6 +1,6 @@
 #pragma once
-// The agent's loop body, NFD-style: discover -> plan -> publish, once per
-// call. A failing stage is counted and reported; it never stops the loop, and
+// The agent's loop body, NFD-style: discover -> plan -> publish (hint files,
+// then the API server), once per call. A failing stage is counted and reported; it never stops the loop, and
 // what the earlier stages produced is still served.
 
 #include <cstdint>
@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "apiserver/apiserver.h"
 #include "discover/discover.h"
 #include "plan/plan.h"
 
@@ -23,11 +24,14 @@ struct UpdaterConfig {
   // The kubelet reads it at its next restart; the agent never restarts it.
   std::optional<std::filesystem::path> kubelet_dropin_dir;
   bool publish = true;  // false: discover and plan only (--no-publish)
+  // In a cluster: where to server-side apply the NodeResourceTopology and labels.
+  std::optional<apiserver::ApiServerConfig> apiserver;
 };
 
 struct Counters {
   std::uint64_t cycles = 0;
-  std::map<std::string, std::uint64_t> failures;  // by stage: discover, plan, publish
+  std::map<std::string, std::uint64_t> failures;  // by stage: discover, plan, publish, apiserver
+  std::uint64_t apiserver_retries = 0;
   std::uint64_t files_changed = 0;
   double last_success_unix_seconds = 0;
 };

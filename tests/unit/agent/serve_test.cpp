@@ -1,4 +1,4 @@
-#include "serve/server.h"
+#include "http/http.h"
 
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -87,7 +87,7 @@ TEST_F(Agent, DiscoveryFailureIsCountedNotFatal) {
 }
 
 TEST_F(Agent, HttpEndpointServesEachRoute) {
-  serve::StatusServer server;
+  http::StatusServer server;
   ASSERT_TRUE(server.start("127.0.0.1", 0).has_value());
   httplib::Client client("127.0.0.1", server.port());
 
@@ -127,7 +127,7 @@ TEST_F(Agent, HttpEndpointServesEachRoute) {
 }
 
 TEST(StatusServer, PortInUseIsAClearError) {
-  serve::StatusServer first, second;
+  http::StatusServer first, second;
   ASSERT_TRUE(first.start("127.0.0.1", 0).has_value());
   auto taken = second.start("127.0.0.1", first.port());
   ASSERT_FALSE(taken.has_value());

@@ -1,4 +1,4 @@
-#include "serve/server.h"
+#include "http/http.h"
 
 #include <httplib.h>
 
@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace numaserve::agent::serve {
+namespace numaserve::agent::http {
 namespace {
 
 void json_error(httplib::Response& res, int status, const std::string& message) {
@@ -106,4 +106,41 @@ void StatusServer::stop() {
   impl_->thread.join();
 }
 
-}  // namespace numaserve::agent::serve
+struct Client::Impl {
+  ClientConfig config;
+  httplib::Client client;
+  explicit Impl(ClientConfig c) : config(std::move(c)), client(config.base_url) {}
+};
+
+Client::Client(ClientConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {
+  auto& c = impl_->client;
+  const auto timeout = std::chrono::duration<double>(impl_->config.timeout_seconds);
+  c.set_connection_timeout(std::chrono::duration_cast<std::chrono::microseconds>(timeout));
+  c.set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(timeout));
+  c.set_write_timeout(std::chrono::duration_cast<std::chrono::microseconds>(timeout));
+  if (!impl_->config.ca_file.empty()) c.set_ca_cert_path(impl_->config.ca_file);
+  c.enable_server_certificate_verification(true);
+}
+
+Client::~Client() = default;
+
+Result<Response> Client::request(const std::string& method, const std::string& path_and_query,
+                                 const std::map<std::string, std::string>& headers, const std::string& body,
+                                 const std::string& content_type) {
+  httplib::Headers h(headers.begin(), headers.end());
+  httplib::Result result = [&] {
+    auto& c = impl_->client;
+    if (method == "GET") return c.Get(path_and_query, h);
+    if (method == "PATCH") return c.Patch(path_and_query, h, body, content_type);
+    if (method == "PUT") return c.Put(path_and_query, h, body, content_type);
+    if (method == "DELETE") return c.Delete(path_and_query, h, body, content_type);
+    return c.Post(path_and_query, h, body, content_type);
+  }();
+  if (!result) {
+    return make_error(Error::Code::kUnavailable, method + " " + impl_->config.base_url + path_and_query + ": " +
+                                                     httplib::to_string(result.error()));
+  }
+  return Response{result->status, result->body};
+}
+
+}  // namespace numaserve::agent::http

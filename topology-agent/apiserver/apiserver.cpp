@@ -1,0 +1,89 @@
+#include "apiserver/apiserver.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include "http/http.h"
+#include "numaserve/common/text_file.h"
+
+namespace numaserve::agent::apiserver {
+namespace {
+
+bool transient(int status) { return status == 429 || status >= 500; }
+
+// The API server explains a refusal in a Status object's message.
+std::string reason(const http::Response& response) {
+  const auto body = nlohmann::json::parse(response.body, nullptr, false);
+  if (body.is_object() && body.contains("message") && body["message"].is_string()) {
+    return body["message"].get<std::string>();
+  }
+  return response.body.substr(0, 200);
+}
+
+}  // namespace
+
+std::optional<ApiServerConfig> in_cluster_config(const std::filesystem::path& service_account_dir) {
+  const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
+  if (host == nullptr || *host == '\0') return std::nullopt;
+  const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
+  std::string address = host;
+  if (address.find(':') != std::string::npos) address = "[" + address + "]";  // IPv6
+  ApiServerConfig config;
+  config.url = "https://" + address + ":" + (port != nullptr && *port != '\0' ? port : "443");
+  config.token_file = (service_account_dir / "token").string();
+  config.ca_file = (service_account_dir / "ca.crt").string();
+  return config;
+}
+
+ApiServer::ApiServer(ApiServerConfig config) : config_(std::move(config)) {}
+
+Status ApiServer::apply_node_resource_topology(const nlohmann::json& nrt) {
+  return apply("/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies/" +
+                   nrt["metadata"]["name"].get<std::string>(),
+               nrt);
+}
+
+Status ApiServer::apply_node_labels(const std::string& node_name, const std::map<std::string, std::string>& labels) {
+  // Only the labels: server-side apply makes this manager own exactly these
+  // fields and leaves every other label and field of the Node alone.
+  const nlohmann::json node = {{"apiVersion", "v1"},
+                               {"kind", "Node"},
+                               {"metadata", {{"name", node_name}, {"labels", labels}}}};
+  return apply("/api/v1/nodes/" + node_name, node);
+}
+
+Status ApiServer::apply(const std::string& path, const nlohmann::json& object) {
+  const std::string query = path + "?fieldManager=" + kFieldManager + "&force=true";
+  // JSON is YAML, so the apply-patch content type takes it as it is.
+  const std::string body = object.dump();
+  double backoff = config_.first_backoff_seconds;
+  std::string last_error;
+  for (unsigned attempt = 1; attempt <= config_.attempts; ++attempt) {
+    if (attempt > 1) {
+      ++retries_;
+      std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
+      backoff *= 2;
+    }
+    auto token = read_text_file(config_.token_file);
+    if (!token) return tl::unexpected(std::move(token.error()).with_context("service-account token"));
+    while (!token->empty() && (token->back() == '\n' || token->back() == ' ')) token->pop_back();
+
+    http::Client client({config_.url, config_.ca_file, config_.timeout_seconds});
+    auto response = client.request("PATCH", query, {{"Authorization", "Bearer " + *token}, {"Accept", "application/json"}},
+                                   body, "application/apply-patch+yaml");
+    if (!response) {
+      last_error = response.error().message;
+      continue;
+    }
+    if (response->status >= 200 && response->status < 300) return {};
+    last_error = "PATCH " + path + ": HTTP " + std::to_string(response->status) + ": " + reason(*response);
+    if (!transient(response->status)) {
+      return make_error(Error::Code::kUnavailable, last_error, path);
+    }
+  }
+  return make_error(Error::Code::kUnavailable,
+                    last_error + " (gave up after " + std::to_string(config_.attempts) + " attempts)", path);
+}
+
+}  // namespace numaserve::agent::apiserver
