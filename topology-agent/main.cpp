@@ -17,7 +17,10 @@
 #include "plan/plan_output.h"
 #include "publish/nrt.h"
 #include "publish/yaml.h"
+#include "numaserve/common/text_file.h"
+#include "publish/files.h"
 #include "report/report.h"
+#include "report/svg.h"
 #include "serve/metrics.h"
 #include "http/http.h"
 #include "updater/updater.h"
@@ -162,9 +165,19 @@ int fail(const std::string& message) {
   return 1;
 }
 
-int run_discover(const AgentOptions& o, bool json) {
+// Writes the node's picture when --svg asked for one.
+int write_svg(const std::string& path, const discover::NodeReport& report, const std::optional<plan::Plan>& plan) {
+  if (path.empty()) return 0;
+  const std::filesystem::path file(path);
+  auto written = publish::write_if_changed(file.has_parent_path() ? file.parent_path() : ".", file.filename().string(),
+                                           numaserve::agent::report::render_svg(report, plan));
+  return written ? 0 : fail(written.error().message);
+}
+
+int run_discover(const AgentOptions& o, bool json, const std::string& svg) {
   auto report = discover::discover_node(o.discover_config());
   if (!report) return fail(report.error().message);
+  if (int rc = write_svg(svg, *report, std::nullopt); rc != 0) return rc;
   if (json) {
     std::cout << nlohmann::json(*report).dump(2) << "\n";
   } else {
@@ -173,11 +186,12 @@ int run_discover(const AgentOptions& o, bool json) {
   return 0;
 }
 
-int run_plan(const AgentOptions& o, const std::string& output) {
+int run_plan(const AgentOptions& o, const std::string& output, const std::string& svg) {
   auto report = discover::discover_node(o.discover_config());
   if (!report) return fail(report.error().message);
   auto result = plan::plan_node(report->topology, o.plan);
   if (!result) return fail(result.error().message);
+  if (int rc = write_svg(svg, *report, *result); rc != 0) return rc;
   if (output == "json") {
     std::cout << nlohmann::json(*result).dump(2) << "\n";
   } else if (output == "yaml") {
@@ -281,6 +295,8 @@ int main(int argc, char** argv) {
   discover_table.add_to(*discover_cmd);
   bool json = false;
   discover_cmd->add_flag("--json", json, "Print JSON instead of text");
+  std::string svg;
+  discover_cmd->add_option("--svg", svg, "Also draw the node into this SVG file");
 
   auto* plan_cmd = app.add_subcommand("plan", "Kubelet CPU/Memory/Topology Manager settings and the pod size "
                                               "that fits one replica on each NUMA node");
@@ -291,6 +307,7 @@ int main(int argc, char** argv) {
                        "text, json, yaml, nrt (NodeResourceTopology), labels, kubelet-config or helm-values")
       ->check(CLI::IsMember({"text", "json", "yaml", "nrt", "labels", "kubelet-config", "helm-values"}))
       ->capture_default_str();
+  plan_cmd->add_option("--svg", svg, "Also draw the node, reserved CPUs and replica slots into this SVG file");
 
   auto* run_cmd = app.add_subcommand("run", "The DaemonSet agent: discover, plan and publish on an interval; "
                                             "serve /topology, /plan, /metrics, /healthz");
@@ -319,7 +336,7 @@ int main(int argc, char** argv) {
     std::cerr << kProgram << ": --xml, --sysfs-root and --synthetic exclude each other\n";
     return 2;
   }
-  if (discover_cmd->parsed()) return run_discover(options, json);
-  if (plan_cmd->parsed()) return run_plan(options, output);
+  if (discover_cmd->parsed()) return run_discover(options, json, svg);
+  if (plan_cmd->parsed()) return run_plan(options, output, svg);
   return run_agent(options);
 }

@@ -7,6 +7,7 @@
 #include "publish/files.h"
 #include "publish/nrt.h"
 #include "publish/yaml.h"
+#include "report/svg.h"
 
 namespace numaserve::agent::updater {
 
@@ -41,7 +42,8 @@ CycleResult Updater::run_cycle() {
                             {"plan.json", nlohmann::json(*result.plan).dump(2) + "\n"},
                             {"kubelet-config.yaml", kubelet_config},
                             {"helm-values.yaml", plan::helm_values_yaml(*result.plan)},
-                            {"noderesourcetopology.yaml", publish::to_yaml(nrt)}});
+                            {"noderesourcetopology.yaml", publish::to_yaml(nrt)},
+                            {"node.svg", report::render_svg(*result.report, *result.plan)}});
     if (!written) {
       fail("publish", written.error());
     } else {

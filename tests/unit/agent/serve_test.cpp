@@ -34,13 +34,13 @@ TEST_F(Agent, CycleWritesEveryHintOnceAndCountsChanges) {
   const auto first = agent.run_cycle();
   ASSERT_TRUE(first.ok()) << ::testing::PrintToString(first.errors);
   for (const char* name : {"topology.json", "plan.json", "kubelet-config.yaml", "helm-values.yaml",
-                           "noderesourcetopology.yaml"}) {
+                           "noderesourcetopology.yaml", "node.svg"}) {
     EXPECT_TRUE(std::filesystem::exists(hints_ / name)) << name;
   }
   EXPECT_NE(read_text_file(hints_ / "noderesourcetopology.yaml")->find("name: \"worker-3\""), std::string::npos);
-  EXPECT_EQ(agent.counters().files_changed, 5u);
+  EXPECT_EQ(agent.counters().files_changed, 6u);
   ASSERT_TRUE(agent.run_cycle().ok());
-  EXPECT_EQ(agent.counters().files_changed, 5u);  // nothing changed, nothing rewritten
+  EXPECT_EQ(agent.counters().files_changed, 6u);  // nothing changed, nothing rewritten
   EXPECT_EQ(agent.counters().cycles, 2u);
   EXPECT_GT(agent.counters().last_success_unix_seconds, 0);
 }
