@@ -70,8 +70,8 @@ Status ApiServer::apply(const std::string& path, const nlohmann::json& object) {
     while (!token->empty() && (token->back() == '\n' || token->back() == ' ')) token->pop_back();
 
     http::Client client({config_.url, config_.ca_file, config_.timeout_seconds});
-    auto response = client.request("PATCH", query, {{"Authorization", "Bearer " + *token}, {"Accept", "application/json"}},
-                                   body, "application/apply-patch+yaml");
+    auto response = client.patch(query, {{"Authorization", "Bearer " + *token}, {"Accept", "application/json"}}, body,
+                                 "application/apply-patch+yaml");
     if (!response) {
       last_error = response.error().message;
       continue;

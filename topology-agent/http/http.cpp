@@ -124,20 +124,12 @@ Client::Client(ClientConfig config) : impl_(std::make_unique<Impl>(std::move(con
 
 Client::~Client() = default;
 
-Result<Response> Client::request(const std::string& method, const std::string& path_and_query,
-                                 const std::map<std::string, std::string>& headers, const std::string& body,
-                                 const std::string& content_type) {
-  httplib::Headers h(headers.begin(), headers.end());
-  httplib::Result result = [&] {
-    auto& c = impl_->client;
-    if (method == "GET") return c.Get(path_and_query, h);
-    if (method == "PATCH") return c.Patch(path_and_query, h, body, content_type);
-    if (method == "PUT") return c.Put(path_and_query, h, body, content_type);
-    if (method == "DELETE") return c.Delete(path_and_query, h, body, content_type);
-    return c.Post(path_and_query, h, body, content_type);
-  }();
+Result<Response> Client::patch(const std::string& path_and_query, const std::map<std::string, std::string>& headers,
+                               const std::string& body, const std::string& content_type) {
+  const httplib::Headers h(headers.begin(), headers.end());
+  httplib::Result result = impl_->client.Patch(path_and_query, h, body, content_type);
   if (!result) {
-    return make_error(Error::Code::kUnavailable, method + " " + impl_->config.base_url + path_and_query + ": " +
+    return make_error(Error::Code::kUnavailable, "PATCH " + impl_->config.base_url + path_and_query + ": " +
                                                      httplib::to_string(result.error()));
   }
   return Response{result->status, result->body};

@@ -50,7 +50,8 @@ struct Response {
 };
 
 // One request at a time; a transport failure (refused, TLS, timeout) is an
-// error, an HTTP status of any kind is a Response.
+// error, an HTTP status of any kind is a Response. PATCH is all the agent
+// sends (server-side apply).
 class Client {
  public:
   explicit Client(ClientConfig config);
@@ -58,9 +59,8 @@ class Client {
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
-  Result<Response> request(const std::string& method, const std::string& path_and_query,
-                           const std::map<std::string, std::string>& headers, const std::string& body,
-                           const std::string& content_type);
+  Result<Response> patch(const std::string& path_and_query, const std::map<std::string, std::string>& headers,
+                         const std::string& body, const std::string& content_type);
 
  private:
   struct Impl;

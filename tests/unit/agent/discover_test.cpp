@@ -35,12 +35,16 @@ TEST(Discover, BrokenKernelSettingIsAWarningAndDiscoveryGoesOn) {
       << report->warnings[0];
 }
 
+// A synthetic machine with the kubelet files of one fixture folder.
+DiscoverConfig with_kubelet_files(const std::string& folder) {
+  DiscoverConfig config = DiscoverConfig::of(TopologySource::synthetic("pack:2 numa:1(memory=32GiB) core:8 pu:2"));
+  config.kubelet_config = testing::fixtures_dir() / "kubelet" / folder / "config.yaml";
+  config.kubelet_state_dir = testing::fixtures_dir() / "kubelet" / folder;
+  return config;
+}
+
 TEST(Discover, KubeletFilesAreReadAndCheckedAgainstTheAdvice) {
-  DiscoverConfig config;
-  config.source = TopologySource::synthetic("pack:2 numa:1(memory=32GiB) core:8 pu:2");
-  config.kubelet_config = testing::fixtures_dir() / "kubelet/defaults/config.yaml";
-  config.kubelet_state_dir = testing::fixtures_dir() / "kubelet/defaults";
-  auto report = discover_node(config);
+  auto report = discover_node(with_kubelet_files("defaults"));
   ASSERT_TRUE(report.has_value()) << report.error().message;
   ASSERT_TRUE(report->kubelet_config.has_value());
   ASSERT_TRUE(report->cpu_manager_state.has_value());
@@ -52,11 +56,7 @@ TEST(Discover, KubeletFilesAreReadAndCheckedAgainstTheAdvice) {
 }
 
 TEST(Discover, BrokenKubeletFilesAreWarningsAndDiscoveryGoesOn) {
-  DiscoverConfig config;
-  config.source = TopologySource::synthetic("pack:2 numa:1(memory=32GiB) core:8 pu:2");
-  config.kubelet_config = testing::fixtures_dir() / "kubelet/broken/config.yaml";
-  config.kubelet_state_dir = testing::fixtures_dir() / "kubelet/broken";
-  auto report = discover_node(config);
+  auto report = discover_node(with_kubelet_files("broken"));
   ASSERT_TRUE(report.has_value()) << report.error().message;
   EXPECT_EQ(report->topology.nodes.size(), 2u);
   EXPECT_FALSE(report->kubelet_config.has_value());
