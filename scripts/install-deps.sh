@@ -7,7 +7,7 @@ set -euo pipefail
 BUILD_PACKAGES=(
   g++ cmake make pkg-config
   libhwloc-dev hwloc libnuma-dev numactl
-  nlohmann-json3-dev libcli11-dev libexpected-dev libyaml-cpp-dev libcpp-httplib-dev
+  nlohmann-json3-dev libcli11-dev libexpected-dev libyaml-cpp-dev libcpp-httplib-dev libxxhash-dev
 )
 # GoogleTest; what the multi-NUMA VM tests boot (qemu, busybox for the
 # initramfs, a kernel with modules, the decompressors for it); openssl makes

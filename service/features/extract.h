@@ -1,0 +1,42 @@
+#pragma once
+// Feature extraction: a request (one user, a context, N candidate items) and
+// the feature store in, the model's input batch out — in one pass, with user
+// and context features computed once and shared by every row.
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "features/feature_store.h"
+#include "features/model_spec.h"
+
+namespace numaserve::features {
+
+struct Request {
+  Entity user;
+  Features context;
+  std::vector<Entity> items;
+};
+
+// One embedding-bag input: row r's ids are indices[offsets[r] .. offsets[r+1]).
+struct Bag {
+  std::vector<std::int64_t> indices;
+  std::vector<std::int64_t> offsets;  // one per row
+};
+
+struct Batch {
+  std::size_t rows = 0;
+  std::size_t dense_width = 0;
+  std::vector<float> dense;  // rows x dense_width, row-major, ModelSpec::dense_features() order
+  std::vector<Bag> bags;     // ModelSpec::sparse_features() order
+};
+
+// XXH64 of the id's UTF-8 bytes; the contract in model_spec.h.
+std::uint64_t hash_id(std::string_view id, std::uint64_t seed);
+std::int64_t bucket(std::string_view id, std::uint64_t seed, std::uint64_t rows);
+
+// Errors name the offending field as a client would write it:
+// "items[3].features.price: want a number, got a list".
+Result<Batch> extract(const ModelSpec& model, const Request& request, const FeatureStore& store);
+
+}  // namespace numaserve::features

@@ -1,0 +1,225 @@
+#include "features/model_spec.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <set>
+
+namespace numaserve::features {
+namespace {
+
+Error bad(const std::string& file, const YAML::Node& at, const std::string& field, const std::string& message) {
+  return Error{Error::Code::kInvalidArgument,
+               file + " line " + std::to_string(at.Mark().line + 1) + ": " + field + ": " + message, field};
+}
+
+// Looks a scalar up in a table of names; the error lists what is allowed.
+template <typename T>
+Result<T> one_of(const YAML::Node& node, const std::string& file, const std::string& field,
+                 std::initializer_list<std::pair<const char*, T>> choices) {
+  std::string allowed;
+  if (node.IsScalar()) {
+    for (const auto& [name, value] : choices) {
+      if (node.as<std::string>() == name) return value;
+    }
+  }
+  for (const auto& [name, value] : choices) allowed += (allowed.empty() ? "" : ", ") + std::string(name);
+  return tl::unexpected(bad(file, node, field, "want one of " + allowed));
+}
+
+Result<double> number(const YAML::Node& node, const std::string& file, const std::string& field) {
+  try {
+    if (node.IsScalar()) return node.as<double>();
+  } catch (const YAML::Exception&) {
+  }
+  return tl::unexpected(bad(file, node, field, "want a number"));
+}
+
+Result<FeatureValue> default_for(const YAML::Node& node, Kind kind, const std::string& file,
+                                 const std::string& field) {
+  if (kind == Kind::kNumeric) {
+    auto n = number(node, file, field);
+    if (!n) return tl::unexpected(n.error());
+    return FeatureValue(*n);
+  }
+  if (kind == Kind::kId && node.IsScalar()) return FeatureValue(node.as<std::string>());
+  if (kind == Kind::kIdList && node.IsSequence()) {
+    std::vector<std::string> ids;
+    for (const auto& id : node) ids.push_back(id.as<std::string>());
+    return FeatureValue(ids);
+  }
+  return tl::unexpected(bad(file, node, field, kind == Kind::kId ? "want an id" : "want a list of ids"));
+}
+
+Result<FeatureSpec> parse_feature(const YAML::Node& node, const ModelSpec& model, const std::string& file,
+                                  const std::string& field) {
+  static const std::set<std::string> kKeys = {"name", "source", "kind", "table", "max_len", "transform",
+                                              "mean", "std", "clip", "default"};
+  if (!node.IsMap()) return tl::unexpected(bad(file, node, field, "want a map"));
+  for (const auto& entry : node) {
+    const auto key = entry.first.as<std::string>();
+    if (!kKeys.contains(key)) return tl::unexpected(bad(file, entry.first, field + "." + key, "unknown key"));
+  }
+  FeatureSpec f;
+  if (!node["name"] || !node["name"].IsScalar() || node["name"].as<std::string>().empty()) {
+    return tl::unexpected(bad(file, node, field + ".name", "required"));
+  }
+  f.name = node["name"].as<std::string>();
+  auto source = one_of<Source>(node["source"] ? node["source"] : node, file, field + ".source",
+                               {{"user", Source::kUser}, {"context", Source::kContext}, {"item", Source::kItem}});
+  if (!source) return tl::unexpected(source.error());
+  f.source = *source;
+  auto kind = one_of<Kind>(node["kind"] ? node["kind"] : node, file, field + ".kind",
+                           {{"id", Kind::kId}, {"id_list", Kind::kIdList}, {"numeric", Kind::kNumeric}});
+  if (!kind) return tl::unexpected(kind.error());
+  f.kind = *kind;
+
+  if (f.kind == Kind::kNumeric) {
+    if (node["table"]) return tl::unexpected(bad(file, node["table"], field + ".table", "numeric features have no table"));
+    if (node["transform"]) {
+      auto t = one_of<Transform>(node["transform"], file, field + ".transform",
+                                 {{"none", Transform::kNone}, {"log1p", Transform::kLog1p},
+                                  {"standardize", Transform::kStandardize}});
+      if (!t) return tl::unexpected(t.error());
+      f.transform = *t;
+    }
+    for (auto [key, target] : {std::pair{"mean", &f.mean}, std::pair{"std", &f.stddev}}) {
+      if (!node[key]) continue;
+      auto v = number(node[key], file, field + "." + key);
+      if (!v) return tl::unexpected(v.error());
+      *target = *v;
+    }
+    if (f.transform == Transform::kStandardize && !(f.stddev > 0)) {
+      return tl::unexpected(bad(file, node, field + ".std", "standardize needs std > 0"));
+    }
+    if (const auto clip = node["clip"]) {
+      if (!clip.IsSequence() || clip.size() != 2) {
+        return tl::unexpected(bad(file, clip, field + ".clip", "want [low, high]"));
+      }
+      auto low = number(clip[0], file, field + ".clip");
+      auto high = number(clip[1], file, field + ".clip");
+      if (!low || !high) return tl::unexpected(low ? high.error() : low.error());
+      if (*low > *high) return tl::unexpected(bad(file, clip, field + ".clip", "low is above high"));
+      f.clip_low = *low;
+      f.clip_high = *high;
+    }
+  } else {
+    if (!node["table"] || !model.tables.contains(node["table"].as<std::string>())) {
+      return tl::unexpected(bad(file, node["table"] ? node["table"] : node, field + ".table",
+                                "want one of the model's tables"));
+    }
+    f.table = node["table"].as<std::string>();
+    if (node["max_len"]) {
+      if (f.kind != Kind::kIdList) {
+        return tl::unexpected(bad(file, node["max_len"], field + ".max_len", "only id_list features have one"));
+      }
+      auto n = number(node["max_len"], file, field + ".max_len");
+      if (!n || *n < 1 || *n != static_cast<double>(static_cast<unsigned>(*n))) {
+        return tl::unexpected(bad(file, node["max_len"], field + ".max_len", "want a whole number >= 1"));
+      }
+      f.max_len = static_cast<unsigned>(*n);
+    }
+    f.default_value = f.kind == Kind::kId ? FeatureValue(std::string()) : FeatureValue(std::vector<std::string>{});
+  }
+  if (node["default"]) {
+    auto d = default_for(node["default"], f.kind, file, field + ".default");
+    if (!d) return tl::unexpected(d.error());
+    f.default_value = *d;
+  }
+  return f;
+}
+
+}  // namespace
+
+std::vector<const FeatureSpec*> ModelSpec::dense_features() const {
+  std::vector<const FeatureSpec*> out;
+  for (const auto& f : features) {
+    if (f.kind == Kind::kNumeric) out.push_back(&f);
+  }
+  return out;
+}
+
+std::vector<const FeatureSpec*> ModelSpec::sparse_features() const {
+  std::vector<const FeatureSpec*> out;
+  for (const auto& f : features) {
+    if (f.kind != Kind::kNumeric) out.push_back(&f);
+  }
+  return out;
+}
+
+const FeatureSpec* ModelSpec::feature(std::string_view feature_name, Source source) const {
+  const auto it = std::find_if(features.begin(), features.end(),
+                               [&](const FeatureSpec& f) { return f.name == feature_name && f.source == source; });
+  return it == features.end() ? nullptr : &*it;
+}
+
+const char* to_string(Source source) {
+  switch (source) {
+    case Source::kUser: return "user";
+    case Source::kContext: return "context";
+    case Source::kItem: return "item";
+  }
+  return "item";
+}
+
+Result<ModelSpec> parse_model_spec(const std::string& yaml, const std::string& file) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml);
+  } catch (const YAML::Exception& e) {
+    return make_error(Error::Code::kInvalidArgument, file + " line " + std::to_string(e.mark.line + 1) + ": " + e.msg,
+                      file);
+  }
+  if (!root.IsMap()) return make_error(Error::Code::kInvalidArgument, file + ": want a map", file);
+  static const std::set<std::string> kKeys = {"name", "version", "hash_seed", "tables", "features", "output"};
+  for (const auto& entry : root) {
+    const auto key = entry.first.as<std::string>();
+    if (!kKeys.contains(key)) return tl::unexpected(bad(file, entry.first, key, "unknown key"));
+  }
+  ModelSpec model;
+  for (auto [key, target] : {std::pair{"name", &model.name}, std::pair{"version", &model.version}}) {
+    if (!root[key] || !root[key].IsScalar() || root[key].as<std::string>().empty()) {
+      return tl::unexpected(bad(file, root, key, "required"));
+    }
+    // Read as text: a version like 01 or 1.10 must not become a number.
+    *target = root[key].Scalar();
+  }
+  if (root["hash_seed"]) {
+    try {
+      model.hash_seed = root["hash_seed"].as<std::uint64_t>();
+    } catch (const YAML::Exception&) {
+      return tl::unexpected(bad(file, root["hash_seed"], "hash_seed", "want a whole number"));
+    }
+  }
+  const auto tables = root["tables"];
+  if (tables && !tables.IsMap()) return tl::unexpected(bad(file, tables, "tables", "want a map of name: rows"));
+  if (tables) {
+    for (const auto& entry : tables) {
+      const std::string name = entry.first.as<std::string>();
+      std::uint64_t rows = 0;
+      try {
+        rows = entry.second.as<std::uint64_t>();
+      } catch (const YAML::Exception&) {
+      }
+      if (rows == 0) return tl::unexpected(bad(file, entry.second, "tables." + name, "want rows >= 1"));
+      model.tables[name] = rows;
+    }
+  }
+  const auto features = root["features"];
+  if (!features || !features.IsSequence() || features.size() == 0) {
+    return tl::unexpected(bad(file, features ? features : root, "features", "want a non-empty list"));
+  }
+  for (std::size_t i = 0; i < features.size(); ++i) {
+    const std::string field = "features[" + std::to_string(i) + "]";
+    auto f = parse_feature(features[i], model, file, field);
+    if (!f) return tl::unexpected(f.error());
+    if (model.feature(f->name, f->source)) {
+      return tl::unexpected(bad(file, features[i], field + ".name",
+                                "'" + f->name + "' is declared twice for source " + to_string(f->source)));
+    }
+    model.features.push_back(std::move(*f));
+  }
+  return model;
+}
+
+}  // namespace numaserve::features

@@ -1,0 +1,168 @@
+#include "features/extract.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "fixture_paths.h"
+#include "numaserve/common/text_file.h"
+
+namespace numaserve::features {
+namespace {
+
+// XXH64 reference values from the xxHash specification (seed 0), so the
+// hash contract is checked against the algorithm, not against itself.
+TEST(HashContract, Xxh64TestVectors) {
+  EXPECT_EQ(hash_id("", 0), 0xEF46DB3751D8E999ull);
+  EXPECT_EQ(hash_id("a", 0), 0xD24EC4F1A98C6E5Bull);
+  EXPECT_EQ(hash_id("abc", 0), 0x44BC2CF5AD770999ull);
+  EXPECT_EQ(bucket("abc", 0, 1000), static_cast<std::int64_t>(0x44BC2CF5AD770999ull % 1000));
+}
+
+class Extraction : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto spec = parse_model_spec(read_text_file(testing::fixtures_dir() / "features/model.yaml").value(), "model.yaml");
+    ASSERT_TRUE(spec.has_value()) << spec.error().message;
+    spec_ = *spec;
+    auto store = EmbeddedFeatureStore::load(testing::fixtures_dir() / "features/store.jsonl");
+    ASSERT_TRUE(store.has_value()) << store.error().message;
+    store_ = std::move(*store);
+  }
+
+  Request request(std::vector<std::string> item_ids) const {
+    Request r;
+    r.user.id = "u1";
+    for (auto& id : item_ids) r.items.push_back({std::move(id), {}});
+    return r;
+  }
+
+  std::int64_t row(const std::string& id, const std::string& table) const {
+    return bucket(id, spec_.hash_seed, spec_.tables.at(table));
+  }
+
+  ModelSpec spec_;
+  std::unique_ptr<EmbeddedFeatureStore> store_;
+};
+
+TEST_F(Extraction, BuildsDenseColumnsAndBagsFromTheStore) {
+  auto batch = extract(spec_, request({"i1", "i2", "i3"}), *store_);
+  ASSERT_TRUE(batch.has_value()) << batch.error().message;
+  ASSERT_EQ(batch->rows, 3u);
+  ASSERT_EQ(batch->dense_width, 3u);  // age, price, hour
+  // age: standardized (30 - 40) / 10, the same on every row.
+  for (std::size_t r = 0; r < 3; ++r) EXPECT_FLOAT_EQ(batch->dense[r * 3 + 0], -1.0f);
+  EXPECT_FLOAT_EQ(batch->dense[0 * 3 + 1], static_cast<float>(std::log1p(9.0)));
+  EXPECT_FLOAT_EQ(batch->dense[1 * 3 + 1], 5.0f);  // log1p(1000) = 6.9, clipped to 5
+  EXPECT_FLOAT_EQ(batch->dense[2 * 3 + 1], 0.0f);  // default
+  EXPECT_FLOAT_EQ(batch->dense[2 * 3 + 2], 12.0f); // context default
+  ASSERT_EQ(batch->bags.size(), 4u);  // user id, country, item id, tags
+  EXPECT_EQ(batch->bags[0].indices, std::vector<std::int64_t>(3, row("u1", "user")));
+  EXPECT_EQ(batch->bags[1].indices, std::vector<std::int64_t>(3, row("fr", "country")));
+  EXPECT_EQ(batch->bags[2].indices, (std::vector<std::int64_t>{row("i1", "item"), row("i2", "item"), row("i3", "item")}));
+  const Bag& tags = batch->bags[3];
+  EXPECT_EQ(tags.offsets, (std::vector<std::int64_t>{0, 2, 5}));  // 2 tags, 3 of 5 (max_len), none
+  EXPECT_EQ(tags.indices.size(), 5u);
+  EXPECT_EQ(tags.indices[0], row("shoes", "tag"));
+}
+
+TEST_F(Extraction, InlineFeaturesOverrideTheStoreAndIntegerIdsHashAsText) {
+  Request r = request({"i1"});
+  r.user.id = "2";  // stored with the integer id 2
+  r.user.features["country"] = std::string("de");
+  r.items[0].features["price"] = 0.0;
+  r.context["hour"] = 23.0;
+  auto batch = extract(spec_, r, *store_);
+  ASSERT_TRUE(batch.has_value()) << batch.error().message;
+  EXPECT_FLOAT_EQ(batch->dense[0], 1.5f);  // age 55 from the store: (55 - 40) / 10
+  EXPECT_FLOAT_EQ(batch->dense[1], 0.0f);
+  EXPECT_FLOAT_EQ(batch->dense[2], 23.0f);
+  EXPECT_EQ(batch->bags[0].indices[0], row("2", "user"));
+  EXPECT_EQ(batch->bags[1].indices[0], row("de", "country"));
+}
+
+TEST_F(Extraction, UnknownEntitiesGetDefaults) {
+  Request r = request({"nobody-knows"});
+  r.user.id = "ghost";
+  auto batch = extract(spec_, r, *store_);
+  ASSERT_TRUE(batch.has_value()) << batch.error().message;
+  EXPECT_FLOAT_EQ(batch->dense[0], 0.0f);  // age default 40, standardized
+  EXPECT_EQ(batch->bags[1].indices[0], row("unknown", "country"));
+  EXPECT_EQ(batch->bags[2].indices[0], row("nobody-knows", "item"));  // the id itself
+}
+
+TEST_F(Extraction, ABatchOfNEqualsNSingleItemBatches) {
+  const std::vector<std::string> ids = {"i1", "i2", "i3", "i9"};
+  auto all = extract(spec_, request(ids), *store_).value();
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    auto one = extract(spec_, request({ids[i]}), *store_).value();
+    for (std::size_t c = 0; c < all.dense_width; ++c) {
+      EXPECT_EQ(one.dense[c], all.dense[i * all.dense_width + c]) << ids[i] << " column " << c;
+    }
+    for (std::size_t b = 0; b < all.bags.size(); ++b) {
+      const auto& bag = all.bags[b];
+      const auto begin = bag.offsets[i];
+      const auto end = i + 1 < bag.offsets.size() ? bag.offsets[i + 1] : static_cast<std::int64_t>(bag.indices.size());
+      EXPECT_EQ(one.bags[b].indices, std::vector<std::int64_t>(bag.indices.begin() + begin, bag.indices.begin() + end))
+          << ids[i] << " bag " << b;
+    }
+  }
+}
+
+TEST_F(Extraction, BadInputNamesTheField) {
+  struct Case {
+    std::function<void(Request&)> change;
+    std::string message;
+  };
+  for (const auto& c : std::vector<Case>{
+           {[](Request& r) { r.items[1].features["price"] = std::string("cheap"); },
+            "items[1].features.price: want a number, got a string"},
+           {[](Request& r) { r.items[0].features["colour"] = std::string("red"); },
+            "items[0].features.colour: model tiny_ranker has no item feature of that name"},
+           {[](Request& r) { r.context["hour"] = std::nan(""); }, "context.hour: want a finite number"},
+           {[](Request& r) { r.items[0].features["price"] = -3.0; }, "items[0].features.price: log1p needs a value above -1"},
+           {[](Request& r) { r.items[0].features["tags"] = std::string("red"); },
+            "items[0].features.tags: want a list of ids, got a string"},
+           {[](Request& r) { r.user.features["country"] = std::vector<std::string>{"fr"}; },
+            "user.features.country: want an id, got a list"},
+           {[](Request& r) { r.context["weather"] = std::string("rain"); },
+            "context.weather: model tiny_ranker has no context feature of that name"},
+       }) {
+    Request r = request({"i1", "i2"});
+    c.change(r);
+    auto batch = extract(spec_, r, *store_);
+    ASSERT_FALSE(batch.has_value()) << c.message;
+    EXPECT_NE(batch.error().message.find(c.message), std::string::npos) << batch.error().message;
+  }
+}
+
+TEST(FeatureStore, ErrorsNameFileAndLine) {
+  for (const auto& [text, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"{\"kind\": \"user\", \"id\": \"u\"}\n{oops\n", "s.jsonl line 2: not a JSON object"},
+           {"{\"kind\": \"shop\", \"id\": \"u\"}\n", "s.jsonl line 1: kind must be \"user\" or \"item\""},
+           {"{\"kind\": 3, \"id\": \"u\"}\n", "kind must be"},
+           {"{\"kind\": \"item\", \"id\": [1]}\n", "id must be a string or an integer"},
+           {"{\"kind\": \"item\", \"id\": \"a\", \"features\": {\"x\": {\"y\": 1}}}\n", "feature 'x' must be"},
+           {"{\"kind\": \"item\", \"id\": \"a\"}\n{\"kind\": \"item\", \"id\": \"a\"}\n", "line 2: item 'a' appears twice"},
+       }) {
+    auto store = EmbeddedFeatureStore::parse(text, "s.jsonl");
+    ASSERT_FALSE(store.has_value()) << text;
+    EXPECT_NE(store.error().message.find(expected), std::string::npos) << store.error().message;
+  }
+  auto missing = EmbeddedFeatureStore::load("/no/such/store.jsonl");
+  ASSERT_FALSE(missing.has_value());
+  EXPECT_NE(missing.error().message.find("feature store: cannot read /no/such/store.jsonl"), std::string::npos);
+}
+
+TEST(FeatureStore, LoadsUsersAndItems) {
+  auto store = EmbeddedFeatureStore::load(testing::fixtures_dir() / "features/store.jsonl");
+  ASSERT_TRUE(store.has_value()) << store.error().message;
+  EXPECT_EQ((*store)->users(), 2u);
+  EXPECT_EQ((*store)->items(), 3u);
+  ASSERT_NE((*store)->user("2"), nullptr);
+  EXPECT_EQ(std::get<double>((*store)->user("2")->at("age")), 55.0);
+  EXPECT_EQ((*store)->item("zzz"), nullptr);
+}
+
+}  // namespace
+}  // namespace numaserve::features

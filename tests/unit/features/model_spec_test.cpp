@@ -1,0 +1,60 @@
+#include "features/model_spec.h"
+
+#include <gtest/gtest.h>
+
+#include "fixture_paths.h"
+#include "numaserve/common/text_file.h"
+
+namespace numaserve::features {
+namespace {
+
+Result<ModelSpec> parse(const std::string& yaml) { return parse_model_spec(yaml, "model.yaml"); }
+
+TEST(ModelSpec, ReadsTheContract) {
+  auto spec = parse_model_spec(read_text_file(testing::fixtures_dir() / "features/model.yaml").value(), "model.yaml");
+  ASSERT_TRUE(spec.has_value()) << spec.error().message;
+  EXPECT_EQ(spec->name, "tiny_ranker");
+  EXPECT_EQ(spec->version, "01");  // text, not the number 1
+  EXPECT_EQ(spec->hash_seed, 7u);
+  EXPECT_EQ(spec->tables.at("tag"), 64u);
+  ASSERT_EQ(spec->features.size(), 7u);
+  ASSERT_EQ(spec->dense_features().size(), 3u);
+  EXPECT_EQ(spec->dense_features()[0]->name, "age");
+  ASSERT_EQ(spec->sparse_features().size(), 4u);
+  const FeatureSpec* price = spec->feature("price", Source::kItem);
+  ASSERT_NE(price, nullptr);
+  EXPECT_EQ(price->transform, Transform::kLog1p);
+  EXPECT_EQ(price->clip_high, 5.0);
+  EXPECT_EQ(std::get<std::string>(spec->feature("country", Source::kUser)->default_value), "unknown");
+  EXPECT_EQ(spec->feature("price", Source::kUser), nullptr);
+}
+
+TEST(ModelSpec, ErrorsNameLineAndField) {
+  const std::string head = "name: m\nversion: \"1\"\ntables: {t: 10}\nfeatures:\n";
+  struct Case {
+    std::string features;
+    std::string expected;
+  };
+  for (const auto& c : std::vector<Case>{
+           {"  - {name: a, source: item, kind: numerik}\n", "model.yaml line 5: features[0].kind: want one of id, id_list, numeric"},
+           {"  - {name: a, source: shop, kind: numeric}\n", "features[0].source: want one of user, context, item"},
+           {"  - {name: a, source: item, kind: id, table: nope}\n", "features[0].table: want one of the model's tables"},
+           {"  - {name: a, source: item, kind: numeric, transform: standardize, std: 0}\n", "features[0].std: standardize needs std > 0"},
+           {"  - {name: a, source: item, kind: numeric, clip: [5, 1]}\n", "features[0].clip: low is above high"},
+           {"  - {name: a, source: item, kind: numeric, colour: red}\n", "features[0].colour: unknown key"},
+           {"  - {name: a, source: item, kind: id, table: t, max_len: 2}\n", "features[0].max_len: only id_list features have one"},
+           {"  - {name: a, source: item, kind: numeric}\n  - {name: a, source: item, kind: numeric}\n",
+            "model.yaml line 6: features[1].name: 'a' is declared twice for source item"},
+           {"  - {name: a, source: item, kind: numeric, default: lots}\n", "features[0].default: want a number"},
+       }) {
+    auto spec = parse(head + c.features);
+    ASSERT_FALSE(spec.has_value()) << c.features;
+    EXPECT_NE(spec.error().message.find(c.expected), std::string::npos) << spec.error().message;
+  }
+  EXPECT_FALSE(parse("name: m\nfeatures: []\n").has_value());
+  EXPECT_NE(parse("version: 1\n").error().message.find("name: required"), std::string::npos);
+  EXPECT_NE(parse("name: m\nversion: 1\nfeatures: [\n").error().message.find("model.yaml line"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace numaserve::features
