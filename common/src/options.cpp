@@ -1,7 +1,5 @@
 #include "numaserve/common/options.h"
 
-#include <yaml-cpp/yaml.h>
-
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -11,6 +9,7 @@
 #include <sstream>
 
 #include "numaserve/common/text_file.h"
+#include "numaserve/common/yaml_file.h"
 
 namespace numaserve {
 namespace {
@@ -86,18 +85,14 @@ Status OptionTable::apply() {
 }
 
 Status OptionTable::apply_yaml(const std::string& yaml, const std::string& file) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml);
-  } catch (const YAML::Exception& e) {
-    return make_error(Error::Code::kInvalidArgument, file + " line " + std::to_string(e.mark.line + 1) + ": " + e.msg,
-                      file);
-  }
+  auto parsed = parse_yaml(yaml, file);
+  if (!parsed) return tl::unexpected(parsed.error());
+  const YAML::Node& root = *parsed;
   if (root.IsNull()) return {};
   if (!root.IsMap()) return make_error(Error::Code::kInvalidArgument, file + ": want a map of options", file);
   for (const auto& entry : root) {
     const std::string key = entry.first.as<std::string>();
-    const std::string where = file + " line " + std::to_string(entry.first.Mark().line + 1);
+    const std::string where = yaml_location(file, entry.first);
     const auto row = std::find_if(rows_.begin(), rows_.end(), [&](const OptionSpec& r) { return r.name == key; });
     if (row == rows_.end()) {
       return make_error(Error::Code::kInvalidArgument, where + ": unknown option '" + key + "'", key);

@@ -1,16 +1,15 @@
 #include "features/model_spec.h"
 
-#include <yaml-cpp/yaml.h>
-
 #include <algorithm>
 #include <set>
+
+#include "numaserve/common/yaml_file.h"
 
 namespace numaserve::features {
 namespace {
 
 Error bad(const std::string& file, const YAML::Node& at, const std::string& field, const std::string& message) {
-  return Error{Error::Code::kInvalidArgument,
-               file + " line " + std::to_string(at.Mark().line + 1) + ": " + field + ": " + message, field};
+  return Error{Error::Code::kInvalidArgument, yaml_location(file, at) + ": " + field + ": " + message, field};
 }
 
 // Looks a scalar up in a table of names; the error lists what is allowed.
@@ -163,13 +162,9 @@ const char* to_string(Source source) {
 }
 
 Result<ModelSpec> parse_model_spec(const std::string& yaml, const std::string& file) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml);
-  } catch (const YAML::Exception& e) {
-    return make_error(Error::Code::kInvalidArgument, file + " line " + std::to_string(e.mark.line + 1) + ": " + e.msg,
-                      file);
-  }
+  auto parsed = parse_yaml(yaml, file);
+  if (!parsed) return tl::unexpected(parsed.error());
+  const YAML::Node& root = *parsed;
   if (!root.IsMap()) return make_error(Error::Code::kInvalidArgument, file + ": want a map", file);
   static const std::set<std::string> kKeys = {"name", "version", "hash_seed", "tables", "features", "output"};
   for (const auto& entry : root) {

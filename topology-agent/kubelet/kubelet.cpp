@@ -1,11 +1,11 @@
 #include "kubelet/kubelet.h"
 
-#include <yaml-cpp/yaml.h>
-
 #include <algorithm>
 #include <iterator>
 
 #include <nlohmann/json.hpp>
+
+#include "numaserve/common/yaml_file.h"
 
 namespace numaserve::agent::kubelet {
 namespace {
@@ -44,16 +44,12 @@ constexpr std::string_view kKnownFields[] = {
     "localStorageCapacityIsolation", "containerRuntimeEndpoint", "imageServiceEndpoint", "failCgroupV1",
     "userNamespaces"};
 
-std::string at_line(const std::string& file, const YAML::Node& node) {
-  return file + " line " + std::to_string(node.Mark().line + 1);
-}
-
 Result<std::string> scalar(const YAML::Node& map, const char* key, const std::string& fallback,
                            const std::string& file) {
   const YAML::Node value = map[key];
   if (!value) return fallback;
   if (!value.IsScalar()) {
-    return make_error(Error::Code::kInvalidArgument, at_line(file, value) + ": " + key + " must be a string", key);
+    return make_error(Error::Code::kInvalidArgument, yaml_location(file, value) + ": " + key + " must be a string", key);
   }
   return value.as<std::string>();
 }
@@ -64,12 +60,12 @@ Result<std::map<std::string, std::string>> string_map(const YAML::Node& map, con
   const YAML::Node value = map[key];
   if (!value) return out;
   if (!value.IsMap()) {
-    return make_error(Error::Code::kInvalidArgument, at_line(file, value) + ": " + key + " must be a map", key);
+    return make_error(Error::Code::kInvalidArgument, yaml_location(file, value) + ": " + key + " must be a map", key);
   }
   for (const auto& entry : value) {
     if (!entry.second.IsScalar()) {
       return make_error(Error::Code::kInvalidArgument,
-                        at_line(file, entry.second) + ": " + key + " values must be strings", key);
+                        yaml_location(file, entry.second) + ": " + key + " values must be strings", key);
     }
     out[entry.first.as<std::string>()] = entry.second.as<std::string>();
   }
@@ -90,13 +86,9 @@ Result<nlohmann::json> parse_state(std::string_view text, const std::string& fil
 }  // namespace
 
 Result<KubeletConfig> parse_kubelet_config(std::string_view yaml, const std::string& file) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(yaml));
-  } catch (const YAML::Exception& e) {
-    return make_error(Error::Code::kInvalidArgument,
-                      file + " line " + std::to_string(e.mark.line + 1) + ": " + e.msg, file);
-  }
+  auto parsed = parse_yaml(std::string(yaml), file);
+  if (!parsed) return tl::unexpected(parsed.error());
+  const YAML::Node& root = *parsed;
   if (!root.IsMap()) {
     return make_error(Error::Code::kInvalidArgument, file + ": not a KubeletConfiguration (a YAML map)", file);
   }
@@ -134,7 +126,7 @@ Result<KubeletConfig> parse_kubelet_config(std::string_view yaml, const std::str
   if (!reserved) return tl::unexpected(reserved.error());
   auto cpus = CpuSet::parse_list(*reserved);
   if (!cpus) {
-    return tl::unexpected(std::move(cpus.error()).with_context(at_line(file, root["reservedSystemCPUs"]) +
+    return tl::unexpected(std::move(cpus.error()).with_context(yaml_location(file, root["reservedSystemCPUs"]) +
                                                                 ": reservedSystemCPUs"));
   }
   out.reserved_system_cpus = *cpus;
