@@ -16,12 +16,14 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <thread>
 
 #include "numaserve/common/numa_maps.h"
 #include "numaserve/common/placement.h"
 #include "numaserve/common/text_file.h"
 #include "numaserve/common/topology.h"
 #include "numaserve/common/topology_json.h"
+#include "placement/placement.h"
 
 namespace numaserve {
 namespace {
@@ -186,6 +188,32 @@ TEST_F(InVm, AgentDiscoverReportsTheCgroupItRunsIn) {
   EXPECT_EQ(json["placement"]["cgroup"]["version"], 2) << out;
   EXPECT_EQ(json["topology"]["nodes"].size(), nodes_) << out;
   EXPECT_EQ(json["topology"]["allowed_cpus"], cpus_of(node).to_list()) << out;
+}
+
+// The service's start-up order in a pod pinned to one node: plan threads from
+// the cpuset, set the memory policy, pin a worker, then touch memory from it.
+TEST_F(InVm, ServicePlacementKeepsWorkersAndPagesOnItsNode) {
+  const unsigned node = nodes_ - 1;
+  const std::string dir = make_cgroup("numaserve-service", cpus_of(node), node);
+  const std::string out = in_child(dir, [] {
+    auto placement = discover_placement();
+    auto topology = discover_topology(TopologySource::live());
+    if (!placement || !topology) return (void)std::printf("discovery failed");
+    auto plan = placement::plan_threads(*placement, *topology, {});
+    if (!plan) return (void)std::printf("plan: %s", plan.error().message.c_str());
+    CpuSet workers;
+    for (const auto& w : plan->workers) workers |= w.cpus;
+    const auto policy = placement::apply_memory_policy(plan->mems);
+    std::string pages;
+    std::thread worker([&] {
+      if (placement::bind_current_thread(plan->workers.front().cpus)) pages = allocate_and_locate();
+    });
+    worker.join();
+    std::printf("workers=%s mems=%s policy=%d pages=%s", workers.to_list().c_str(), plan->mems.to_list().c_str(),
+                policy.applied ? 1 : 0, pages.c_str());
+  });
+  EXPECT_EQ(out, "workers=" + cpus_of(node).to_list() + " mems=" + std::to_string(node) +
+                     " policy=1 pages=" + all_pages_on(node));
 }
 
 // The agent's advice for the VM: one replica per node, zones as the VM has them.

@@ -1,0 +1,123 @@
+#include "placement/placement.h"
+
+#include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <thread>
+
+namespace numaserve::placement {
+namespace {
+
+Topology machine(const std::string& synthetic) {
+  auto t = discover_topology(TopologySource::synthetic(synthetic));
+  EXPECT_TRUE(t.has_value());
+  return t.value_or(Topology{});
+}
+
+Placement pinned_to(const CpuSet& cpus, const NodeSet& mems) {
+  Placement p;
+  p.affinity = cpus;
+  p.mems_allowed = mems;
+  return p;
+}
+
+CpuSet all_worker_cpus(const ThreadPlan& plan) {
+  CpuSet out;
+  for (const auto& w : plan.workers) out |= w.cpus;
+  return out;
+}
+
+TEST(ThreadPlan, OneWorkerPerCoreWithSiblingsTogether) {
+  const Topology t = machine("pack:2 numa:1 core:4 pu:2");  // node 1: CPUs 8-15, cores {8,9} ...
+  auto plan = plan_threads(pinned_to(t.node(1)->cpus, NodeSet{1}), t, {});
+  ASSERT_TRUE(plan.has_value()) << plan.error().message;
+  EXPECT_EQ(plan->workers.size(), 4u);
+  EXPECT_EQ(plan->intra_op_threads, 2u);
+  for (const auto& w : plan->workers) EXPECT_EQ(w.cpus.count(), 2u);
+  EXPECT_EQ(plan->workers[0].cpus.to_list(), "8-9");
+  EXPECT_EQ(all_worker_cpus(*plan), t.node(1)->cpus);
+  EXPECT_EQ(plan->numa_nodes.to_list(), "1");
+  EXPECT_TRUE(plan->notes.empty());
+}
+
+TEST(ThreadPlan, SizedToTheCpusetNotTheHost) {
+  const Topology t = machine("pack:2 numa:1 core:16 pu:2");  // 64 CPUs on the host
+  auto plan = plan_threads(pinned_to(CpuSet::range(4, 7), NodeSet{0}), t, {});
+  ASSERT_TRUE(plan.has_value());
+  EXPECT_LE(plan->workers.size() * plan->intra_op_threads, 4u);
+  EXPECT_EQ(all_worker_cpus(*plan).to_list(), "4-7");
+}
+
+TEST(ThreadPlan, ExplicitCountsAreHonouredOrRefused) {
+  const Topology t = machine("pack:1 numa:1 core:8 pu:1");
+  auto two = plan_threads(pinned_to(CpuSet::range(0, 7), NodeSet{0}), t, {2, 0});
+  ASSERT_TRUE(two.has_value());
+  EXPECT_EQ(two->workers.size(), 2u);
+  EXPECT_EQ(two->intra_op_threads, 4u);
+  EXPECT_EQ(two->workers[0].cpus.count(), 4u);
+  auto wide = plan_threads(pinned_to(CpuSet::range(0, 7), NodeSet{0}), t, {0, 8});
+  ASSERT_TRUE(wide.has_value());
+  EXPECT_EQ(wide->workers.size(), 1u);
+  auto too_many = plan_threads(pinned_to(CpuSet::range(0, 3), NodeSet{0}), t, {3, 2});
+  ASSERT_FALSE(too_many.has_value());
+  EXPECT_EQ(too_many.error().message, "3 workers x 2 intra-op threads need 6 CPUs, the cpuset has 4 (0-3)");
+}
+
+TEST(ThreadPlan, SpanningNodesIsNoted) {
+  const Topology t = machine("pack:2 numa:1 core:2 pu:1");
+  auto plan = plan_threads(pinned_to(CpuSet::range(0, 3), NodeSet{0, 1}), t, {});
+  ASSERT_TRUE(plan.has_value());
+  ASSERT_EQ(plan->notes.size(), 1u);
+  EXPECT_NE(plan->notes[0].find("span NUMA nodes 0-1"), std::string::npos);
+}
+
+TEST(ThreadPlan, NoUsableCpusIsAnError) {
+  const Topology t = machine("pack:1 numa:1 core:2 pu:1");
+  auto plan = plan_threads(pinned_to(CpuSet{40}, NodeSet{0}), t, {});
+  ASSERT_FALSE(plan.has_value());
+  EXPECT_NE(plan.error().message.find("no usable CPUs"), std::string::npos);
+}
+
+TEST(Apply, BindsTheCallingThread) {
+  const CpuSet first{0};
+  std::size_t count = 0;
+  std::thread worker([&] {
+    ASSERT_TRUE(bind_current_thread(first).has_value());
+    cpu_set_t mask;
+    CPU_ZERO(&mask);
+    sched_getaffinity(0, sizeof mask, &mask);
+    count = static_cast<std::size_t>(CPU_COUNT(&mask));
+    EXPECT_TRUE(CPU_ISSET(0, &mask));
+  });
+  worker.join();
+  EXPECT_EQ(count, 1u);
+  auto none = bind_current_thread({});
+  EXPECT_FALSE(none.has_value());
+  auto offline = bind_current_thread(CpuSet{4000});
+  ASSERT_FALSE(offline.has_value());
+  EXPECT_NE(offline.error().message.find("cannot bind thread to CPUs 4000"), std::string::npos);
+}
+
+TEST(Apply, MemoryPolicyOnTheAllowedNodeOrAReason) {
+  // In a child, so the test process keeps its default policy.
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const auto outcome = apply_memory_policy(NodeSet{0});
+    const char result = outcome.applied ? 'y' : (outcome.reason.empty() ? '?' : 'n');
+    (void)!write(fds[1], &result, 1);
+    _exit(0);
+  }
+  char result = 0;
+  ASSERT_EQ(read(fds[0], &result, 1), 1);
+  waitpid(pid, nullptr, 0);
+  EXPECT_TRUE(result == 'y' || result == 'n') << "applied, or not with a reason";
+  EXPECT_FALSE(apply_memory_policy({}).applied);
+  EXPECT_EQ(apply_memory_policy({}).reason, "no memory nodes to bind to");
+}
+
+}  // namespace
+}  // namespace numaserve::placement
