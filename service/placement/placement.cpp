@@ -34,10 +34,9 @@ Result<ThreadPlan> plan_threads(const Placement& placement, const Topology& topo
     }
   }
   for (unsigned cpu : (plan.cpus - covered).ids()) cores.push_back(CpuSet{cpu});
-  if (plan.numa_nodes.count() > 1) {
-    plan.notes.push_back("CPUs " + plan.cpus.to_list() + " span NUMA nodes " + plan.numa_nodes.to_list() +
-                         ": run one replica per node for local memory");
-  }
+  // Settings that work but hurt (spanning nodes, remote memory, a quota below
+  // the cpuset) are the shared placement checks' to word.
+  plan.notes = check_placement(placement, &topology);
 
   // Workers: as asked, else one per group of intra-op-threads CPUs; intra-op
   // threads: as asked, else what the CPUs allow per worker (at least 1).

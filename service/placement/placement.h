@@ -31,7 +31,7 @@ struct ThreadPlan {
   NodeSet numa_nodes;          // nodes the CPUs are on
   std::vector<Worker> workers;
   unsigned intra_op_threads = 1;
-  std::vector<std::string> notes;
+  std::vector<std::string> notes;  // check_placement()'s warnings
 };
 
 // Workers x intra-op threads never exceed the cpuset's CPUs. By default one

@@ -1,6 +1,5 @@
 #include "lstopo_output.h"
 
-#include <memory>
 #include <regex>
 #include <sstream>
 #include <vector>
