@@ -60,6 +60,17 @@ void OptionTable::add_to(CLI::App& app) {
              [this, spec](std::int64_t count) { from_command_line_.emplace_back(spec, count > 0 ? "true" : "false"); },
              help)
           ->envname(row.env());
+    } else if (row.repeatable) {
+      app.add_option_function<std::vector<std::string>>(
+             row.flag(),
+             [this, spec](const std::vector<std::string>& values) {
+               std::string joined;
+               for (const auto& v : values) joined += (joined.empty() ? "" : ",") + v;
+               from_command_line_.emplace_back(spec, joined);
+             },
+             help)
+          ->envname(row.env())
+          ->type_name(row.value);
     } else {
       app.add_option_function<std::string>(
              row.flag(), [this, spec](const std::string& text) { from_command_line_.emplace_back(spec, text); },
@@ -97,10 +108,20 @@ Status OptionTable::apply_yaml(const std::string& yaml, const std::string& file)
     if (row == rows_.end()) {
       return make_error(Error::Code::kInvalidArgument, where + ": unknown option '" + key + "'", key);
     }
-    if (!entry.second.IsScalar()) {
+    std::string value;
+    if (row->repeatable && entry.second.IsSequence()) {
+      for (const auto& item : entry.second) {
+        if (!item.IsScalar()) {
+          return make_error(Error::Code::kInvalidArgument, where + ": " + key + " wants a list of values", key);
+        }
+        value += (value.empty() ? "" : ",") + item.as<std::string>();
+      }
+    } else if (entry.second.IsScalar()) {
+      value = entry.second.as<std::string>();
+    } else {
       return make_error(Error::Code::kInvalidArgument, where + ": " + key + " wants a single value", key);
     }
-    if (auto applied = row->set(entry.second.as<std::string>()); !applied) {
+    if (auto applied = row->set(value); !applied) {
       return tl::unexpected(std::move(applied.error()).with_context(where));
     }
   }
@@ -114,7 +135,7 @@ std::string OptionTable::markdown() const {
   for (const auto& row : rows_) {
     out << "| `" << row.flag() << (row.value.empty() ? "" : " " + row.value) << "` | `" << row.env() << "` | `"
         << row.name << "` | " << (row.default_text.empty() ? "—" : "`" + row.default_text + "`") << " | " << row.help
-        << " |\n";
+        << (row.repeatable ? " (repeatable)" : "") << " |\n";
   }
   return out.str();
 }

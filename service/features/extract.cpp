@@ -96,7 +96,19 @@ std::int64_t bucket(std::string_view id, std::uint64_t seed, std::uint64_t rows)
   return static_cast<std::int64_t>(hash_id(id, seed) % rows);
 }
 
+StoredFeatures query(const Request& request, const FeatureStore& store) {
+  StoredFeatures stored;
+  stored.user = request.user.id.empty() ? nullptr : store.user(request.user.id);
+  stored.items.reserve(request.items.size());
+  for (const auto& item : request.items) stored.items.push_back(store.item(item.id));
+  return stored;
+}
+
 Result<Batch> extract(const ModelSpec& model, const Request& request, const FeatureStore& store) {
+  return extract(model, request, query(request, store));
+}
+
+Result<Batch> extract(const ModelSpec& model, const Request& request, const StoredFeatures& stored) {
   if (auto s = check_known(model, request.user.features, Source::kUser, "user.features"); !s) {
     return tl::unexpected(s.error());
   }
@@ -117,9 +129,12 @@ Result<Batch> extract(const ModelSpec& model, const Request& request, const Feat
   batch.dense.resize(n * dense.size());
   batch.bags.resize(sparse.size());
 
-  const Features* stored_user = request.user.id.empty() ? nullptr : store.user(request.user.id);
-  std::vector<const Features*> stored_items(n);
-  for (std::size_t i = 0; i < n; ++i) stored_items[i] = store.item(request.items[i].id);
+  if (stored.items.size() != n) {
+    return make_error(Error::Code::kInternal, "stored features for " + std::to_string(stored.items.size()) +
+                                                  " items, the request has " + std::to_string(n));
+  }
+  const Features* stored_user = stored.user;
+  const auto& stored_items = stored.items;
 
   // The value of `spec` for row i; user and context features do not depend on i.
   auto find = [&](const FeatureSpec& spec, std::size_t i) -> Found {
@@ -173,6 +188,24 @@ Result<Batch> extract(const ModelSpec& model, const Request& request, const Feat
     }
   }
   return batch;
+}
+
+Batch concat(const std::vector<const Batch*>& batches) {
+  Batch out;
+  if (batches.empty()) return out;
+  out.dense_width = batches.front()->dense_width;
+  out.bags.resize(batches.front()->bags.size());
+  for (const Batch* b : batches) {
+    out.rows += b->rows;
+    out.dense.insert(out.dense.end(), b->dense.begin(), b->dense.end());
+    for (std::size_t k = 0; k < out.bags.size(); ++k) {
+      auto& bag = out.bags[k];
+      const auto base = static_cast<std::int64_t>(bag.indices.size());
+      for (std::int64_t offset : b->bags[k].offsets) bag.offsets.push_back(base + offset);
+      bag.indices.insert(bag.indices.end(), b->bags[k].indices.begin(), b->bags[k].indices.end());
+    }
+  }
+  return out;
 }
 
 }  // namespace numaserve::features

@@ -35,8 +35,23 @@ struct Batch {
 std::uint64_t hash_id(std::string_view id, std::uint64_t seed);
 std::int64_t bucket(std::string_view id, std::uint64_t seed, std::uint64_t rows);
 
+// The feature-query stage: what the store holds for the request's user and
+// items (nullptr where it holds nothing). A networked store makes this the
+// IO-bound stage, so it is timed apart from extraction.
+struct StoredFeatures {
+  const Features* user = nullptr;
+  std::vector<const Features*> items;  // one per request item
+};
+StoredFeatures query(const Request& request, const FeatureStore& store);
+
 // Errors name the offending field as a client would write it:
 // "items[3].features.price: want a number, got a list".
+Result<Batch> extract(const ModelSpec& model, const Request& request, const StoredFeatures& stored);
+// query() then extract().
 Result<Batch> extract(const ModelSpec& model, const Request& request, const FeatureStore& store);
+
+// Rows of several batches of one model, in order, as one batch: what the
+// dynamic batcher runs. Offsets are rebased onto the joined indices.
+Batch concat(const std::vector<const Batch*>& batches);
 
 }  // namespace numaserve::features

@@ -3,9 +3,15 @@
 #include <numaif.h>
 #include <pthread.h>
 #include <sched.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <sstream>
+
+#include "numaserve/common/text_file.h"
 
 namespace numaserve::placement {
 
@@ -99,6 +105,79 @@ Status bind_current_thread(const CpuSet& cpus) {
     return make_error(Error::Code::kUnavailable, "cannot bind thread to CPUs " + cpus.to_list() + ": " + std::strerror(rc));
   }
   return {};
+}
+
+std::uint64_t PageLocations::resident() const {
+  std::uint64_t total = 0;
+  for (const auto& [node, pages] : pages_per_node) total += pages;
+  return total;
+}
+
+double PageLocations::share_on(const NodeSet& nodes) const {
+  const std::uint64_t total = resident();
+  if (total == 0) return 1;
+  std::uint64_t local = 0;
+  for (const auto& [node, pages] : pages_per_node) {
+    if (nodes.contains(node)) local += pages;
+  }
+  return static_cast<double>(local) / static_cast<double>(total);
+}
+
+Result<PageLocations> locate_pages(const std::vector<MemoryRange>& ranges) {
+  const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  std::vector<void*> pages;
+  for (const auto& range : ranges) {
+    if (range.bytes == 0) continue;
+    const auto first = reinterpret_cast<std::uintptr_t>(range.start) & ~(page - 1);
+    const auto end = reinterpret_cast<std::uintptr_t>(range.start) + range.bytes;
+    for (std::uintptr_t p = first; p < end; p += page) pages.push_back(reinterpret_cast<void*>(p));
+  }
+  // Tensors share pages at their edges; count each page once.
+  std::sort(pages.begin(), pages.end());
+  pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
+
+  PageLocations out;
+  constexpr std::size_t kChunk = 4096;
+  std::vector<int> status(kChunk);
+  for (std::size_t i = 0; i < pages.size(); i += kChunk) {
+    const std::size_t n = std::min(kChunk, pages.size() - i);
+    // nodes == nullptr: report each page's node, move nothing.
+    if (move_pages(0, n, pages.data() + i, nullptr, status.data(), 0) != 0) {
+      return make_error(Error::Code::kUnavailable, std::string("move_pages: ") + std::strerror(errno));
+    }
+    for (std::size_t k = 0; k < n; ++k) {
+      if (status[k] >= 0) {
+        ++out.pages_per_node[static_cast<unsigned>(status[k])];
+      } else {
+        ++out.not_resident;
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<ThreadInfo> list_threads(const std::filesystem::path& proc) {
+  std::vector<ThreadInfo> threads;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(proc / "self" / "task", ec)) {
+    auto status = read_text_file(entry.path() / "status");
+    if (!status) continue;
+    ThreadInfo info;
+    info.tid = std::atoi(entry.path().filename().c_str());
+    std::istringstream lines(*status);
+    for (std::string line; std::getline(lines, line);) {
+      const auto colon = line.find(':');
+      if (colon == std::string::npos) continue;
+      const std::string key = line.substr(0, colon);
+      const auto begin = line.find_first_not_of(" \t", colon + 1);
+      const std::string value = begin == std::string::npos ? "" : line.substr(begin);
+      if (key == "Name") info.name = value;
+      if (key == "Cpus_allowed_list") info.allowed_cpus = CpuSet::parse_list(value).value_or(CpuSet{});
+    }
+    threads.push_back(std::move(info));
+  }
+  std::sort(threads.begin(), threads.end(), [](const ThreadInfo& a, const ThreadInfo& b) { return a.tid < b.tid; });
+  return threads;
 }
 
 }  // namespace numaserve::placement

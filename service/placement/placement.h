@@ -7,6 +7,9 @@
 // and bind each worker -> only then load the model, so its weights are
 // first-touched on the right node.
 
+#include <cstdint>
+#include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -50,5 +53,32 @@ MemoryPolicyOutcome apply_memory_policy(const NodeSet& mems);
 
 // Pins the calling thread; the error names the CPUs and the errno.
 Status bind_current_thread(const CpuSet& cpus);
+
+// A block of memory to locate, e.g. one of the model's weight tensors.
+struct MemoryRange {
+  const void* start = nullptr;
+  std::size_t bytes = 0;
+};
+
+// Where the pages of some memory are, asked of the kernel page by page
+// (move_pages without moving): the proof that the model's weights are local.
+struct PageLocations {
+  std::map<unsigned, std::uint64_t> pages_per_node;
+  std::uint64_t not_resident = 0;  // never touched, or swapped out
+  std::uint64_t resident() const;
+  // Share of the resident pages on `nodes`; 1 when nothing is resident.
+  double share_on(const NodeSet& nodes) const;
+};
+Result<PageLocations> locate_pages(const std::vector<MemoryRange>& ranges);
+
+// The process's threads as the kernel sees them, for /placement: every
+// worker and every OpenMP thread it started, with the CPUs it may run on.
+struct ThreadInfo {
+  int tid = 0;
+  std::string name;
+  CpuSet allowed_cpus;
+};
+// Reads <proc>/self/task; threads that end while it reads are skipped.
+std::vector<ThreadInfo> list_threads(const std::filesystem::path& proc = "/proc");
 
 }  // namespace numaserve::placement

@@ -24,6 +24,10 @@ struct OptionSpec {
   std::string default_text;
   // Parses `text` into the config; the error names what is wrong with it.
   std::function<Status(const std::string& text)> set;
+  // A list: the flag may repeat, YAML takes a sequence, the environment a
+  // comma-separated list; `set` gets all values joined by commas, and a
+  // later source replaces the list of an earlier one.
+  bool repeatable = false;
 
   std::string flag() const;  // "--hints-dir"
   std::string env() const;   // "NUMASERVE_HINTS_DIR"

@@ -1,0 +1,77 @@
+#include "numaserve/common/log.h"
+
+#include <ctime>
+#include <iostream>
+#include <mutex>
+
+#include <nlohmann/json.hpp>
+
+namespace numaserve {
+namespace {
+
+struct Logger {
+  std::mutex mutex;
+  std::string component = "numaserve";
+  LogLevel level = LogLevel::kInfo;
+  LogFormat format = LogFormat::kText;
+};
+
+Logger& logger() {
+  static Logger instance;
+  return instance;
+}
+
+constexpr const char* kLevelNames[] = {"debug", "info", "warning", "error"};
+
+// Text values are quoted when they hold a space, a quote or an equals sign.
+std::string text_value(const std::string& value) {
+  if (!value.empty() && value.find_first_of(" \"=") == std::string::npos) return value;
+  return nlohmann::json(value).dump();
+}
+
+}  // namespace
+
+Result<LogLevel> parse_log_level(std::string_view text) {
+  for (int i = 0; i < 4; ++i) {
+    if (text == kLevelNames[i]) return static_cast<LogLevel>(i);
+  }
+  return make_error(Error::Code::kInvalidArgument,
+                    "log level '" + std::string(text) + "': want debug, info, warning or error", "log_level");
+}
+
+Result<LogFormat> parse_log_format(std::string_view text) {
+  if (text == "text") return LogFormat::kText;
+  if (text == "json") return LogFormat::kJson;
+  return make_error(Error::Code::kInvalidArgument, "log format '" + std::string(text) + "': want text or json",
+                    "log_format");
+}
+
+void configure_logging(std::string component, LogLevel level, LogFormat format) {
+  auto& l = logger();
+  std::lock_guard lock(l.mutex);
+  l.component = std::move(component);
+  l.level = level;
+  l.format = format;
+}
+
+void log(LogLevel level, std::string_view message, const LogFields& fields) {
+  auto& l = logger();
+  std::lock_guard lock(l.mutex);
+  if (level < l.level) return;
+  const std::time_t now = std::time(nullptr);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  const char* name = kLevelNames[static_cast<int>(level)];
+  if (l.format == LogFormat::kJson) {
+    nlohmann::ordered_json line = {{"ts", stamp}, {"level", name}, {"component", l.component}, {"msg", message}};
+    for (const auto& [key, value] : fields) line[key] = value;
+    std::cerr << line.dump() << "\n";
+    return;
+  }
+  std::string line = std::string(stamp) + " level=" + name + " component=" + l.component + " msg=" +
+                     text_value(std::string(message));
+  for (const auto& [key, value] : fields) line += " " + key + "=" + text_value(value);
+  std::cerr << line << "\n";
+}
+
+}  // namespace numaserve

@@ -1,0 +1,295 @@
+// numaserve: flags only. Options are declared once, in serve_options(); the
+// start-up order is the point of this file:
+//   placement -> thread plan -> memory policy + pin -> load store and models
+//   -> HTTP up (live, not ready) -> workers pin themselves and warm up -> ready
+//   -> SIGTERM: not ready, stop accepting, answer what was accepted, exit 0.
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <iostream>
+#include <thread>
+
+#include "api/service.h"
+#include "features/feature_store.h"
+#include "http/server.h"
+#include "model/demo_models.h"
+#include "model/model.h"
+#include "numaserve/common/log.h"
+#include "numaserve/common/options.h"
+#include "numaserve/common/placement.h"
+#include "numaserve/common/quantity.h"
+#include "numaserve/common/topology.h"
+#include "placement/placement.h"
+
+namespace {
+
+using numaserve::LogLevel;
+using numaserve::OptionSpec;
+using numaserve::Status;
+
+constexpr const char* kProgram = "numaserve";
+constexpr const char* kVersion = "0.1.0";
+
+struct ServeOptions {
+  std::vector<std::string> model_dirs;
+  std::string feature_store;
+  std::string listen_address = "0.0.0.0";
+  unsigned port = 8080;
+  numaserve::placement::ThreadConfig threads;
+  numaserve::batching::SchedulerConfig scheduler;
+  unsigned max_batch_delay_us = 500;
+  unsigned max_batch_items = 1024;
+  unsigned queue_capacity = 64;
+  unsigned max_items = 2000;
+  std::uint64_t max_body_bytes = 8u << 20;
+  unsigned http_threads = 128;
+  bool memory_bind = true;
+  unsigned warmup_rounds = 3;
+  double shutdown_delay = 0;
+  double shutdown_grace = 30;
+  bool reuse_port = false;
+  std::string log_level = "info";
+  std::string log_format = "text";
+};
+
+Status set_string(std::string& target, const std::string& text) {
+  target = text;
+  return {};
+}
+
+Status set_list(std::vector<std::string>& target, const std::string& text) {
+  target.clear();
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const auto comma = text.find(',', start);
+    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!item.empty()) target.push_back(std::move(item));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return {};
+}
+
+std::vector<OptionSpec> serve_options(ServeOptions& o) {
+  using numaserve::set_bool;
+  using numaserve::set_unsigned;
+  std::vector<OptionSpec> rows = {
+      {"model_dir", "DIR", "A model directory (model.pt + model.yaml); the first is the default model", "",
+       [&o](const std::string& t) { return set_list(o.model_dirs, t); }, true},
+      {"feature_store", "FILE", "JSON Lines file of user and item features, loaded at start (none: inline features only)",
+       "", [&o](const std::string& t) { return set_string(o.feature_store, t); }},
+      {"listen_address", "ADDR", "Address to listen on", "0.0.0.0",
+       [&o](const std::string& t) { return set_string(o.listen_address, t); }},
+      {"port", "N", "HTTP port; 0 picks a free one (logged)", "8080",
+       [&o](const std::string& t) { return set_unsigned("port", t, o.port); }},
+      {"workers", "N", "Inference workers; 0: one per physical core of the cpuset", "0",
+       [&o](const std::string& t) { return set_unsigned("workers", t, o.threads.workers); }},
+      {"intra_op_threads", "N", "LibTorch threads per worker; 0: the worker's CPUs (workers x threads <= cpuset)", "0",
+       [&o](const std::string& t) { return set_unsigned("intra_op_threads", t, o.threads.intra_op_threads); }},
+      {"queue_capacity", "N", "Requests waiting for a worker before 503 + Retry-After", "64",
+       [&o](const std::string& t) { return set_unsigned("queue_capacity", t, o.queue_capacity); }},
+      {"dynamic_batching", "", "Join queued requests of one model into one forward", "false",
+       [&o](const std::string& t) { return set_bool("dynamic_batching", t, o.scheduler.dynamic_batching); }},
+      {"max_batch_items", "N", "Dynamic batching: most rows in one forward", "1024",
+       [&o](const std::string& t) { return set_unsigned("max_batch_items", t, o.max_batch_items); }},
+      {"max_batch_delay_us", "N", "Dynamic batching: longest wait for more requests, in microseconds", "500",
+       [&o](const std::string& t) { return set_unsigned("max_batch_delay_us", t, o.max_batch_delay_us); }},
+      {"max_items", "N", "Most items in one /predict request (400 beyond)", "2000",
+       [&o](const std::string& t) { return set_unsigned("max_items", t, o.max_items); }},
+      {"max_body_bytes", "QUANTITY", "Largest request body (413 beyond)", "8Mi",
+       [&o](const std::string& t) {
+         auto bytes = numaserve::parse_quantity(t);
+         if (!bytes) return Status(tl::unexpected(std::move(bytes.error()).with_context("max_body_bytes")));
+         o.max_body_bytes = *bytes;
+         return Status();
+       }},
+      {"http_threads", "N", "HTTP threads; each holds one keep-alive connection, so size above the clients' connections",
+       "128", [&o](const std::string& t) { return set_unsigned("http_threads", t, o.http_threads); }},
+      {"memory_bind", "", "Bind memory to the cpuset's nodes with set_mempolicy where the kernel allows it", "true",
+       [&o](const std::string& t) { return set_bool("memory_bind", t, o.memory_bind); }},
+      {"warmup_rounds", "N", "Forwards per model and worker before turning ready", "3",
+       [&o](const std::string& t) { return set_unsigned("warmup_rounds", t, o.warmup_rounds); }},
+      {"shutdown_delay", "DURATION", "After SIGTERM, keep serving (not ready) this long before closing the port", "0s",
+       [&o](const std::string& t) { return numaserve::set_seconds("shutdown_delay", t, o.shutdown_delay); }},
+      {"shutdown_grace", "DURATION", "Longest drain after SIGTERM; then exit 1 with what was left", "30s",
+       [&o](const std::string& t) { return numaserve::set_seconds("shutdown_grace", t, o.shutdown_grace); }},
+      {"reuse_port", "", "Share the port with other processes (SO_REUSEPORT)", "false",
+       [&o](const std::string& t) { return set_bool("reuse_port", t, o.reuse_port); }},
+      {"log_level", "LEVEL", "debug, info, warning or error", "info",
+       [&o](const std::string& t) {
+         if (auto level = numaserve::parse_log_level(t); !level) return Status(tl::unexpected(level.error()));
+         o.log_level = t;
+         return Status();
+       }},
+      {"log_format", "FORMAT", "text or json", "text",
+       [&o](const std::string& t) {
+         if (auto format = numaserve::parse_log_format(t); !format) return Status(tl::unexpected(format.error()));
+         o.log_format = t;
+         return Status();
+       }},
+  };
+  return rows;
+}
+
+int fail(const std::string& message) {
+  numaserve::log(LogLevel::kError, message);
+  return 1;
+}
+
+std::string instance_name() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return std::string(host) + "/" + std::to_string(getpid());
+}
+
+int serve(const ServeOptions& o) {
+  numaserve::configure_logging("service", *numaserve::parse_log_level(o.log_level),
+                               *numaserve::parse_log_format(o.log_format));
+  if (o.model_dirs.empty()) return fail("no model: give --model-dir DIR (a directory with model.pt and model.yaml)");
+
+  // Signals are taken by sigwait below; every thread started later inherits
+  // the block, so none of them is interrupted by SIGTERM.
+  sigset_t signals;
+  sigemptyset(&signals);
+  for (int s : {SIGTERM, SIGINT}) sigaddset(&signals, s);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  // Placement first: nothing is allocated or started before we know where.
+  auto placement = numaserve::discover_placement("/");
+  if (!placement) return fail("reading this process's placement: " + placement.error().message);
+  auto topology = numaserve::discover_topology(numaserve::TopologySource::live());
+  if (!topology) return fail("reading the machine's topology: " + topology.error().message);
+  auto plan = numaserve::placement::plan_threads(*placement, *topology, o.threads);
+  if (!plan) return fail(plan.error().message);
+  for (const auto& note : plan->notes) numaserve::log(LogLevel::kWarning, note);
+
+  numaserve::api::PlacementReport report;
+  report.plan = *plan;
+  report.cgroup = placement->cgroup;
+  report.instance = instance_name();
+  if (o.memory_bind) {
+    report.memory_policy = numaserve::placement::apply_memory_policy(plan->mems);
+    if (!report.memory_policy.applied) numaserve::log(LogLevel::kWarning, report.memory_policy.reason);
+  } else {
+    report.memory_policy.reason = "disabled by --memory-bind=false";
+  }
+  // This thread loads the weights (first touch) and starts every other
+  // thread: pinned to the cpuset, they all inherit it.
+  if (auto bound = numaserve::placement::bind_current_thread(plan->cpus); !bound) return fail(bound.error().message);
+
+  std::unique_ptr<numaserve::features::FeatureStore> store;
+  if (o.feature_store.empty()) {
+    store = std::move(*numaserve::features::EmbeddedFeatureStore::parse("", "no store"));
+  } else {
+    auto loaded = numaserve::features::EmbeddedFeatureStore::load(o.feature_store);
+    if (!loaded) return fail(loaded.error().message);
+    numaserve::log(LogLevel::kInfo, "feature store loaded",
+                   {{"file", o.feature_store}, {"users", std::to_string((*loaded)->users())},
+                    {"items", std::to_string((*loaded)->items())}});
+    store = std::move(*loaded);
+  }
+  std::vector<std::unique_ptr<numaserve::model::Model>> models;
+  for (const auto& dir : o.model_dirs) {
+    auto loaded = numaserve::model::Model::load(dir);
+    if (!loaded) return fail(loaded.error().message);
+    for (const auto& m : models) {
+      if (m->spec().name == (*loaded)->spec().name) return fail(dir + ": a model named " + m->spec().name + " is already served");
+    }
+    models.push_back(std::move(*loaded));
+  }
+  report.runtime = numaserve::model::runtime_summary();
+
+  numaserve::api::ServiceConfig config;
+  config.limits.max_items = o.max_items;
+  config.scheduler = o.scheduler;
+  config.scheduler.queue_capacity = o.queue_capacity;
+  config.scheduler.max_batch_items = o.max_batch_items;
+  config.scheduler.max_delay = std::chrono::microseconds(o.max_batch_delay_us);
+  config.warmup_rounds = o.warmup_rounds;
+  config.version = kVersion;
+  numaserve::api::Service service(config, std::move(report), std::move(models), std::move(store));
+
+  numaserve::http::ServerConfig http;
+  http.host = o.listen_address;
+  http.port = static_cast<int>(o.port);
+  http.threads = o.http_threads;
+  http.max_body_bytes = o.max_body_bytes;
+  http.reuse_port = o.reuse_port;
+  numaserve::http::Server server;
+  if (auto started = server.start(http, [&service](const numaserve::http::Request& r) { return service.handle(r); });
+      !started) {
+    return fail(started.error().message);
+  }
+  numaserve::log(LogLevel::kInfo, "listening (live, not ready until warm)",
+                 {{"address", o.listen_address}, {"port", std::to_string(server.port())}});
+  if (auto warm = service.wait_until_warm(); !warm) {
+    server.stop();
+    return fail("warm-up failed: " + warm.error().message);
+  }
+  numaserve::log(LogLevel::kInfo, "ready", {{"summary", service.startup_summary()}});
+
+  int signal = 0;
+  sigwait(&signals, &signal);
+  numaserve::log(LogLevel::kInfo, "draining", {{"signal", signal == SIGTERM ? "SIGTERM" : "SIGINT"}});
+  service.begin_drain();
+  // The drain must end within the grace period even if a client stalls.
+  std::thread([grace = o.shutdown_grace + o.shutdown_delay] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(grace));
+    numaserve::log(LogLevel::kError, "shutdown grace period over; exiting with requests unanswered");
+    _exit(1);
+  }).detach();
+  std::this_thread::sleep_for(std::chrono::duration<double>(o.shutdown_delay));
+  server.stop();
+  service.stop_workers();
+  numaserve::log(LogLevel::kInfo, "stopped");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"numaserve: a NUMA-aware LibTorch ranking service"};
+  app.require_subcommand(1);
+  ServeOptions options;
+
+  auto* serve_cmd = app.add_subcommand("serve", "Serve models over HTTP: POST /predict, KServe v2, /placement, /metrics");
+  numaserve::OptionTable table(serve_options(options));
+  table.add_to(*serve_cmd);
+
+  auto* demo_cmd = app.add_subcommand("make-demo-models", "Write DIR/ranker_a, DIR/ranker_b and DIR/store.jsonl");
+  std::string demo_dir;
+  numaserve::model::DemoConfig demo;
+  demo_cmd->add_option("dir", demo_dir, "Output directory")->required();
+  demo_cmd->add_option("--embedding-mb", demo.embedding_mb, "ranker_a's embedding tables in MiB")->capture_default_str();
+  demo_cmd->add_option("--users", demo.users, "Users in the feature store")->capture_default_str();
+  demo_cmd->add_option("--items", demo.items, "Items in the feature store")->capture_default_str();
+  demo_cmd->add_option("--seed", demo.seed, "Seed of weights and store")->capture_default_str();
+
+  auto* options_cmd = app.add_subcommand("options", "Print serve's options as a Markdown table (for the README)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (options_cmd->parsed()) {
+    std::cout << table.markdown();
+    return 0;
+  }
+  if (demo_cmd->parsed()) {
+    if (auto made = numaserve::model::make_demo_models(demo_dir, demo); !made) {
+      std::cerr << kProgram << ": " << made.error().message << "\n";
+      return 1;
+    }
+    std::cout << "wrote " << demo_dir << "/ranker_a, " << demo_dir << "/ranker_b, " << demo_dir << "/store.jsonl\n";
+    return 0;
+  }
+  if (auto applied = table.apply(); !applied) {
+    std::cerr << kProgram << ": " << applied.error().message << "\n";
+    return 2;
+  }
+  return serve(options);
+}

@@ -1,0 +1,157 @@
+// The only place (with demo_models.cpp) that includes LibTorch.
+#include "model/model.h"
+
+#include <torch/script.h>
+
+#include <ATen/Parallel.h>
+#include <torch/version.h>
+
+#include <fstream>
+
+#include "numaserve/common/text_file.h"
+
+namespace numaserve::model {
+namespace {
+
+Error torch_error(const std::string& what, const std::exception& e) {
+  // c10 messages carry a C++ backtrace after the first line; the first line
+  // is what a user can act on.
+  std::string message = e.what();
+  if (auto eol = message.find('\n'); eol != std::string::npos) message.resize(eol);
+  return Error{Error::Code::kInvalidArgument, what + ": " + message, ""};
+}
+
+// The tensors below borrow the batch's memory: forward() never writes its
+// inputs, and they do not outlive the call.
+at::Tensor borrow(const std::vector<std::int64_t>& values) {
+  return torch::from_blob(const_cast<std::int64_t*>(values.data()), {static_cast<std::int64_t>(values.size())},
+                          torch::kLong);
+}
+
+}  // namespace
+
+struct Model::Impl {
+  torch::jit::Module module;
+};
+
+Model::Model(std::filesystem::path dir, features::ModelSpec spec, std::unique_ptr<Impl> impl)
+    : dir_(std::move(dir)), spec_(std::move(spec)), impl_(std::move(impl)) {}
+
+Model::~Model() = default;
+
+Result<std::unique_ptr<Model>> Model::load(const std::filesystem::path& dir) {
+  const auto yaml_path = dir / "model.yaml";
+  auto yaml = read_text_file(yaml_path);
+  if (!yaml) return tl::unexpected(yaml.error());
+  auto spec = features::parse_model_spec(*yaml, yaml_path.string());
+  if (!spec) return tl::unexpected(spec.error());
+
+  const auto pt_path = dir / "model.pt";
+  if (!std::filesystem::is_regular_file(pt_path)) {
+    return make_error(Error::Code::kNotFound, pt_path.string() + ": no such file (a model directory holds model.pt and model.yaml)");
+  }
+  auto impl = std::make_unique<Impl>();
+  try {
+    impl->module = torch::jit::load(pt_path.string(), torch::kCPU);
+    impl->module.eval();
+  } catch (const std::exception& e) {
+    return tl::unexpected(torch_error(pt_path.string() + ": not a TorchScript model", e));
+  }
+  if (!impl->module.find_method("forward")) {
+    return make_error(Error::Code::kInvalidArgument, pt_path.string() + ": has no forward method");
+  }
+  for (const auto& param : impl->module.named_parameters(/*recurse=*/false)) {
+    if (param.name.rfind("emb_", 0) != 0) continue;
+    const std::string table = param.name.substr(4);
+    const auto declared = spec->tables.find(table);
+    if (declared == spec->tables.end()) continue;
+    const auto rows = static_cast<std::uint64_t>(param.value.size(0));
+    if (rows != declared->second) {
+      return make_error(Error::Code::kInvalidArgument,
+                        dir.string() + ": table '" + table + "' has " + std::to_string(declared->second) +
+                            " rows in model.yaml but " + std::to_string(rows) + " in model.pt",
+                        "tables." + table);
+    }
+  }
+  return std::unique_ptr<Model>(new Model(dir, std::move(*spec), std::move(impl)));
+}
+
+Result<std::vector<float>> Model::forward(const features::Batch& batch) const {
+  const auto rows = static_cast<std::int64_t>(batch.rows);
+  try {
+    c10::InferenceMode inference;
+    const at::Tensor dense =
+        torch::from_blob(const_cast<float*>(batch.dense.data()), {rows, static_cast<std::int64_t>(batch.dense_width)},
+                         torch::kFloat);
+    c10::List<at::Tensor> indices;
+    c10::List<at::Tensor> offsets;
+    for (const auto& bag : batch.bags) {
+      indices.push_back(borrow(bag.indices));
+      offsets.push_back(borrow(bag.offsets));
+    }
+    torch::jit::Module module = impl_->module;  // a handle: shares the weights
+    const at::Tensor out = module.forward({dense, indices, offsets}).toTensor().to(torch::kFloat).reshape({-1}).contiguous();
+    if (out.numel() != rows) {
+      return make_error(Error::Code::kInternal, spec_.name + ": forward returned " + std::to_string(out.numel()) +
+                                                    " scores for " + std::to_string(rows) + " rows");
+    }
+    const float* data = out.data_ptr<float>();
+    return std::vector<float>(data, data + rows);
+  } catch (const std::exception& e) {
+    return tl::unexpected(torch_error(spec_.name + ": forward failed", e));
+  }
+}
+
+Status Model::warm_up(std::size_t rows, unsigned rounds) const {
+  // Every row at its declared defaults: the same shapes a request produces.
+  features::Request request;
+  request.items.resize(rows);
+  features::StoredFeatures nothing_stored;
+  nothing_stored.items.resize(rows);
+  auto batch = features::extract(spec_, request, nothing_stored);
+  if (!batch) return tl::unexpected(batch.error());
+  for (unsigned i = 0; i < rounds; ++i) {
+    auto scores = forward(*batch);
+    if (!scores) return tl::unexpected(std::move(scores.error()).with_context("warm-up"));
+  }
+  return {};
+}
+
+std::vector<placement::MemoryRange> Model::weights() const {
+  std::vector<placement::MemoryRange> out;
+  auto add = [&out](const at::Tensor& t) {
+    if (t.defined() && t.nbytes() > 0) out.push_back({t.data_ptr(), t.nbytes()});
+  };
+  for (const auto& p : impl_->module.named_parameters()) add(p.value);
+  for (const auto& b : impl_->module.named_buffers()) add(b.value);
+  return out;
+}
+
+std::size_t Model::weight_bytes() const {
+  std::size_t total = 0;
+  for (const auto& range : weights()) total += range.bytes;
+  return total;
+}
+
+void set_intra_op_threads(unsigned threads) { at::set_num_threads(static_cast<int>(threads == 0 ? 1 : threads)); }
+
+std::string runtime_summary() {
+  // Which BLAS the dynamic linker picked decides forward speed (the
+  // reference BLAS is ~17x slower; the pthread OpenBLAS fights OpenMP for
+  // cores), so name the file actually mapped.
+  std::string blas = "unknown";
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    const auto slash = line.find('/');
+    if (slash == std::string::npos) continue;
+    const std::string path = line.substr(slash);
+    if (path.find("libblas.so") != std::string::npos || path.find("libopenblas") != std::string::npos) {
+      blas = std::filesystem::path(path).parent_path().filename().string();
+      break;
+    }
+  }
+  return std::string("LibTorch ") + TORCH_VERSION + " (" +
+         (at::get_parallel_info().find("OpenMP") != std::string::npos ? "OpenMP" : "native") + "), BLAS " + blas;
+}
+
+}  // namespace numaserve::model

@@ -1,0 +1,69 @@
+#pragma once
+// A loaded model: model.pt (TorchScript) + model.yaml (the feature contract).
+// This header is torch-free on purpose — everything above service/model/
+// sees plain vectors (features::Batch in, one float per row out); only
+// model.cpp and demo_models.cpp include LibTorch.
+//
+// The forward contract of model.pt:
+//   def forward(self, dense: Tensor, indices: List[Tensor], offsets: List[Tensor]) -> Tensor
+// dense is float32 [N, D] (model.yaml's numeric features in order), and
+// indices[k] / offsets[k] are the int64 embedding bag of the k-th id or
+// id-list feature (offsets: one start per row). It returns N scores
+// ([N] or [N, 1]). A parameter named emb_<table>, when present, must have
+// as many rows as model.yaml's tables.<table> — checked at load, since a
+// mismatch would send hashed ids past the end of the table.
+
+#include <cstddef>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "features/extract.h"
+#include "features/model_spec.h"
+#include "numaserve/common/result.h"
+#include "placement/placement.h"
+
+namespace numaserve::model {
+
+class Model {
+ public:
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  // Reads dir/model.yaml and dir/model.pt. The calling thread's CPU and
+  // memory binding decide where the weights land (they are written by it).
+  static Result<std::unique_ptr<Model>> load(const std::filesystem::path& dir);
+
+  const features::ModelSpec& spec() const { return spec_; }
+  const std::filesystem::path& dir() const { return dir_; }
+
+  // Thread-safe: many workers may run the same model at once.
+  Result<std::vector<float>> forward(const features::Batch& batch) const;
+
+  // Runs `rounds` forwards of `rows` default rows — allocator pools and
+  // lazily built kernels are warm before the first request.
+  Status warm_up(std::size_t rows, unsigned rounds) const;
+
+  // Where the weights live, for the page-locality report.
+  std::vector<placement::MemoryRange> weights() const;
+  std::size_t weight_bytes() const;
+
+ private:
+  struct Impl;
+  Model(std::filesystem::path dir, features::ModelSpec spec, std::unique_ptr<Impl> impl);
+  std::filesystem::path dir_;
+  features::ModelSpec spec_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The intra-op thread count of the calling thread's LibTorch (OpenMP) pool.
+// Each inference worker calls it once, after pinning itself, so its OpenMP
+// team is created inside its CPUs.
+void set_intra_op_threads(unsigned threads);
+
+// What LibTorch was built with, for the startup summary: "OpenMP, 2 threads".
+std::string runtime_summary();
+
+}  // namespace numaserve::model
