@@ -1,0 +1,325 @@
+// The service over a real socket on loopback: real models, real HTTP.
+#include "api/service.h"
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+
+#include <random>
+#include <thread>
+
+#include "demo_dir.h"
+#include "http/predict_json.h"
+#include "http/server.h"
+#include "numaserve/common/topology.h"
+
+namespace numaserve::api {
+namespace {
+
+using nlohmann::json;
+using numaserve::testing::demo_dir;
+
+struct Options {
+  std::size_t queue_capacity = 64;
+  bool dynamic_batching = false;
+  std::size_t max_items = 2000;
+  std::size_t max_body_bytes = 8u << 20;
+  unsigned workers = 0;
+};
+
+// A service as `numaserve serve` builds it: placement read from this
+// process, threads planned on this machine, both demo models.
+class Running {
+ public:
+  explicit Running(const Options& o = {}) {
+    auto placement = discover_placement("/");
+    auto topology = discover_topology(TopologySource::live());
+    EXPECT_TRUE(placement && topology);
+    auto plan = placement::plan_threads(*placement, *topology, {o.workers, 0});
+    EXPECT_TRUE(plan.has_value()) << plan.error().message;
+    PlacementReport report;
+    report.plan = *plan;
+    report.instance = "test";
+    std::vector<std::unique_ptr<model::Model>> models;
+    for (const char* name : {"ranker_a", "ranker_b"}) models.push_back(std::move(*model::Model::load(demo_dir() / name)));
+    ServiceConfig config;
+    config.limits.max_items = o.max_items;
+    config.scheduler.queue_capacity = o.queue_capacity;
+    config.scheduler.dynamic_batching = o.dynamic_batching;
+    config.scheduler.max_delay = std::chrono::milliseconds(20);
+    config.warmup_rounds = 1;
+    config.version = "test";
+    service_ = std::make_unique<Service>(config, std::move(report), std::move(models),
+                                         std::move(*features::EmbeddedFeatureStore::load(demo_dir() / "store.jsonl")));
+    EXPECT_TRUE(service_->wait_until_warm().has_value());
+    http::ServerConfig server_config;
+    server_config.host = "127.0.0.1";
+    server_config.port = 0;
+    server_config.threads = 16;
+    server_config.max_body_bytes = o.max_body_bytes;
+    EXPECT_TRUE(server_.start(server_config, [this](const http::Request& r) { return service_->handle(r); }).has_value());
+  }
+  ~Running() {
+    server_.stop();
+    service_->stop_workers();
+  }
+
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", server_.port());
+    c.set_read_timeout(30, 0);
+    return c;
+  }
+  Service& service() { return *service_; }
+
+ private:
+  std::unique_ptr<Service> service_;
+  http::Server server_;
+};
+
+Running& shared() {
+  static Running running;
+  return running;
+}
+
+const char* kPredict = R"({"request_id": "r-1", "user": {"id": "u3", "features": {"age": 40}},
+  "context": {"hour": 21, "device": "android"},
+  "items": [{"id": "i1"}, {"id": "i42", "features": {"price": 9.5, "tags": ["t1", "t2"]}}, {"id": "not-in-store"}]})";
+
+void expect_error(const httplib::Result& res, int status, const std::string& field) {
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_EQ(res->status, status) << res->body;
+  const json body = json::parse(res->body, nullptr, false);
+  ASSERT_TRUE(body.is_object()) << res->body;
+  EXPECT_TRUE(body.contains("error")) << res->body;
+  EXPECT_EQ(body.value("field", ""), field) << res->body;
+}
+
+TEST(Predict, ScoresEqualADirectForwardOnTheSameTensors) {
+  auto client = shared().client();
+  auto res = client.Post("/predict", kPredict, "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const json body = json::parse(res->body);
+  EXPECT_EQ(body["model"], "ranker_a");  // the first model is the default
+  EXPECT_EQ(body["version"], "1");
+  EXPECT_EQ(body["request_id"], "r-1");
+
+  auto request = http::parse_predict_request(kPredict, {});
+  ASSERT_TRUE(request.has_value());
+  auto direct = model::Model::load(demo_dir() / "ranker_a");
+  auto store = features::EmbeddedFeatureStore::load(demo_dir() / "store.jsonl");
+  auto batch = features::extract((*direct)->spec(), request->features, **store);
+  ASSERT_TRUE(batch.has_value());
+  const auto expected = (*direct)->forward(*batch).value();
+  const auto scores = body["scores"].get<std::vector<float>>();
+  ASSERT_EQ(scores.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_FLOAT_EQ(scores[i], expected[i]) << i;
+}
+
+TEST(Predict, SelectsTheModelAndGeneratesARequestId) {
+  auto client = shared().client();
+  auto res = client.Post("/predict", R"({"model": "ranker_b", "user": {"id": "u1"}, "items": [{"id": "i1"}]})",
+                         "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const json body = json::parse(res->body);
+  EXPECT_EQ(body["model"], "ranker_b");
+  EXPECT_FALSE(body["request_id"].get<std::string>().empty());
+  EXPECT_EQ(body["scores"].size(), 1u);
+}
+
+TEST(V2, InferOnExtractedTensorsEqualsPredict) {
+  auto client = shared().client();
+  auto request = http::parse_predict_request(kPredict, {});
+  auto direct = model::Model::load(demo_dir() / "ranker_a");
+  auto store = features::EmbeddedFeatureStore::load(demo_dir() / "store.jsonl");
+  const auto& spec = (*direct)->spec();
+  const auto batch = features::extract(spec, request->features, **store).value();
+  json inputs = json::array();
+  auto tensor = [](const std::string& name, const char* type, json shape, json data) {
+    return json{{"name", name}, {"datatype", type}, {"shape", std::move(shape)}, {"data", std::move(data)}};
+  };
+  inputs.push_back(tensor("dense", "FP32", {batch.rows, batch.dense_width}, batch.dense));
+  const auto sparse = spec.sparse_features();
+  for (std::size_t k = 0; k < sparse.size(); ++k) {
+    const std::string stem = std::string(features::to_string(sparse[k]->source)) + "_" + sparse[k]->name;
+    inputs.push_back(tensor(stem + "_indices", "INT64", {batch.bags[k].indices.size()}, batch.bags[k].indices));
+    inputs.push_back(tensor(stem + "_offsets", "INT64", {batch.rows}, batch.bags[k].offsets));
+  }
+  auto res = client.Post("/v2/models/ranker_a/infer", json{{"id", "v2-1"}, {"inputs", inputs}}.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const json body = json::parse(res->body);
+  EXPECT_EQ(body["id"], "v2-1");
+  EXPECT_EQ(body["model_name"], "ranker_a");
+  EXPECT_EQ(body["outputs"][0]["name"], "score");
+  const auto predicted = json::parse(client.Post("/predict", kPredict, "application/json")->body)["scores"];
+  EXPECT_EQ(body["outputs"][0]["data"], predicted);
+
+  // The same tensors with one index past its table's end.
+  inputs[1]["data"][0] = spec.tables.at(sparse[0]->table);
+  expect_error(client.Post("/v2/models/ranker_a/infer", json{{"inputs", inputs}}.dump(), "application/json"), 400,
+               "inputs[1].data[0]");
+  inputs.erase(inputs.begin() + 2);
+  expect_error(client.Post("/v2/models/ranker_a/infer", json{{"inputs", inputs}}.dump(), "application/json"), 400,
+               "inputs");
+}
+
+TEST(Routes, HealthReadinessMetadataMetricsPlacement) {
+  auto client = shared().client();
+  for (const char* path : {"/healthz", "/readyz", "/v2", "/v2/health/live", "/v2/health/ready", "/v2/models/ranker_a",
+                           "/v2/models/ranker_a/ready", "/v2/models/ranker_b/versions/1", "/metrics", "/placement"}) {
+    auto res = client.Get(path);
+    ASSERT_TRUE(res) << path;
+    EXPECT_EQ(res->status, 200) << path << ": " << res->body;
+  }
+  const json meta = json::parse(client.Get("/v2/models/ranker_a")->body);
+  EXPECT_EQ(meta["name"], "ranker_a");
+  EXPECT_EQ(meta["inputs"].size(), 1 + 2 * 9u);  // dense + indices/offsets per embedding-bag feature
+  EXPECT_EQ(json::parse(client.Get("/v2")->body)["name"], "numaserve");
+
+  ASSERT_EQ(client.Post("/predict", kPredict, "application/json")->status, 200);
+  const std::string metrics = client.Get("/metrics")->body;
+  for (const char* line : {"numaserve_requests_total{route=\"/predict\",code=\"200\"}",
+                           "numaserve_stage_seconds_count{model=\"ranker_a\",stage=\"forward\"}",
+                           "numaserve_stage_seconds_count{model=\"ranker_a\",stage=\"query\"}",
+                           "numaserve_batch_items_count", "numaserve_queue_depth 0", "numaserve_placement_info{",
+                           "numaserve_threads{kind=\"inference\"}", "numaserve_model_weights_local_ratio{model=\"ranker_a\"} 1"}) {
+    EXPECT_NE(metrics.find(line), std::string::npos) << line;
+  }
+
+  // /placement reports what the kernel says about this process.
+  const json placement = json::parse(client.Get("/placement")->body);
+  const auto own = discover_placement("/").value();
+  EXPECT_EQ(placement["cpus"], own.cpus().to_list());
+  EXPECT_EQ(placement["mems"], own.mems().to_list());
+  std::size_t workers = 0;
+  for (const auto& t : placement["threads"]) {
+    if (t["name"].get<std::string>().rfind("ns-worker-", 0) != 0) continue;
+    ++workers;
+    const auto allowed = CpuSet::parse_list(t["allowed_cpus"].get<std::string>()).value();
+    EXPECT_TRUE((allowed & own.cpus()) == allowed) << t.dump();
+  }
+  EXPECT_GE(workers, placement["workers"].size());
+  for (const auto& m : placement["models"]) {
+    EXPECT_DOUBLE_EQ(m["local_fraction"].get<double>(), 1.0) << m.dump();  // one node here: all local
+    EXPECT_GT(m["weight_bytes"].get<std::size_t>(), 0u);
+  }
+}
+
+struct BadCase {
+  const char* name;
+  const char* method;
+  const char* path;
+  std::string body;
+  int status;
+  const char* field;
+};
+
+TEST(Errors, EachClassGetsItsStatusAndNamesTheField) {
+  const std::vector<BadCase> cases = {
+      {"malformed JSON", "POST", "/predict", "{\"user\": ", 400, "body"},
+      {"not an object", "POST", "/predict", "[1, 2]", 400, "body"},
+      {"items of the wrong type", "POST", "/predict", R"({"user": {"id": "u1"}, "items": "i1"})", 400, "items"},
+      {"user id of the wrong type", "POST", "/predict", R"({"user": {"id": [1]}, "items": [{"id": "i1"}]})", 400, "user.id"},
+      {"unknown feature", "POST", "/predict", R"({"user": {"id": "u1"}, "items": [{"id": "i1", "features": {"colour": "red"}}]})",
+       400, "items[0].features.colour"},
+      {"feature of the wrong type", "POST", "/predict",
+       R"({"user": {"id": "u1"}, "items": [{"id": "i1", "features": {"price": "cheap"}}]})", 400, "items[0].features.price"},
+      {"empty items", "POST", "/predict", R"({"user": {"id": "u1"}, "items": []})", 400, "items"},
+      {"too many items", "POST", "/predict",
+       [] {
+         json items = json::array();
+         for (int i = 0; i < 2001; ++i) items.push_back({{"id", i}});
+         return json{{"user", {{"id", "u1"}}}, {"items", items}}.dump();
+       }(),
+       400, "items"},
+      {"NaN", "POST", "/predict", R"({"user": {"id": "u1"}, "items": [{"id": "i1", "features": {"price": NaN}}]})", 400, "body"},
+      {"Infinity", "POST", "/predict", R"({"user": {"id": "u1"}, "items": [{"id": "i1", "features": {"price": 1e999}}]})",
+       400, "body"},  // nlohmann refuses numbers beyond double's range
+      {"unknown model", "POST", "/predict", R"({"model": "nope", "user": {"id": "u1"}, "items": [{"id": "i1"}]})", 404, "model"},
+      {"unknown v2 model", "GET", "/v2/models/nope", "", 404, "model"},
+      {"wrong v2 version", "GET", "/v2/models/ranker_a/versions/9", "", 404, "version"},
+      {"wrong method", "GET", "/predict", "", 405, "method"},
+      {"wrong method on infer", "GET", "/v2/models/ranker_a/infer", "", 405, "method"},
+      {"unknown path", "GET", "/nope", "", 404, "path"},
+      {"body over the limit", "POST", "/predict", std::string(10u << 20, ' '), 413, "body"},
+  };
+  auto client = shared().client();
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto res = std::string(c.method) == "GET" ? client.Get(c.path) : client.Post(c.path, c.body, "application/json");
+    expect_error(res, c.status, c.field);
+    if (c.status == 405) {
+      ASSERT_TRUE(res);
+      EXPECT_TRUE(res->has_header("Allow"));
+    }
+  }
+}
+
+TEST(Errors, HostileBodiesNeverCrashOrHang) {
+  auto client = shared().client();
+  std::mt19937 rng(1);
+  std::string noise(64 * 1024, '\0');
+  for (auto& c : noise) c = static_cast<char>(rng());
+  std::vector<std::string> bodies = {noise, std::string(100000, '[') , std::string(100000, '{'),
+                                     "{\"user\": {\"id\": \"u1\"}, \"items\": [" + std::string(200000, '[') + "]}"};
+  json many = json::array();
+  for (int i = 0; i < 100000; ++i) many.push_back({{"id", i}});
+  bodies.push_back(json{{"user", {{"id", "u1"}}}, {"items", many}}.dump());
+  for (const auto& body : bodies) {
+    auto res = client.Post("/predict", body, "application/json");
+    ASSERT_TRUE(res) << httplib::to_string(res.error());
+    EXPECT_EQ(res->status, 400) << res->body.substr(0, 200);
+    auto infer = client.Post("/v2/models/ranker_a/infer", body, "application/json");
+    ASSERT_TRUE(infer);
+    EXPECT_EQ(infer->status, 400);
+  }
+  EXPECT_EQ(client.Get("/healthz")->status, 200);
+}
+
+TEST(Overload, AFullQueueAnswers503WithRetryAfter) {
+  Options o;
+  o.queue_capacity = 0;  // every request finds the queue full
+  Running running(o);
+  auto res = running.client().Post("/predict", kPredict, "application/json");
+  expect_error(res, 503, "");
+  EXPECT_EQ(res->get_header_value("Retry-After"), "1");
+}
+
+TEST(Drain, NotReadyButStillAnswering) {
+  Running running;
+  auto client = running.client();
+  running.service().begin_drain();
+  expect_error(client.Get("/readyz"), 503, "");
+  EXPECT_EQ(json::parse(client.Get("/v2/health/ready")->body)["ready"], false);
+  EXPECT_EQ(client.Get("/healthz")->status, 200);
+  EXPECT_EQ(client.Post("/predict", kPredict, "application/json")->status, 200);
+}
+
+TEST(DynamicBatching, JoinedRequestsGetTheirOwnScores) {
+  Options o;
+  o.dynamic_batching = true;
+  o.workers = 1;
+  Running running(o);
+  const auto single =
+      json::parse(shared().client().Post("/predict", kPredict, "application/json")->body)["scores"].get<std::vector<float>>();
+  std::vector<std::thread> threads;
+  std::vector<std::vector<float>> got(8);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    threads.emplace_back([&, i] {
+      auto res = running.client().Post("/predict", kPredict, "application/json");
+      if (res && res->status == 200) got[i] = json::parse(res->body)["scores"].get<std::vector<float>>();
+    });
+  }
+  for (auto& t : threads) t.join();
+  // A larger batch may take another BLAS kernel: equal up to float rounding.
+  for (const auto& scores : got) {
+    ASSERT_EQ(scores.size(), single.size());
+    for (std::size_t i = 0; i < single.size(); ++i) EXPECT_NEAR(scores[i], single[i], 1e-6);
+  }
+}
+
+}  // namespace
+}  // namespace numaserve::api

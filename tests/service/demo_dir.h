@@ -1,0 +1,40 @@
+#pragma once
+// Tiny demo models (1 MiB of embeddings, 50 users, 200 items), generated
+// once per test binary with the same code as `numaserve make-demo-models`.
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "model/demo_models.h"
+
+namespace numaserve::testing {
+
+inline numaserve::model::DemoConfig tiny_demo(std::uint64_t seed = 42) {
+  numaserve::model::DemoConfig config;
+  config.embedding_mb = 1;
+  config.users = 50;
+  config.items = 200;
+  config.seed = seed;
+  return config;
+}
+
+inline std::filesystem::path make_temp_dir(const std::string& stem) {
+  std::string pattern = (std::filesystem::temp_directory_path() / (stem + "-XXXXXX")).string();
+  if (mkdtemp(pattern.data()) == nullptr) ADD_FAILURE() << "mkdtemp " << pattern;
+  return pattern;
+}
+
+// The directory holding ranker_a/, ranker_b/ and store.jsonl.
+inline const std::filesystem::path& demo_dir() {
+  static const std::filesystem::path dir = [] {
+    auto d = make_temp_dir("numaserve-demo");
+    auto made = numaserve::model::make_demo_models(d, tiny_demo());
+    if (!made) ADD_FAILURE() << made.error().message;
+    return d;
+  }();
+  return dir;
+}
+
+}  // namespace numaserve::testing
