@@ -193,6 +193,8 @@ mkdir -p "$CTL"
   echo 'mount -t devpts devpts /dev/pts; mount -t tmpfs tmpfs /dev/shm'
   echo 'ln -sf /proc/self/fd /dev/fd'
   echo 'mount -t cgroup2 cgroup2 /sys/fs/cgroup'
+  echo '# Loopback up, as on any booted system: servers under test listen on it.'
+  printf '%q ip link set lo up\n' "$BUSYBOX"
   printf '%q --noprofile --norc /run/numa-vm/cmd.sh </dev/null >/run/numa-vm/stdout 2>/run/numa-vm/stderr\n' "$BASH"
   echo 'echo $? > /run/numa-vm/rc'
   echo 'sync; poweroff -f'

@@ -95,6 +95,27 @@ TEST(Options, SwitchesFromFlagAndEnvironment) {
   EXPECT_TRUE(d.oneshot);
 }
 
+TEST(Options, RepeatableOptionsTakeListsAndTheLastSourceWins) {
+  std::string dirs;
+  auto table_of = [&dirs] {
+    OptionSpec row{"model_dir", "DIR", "a model", "", [&dirs](const std::string& t) { dirs = t; return Status{}; }};
+    row.repeatable = true;
+    return OptionTable({row});
+  };
+  auto flags = table_of();
+  ASSERT_TRUE(parse(flags, {"--model-dir", "a", "--model-dir", "b"}).has_value());
+  EXPECT_EQ(dirs, "a,b");
+
+  const std::string file = write_temp("numaserve-list.yaml", "model_dir: [x, y]\n");
+  auto yaml_then_flag = table_of();
+  ASSERT_TRUE(parse(yaml_then_flag, {"--config", file}).has_value());
+  EXPECT_EQ(dirs, "x,y");
+  auto flag_wins = table_of();
+  ASSERT_TRUE(parse(flag_wins, {"--config", file, "--model-dir", "z"}).has_value());
+  EXPECT_EQ(dirs, "z");
+  EXPECT_NE(table_of().markdown().find("(repeatable)"), std::string::npos);
+}
+
 TEST(Options, UnknownYamlKeyNamesFileAndLine) {
   Config c;
   auto table = table_for(c);

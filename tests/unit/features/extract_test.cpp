@@ -154,6 +154,29 @@ TEST(FeatureStore, ErrorsNameFileAndLine) {
   EXPECT_NE(missing.error().message.find("feature store: cannot read /no/such/store.jsonl"), std::string::npos);
 }
 
+TEST_F(Extraction, ConcatenatedBatchesEqualOneBatchOfAllItems) {
+  auto one = extract(spec_, request({"i1", "i2"}), *store_);
+  auto two = extract(spec_, request({"i3"}), *store_);
+  auto all = extract(spec_, request({"i1", "i2", "i3"}), *store_);
+  ASSERT_TRUE(one && two && all);
+  const Batch joined = concat({&*one, &*two});
+  EXPECT_EQ(joined.rows, all->rows);
+  EXPECT_EQ(joined.dense, all->dense);
+  ASSERT_EQ(joined.bags.size(), all->bags.size());
+  for (std::size_t k = 0; k < joined.bags.size(); ++k) {
+    EXPECT_EQ(joined.bags[k].indices, all->bags[k].indices) << k;
+    EXPECT_EQ(joined.bags[k].offsets, all->bags[k].offsets) << k;
+  }
+}
+
+TEST_F(Extraction, QueryIsTheStoreLookupAlone) {
+  const auto stored = query(request({"i1", "missing"}), *store_);
+  EXPECT_EQ(stored.user, store_->user("u1"));
+  ASSERT_EQ(stored.items.size(), 2u);
+  EXPECT_EQ(stored.items[0], store_->item("i1"));
+  EXPECT_EQ(stored.items[1], nullptr);
+}
+
 TEST(FeatureStore, LoadsUsersAndItems) {
   auto store = EmbeddedFeatureStore::load(testing::fixtures_dir() / "features/store.jsonl");
   ASSERT_TRUE(store.has_value()) << store.error().message;

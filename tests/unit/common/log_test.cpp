@@ -1,0 +1,51 @@
+#include "numaserve/common/log.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <iostream>
+#include <sstream>
+
+namespace numaserve {
+namespace {
+
+// Captures what log() writes to std::cerr.
+std::string captured(LogLevel configured, LogFormat format, LogLevel level, const LogFields& fields) {
+  configure_logging("test", configured, format);
+  std::ostringstream out;
+  auto* old = std::cerr.rdbuf(out.rdbuf());
+  log(level, "model loaded", fields);
+  std::cerr.rdbuf(old);
+  configure_logging("numaserve", LogLevel::kInfo, LogFormat::kText);
+  return out.str();
+}
+
+TEST(Log, TextQuotesValuesWithSpaces) {
+  const auto line = captured(LogLevel::kInfo, LogFormat::kText, LogLevel::kWarning, {{"cpus", "0-3"}, {"why", "a b"}});
+  EXPECT_NE(line.find(" level=warning component=test msg=\"model loaded\" cpus=0-3 why=\"a b\"\n"), std::string::npos)
+      << line;
+}
+
+TEST(Log, JsonIsOneObjectPerLine) {
+  const auto line = captured(LogLevel::kInfo, LogFormat::kJson, LogLevel::kError, {{"port", "8080"}});
+  const auto parsed = nlohmann::json::parse(line);
+  EXPECT_EQ(parsed["level"], "error");
+  EXPECT_EQ(parsed["msg"], "model loaded");
+  EXPECT_EQ(parsed["port"], "8080");
+  EXPECT_EQ(parsed["component"], "test");
+}
+
+TEST(Log, BelowTheLevelIsDropped) {
+  EXPECT_EQ(captured(LogLevel::kWarning, LogFormat::kText, LogLevel::kInfo, {}), "");
+}
+
+TEST(Log, LevelsAndFormatsParseOrNameTheOption) {
+  EXPECT_EQ(parse_log_level("debug").value(), LogLevel::kDebug);
+  EXPECT_EQ(parse_log_format("json").value(), LogFormat::kJson);
+  EXPECT_EQ(parse_log_level("loud").error().field, "log_level");
+  EXPECT_EQ(parse_log_format("xml").error().field, "log_format");
+}
+
+}  // namespace
+}  // namespace numaserve
