@@ -78,6 +78,16 @@ Service::Service(ServiceConfig config, PlacementReport placement, std::vector<st
         for (const auto& m : models_) names.push_back(m->spec().name);
         return names;
       }()) {
+  for (const auto& m : models_) {
+    auto cache = features::ItemCache::build(m->spec(), *store_);
+    if (!cache) {
+      // A store value the model cannot read: refuse to turn ready.
+      warm_error_ = std::move(cache.error()).with_context("feature store");
+      item_caches_.emplace_back();
+      continue;
+    }
+    item_caches_.emplace_back(std::move(*cache));
+  }
   auto scheduler = config_.scheduler;
   scheduler.workers = placement_.plan.workers.size();
   scheduler_ = std::make_unique<batching::Scheduler>(
@@ -233,7 +243,8 @@ http::Reply Service::predict(const http::Request& request) {
   const auto stored = features::query(parsed->features, *store_);
   metrics_.observe(metrics::Stage::kQuery, name, since(t));
   t = Clock::now();
-  auto batch = features::extract(m.spec(), parsed->features, stored);
+  auto batch = features::extract(m.spec(), parsed->features, stored,
+                                 item_caches_[index] ? &*item_caches_[index] : nullptr);
   if (!batch) return error_reply(400, batch.error());
   metrics_.observe(metrics::Stage::kExtract, name, since(t));
 

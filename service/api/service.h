@@ -80,6 +80,7 @@ class Service {
   PlacementReport placement_;
   std::vector<std::unique_ptr<model::Model>> models_;
   std::unique_ptr<features::FeatureStore> store_;
+  std::vector<std::optional<features::ItemCache>> item_caches_;  // per model
   metrics::Metrics metrics_;
 
   std::mutex warm_mutex_;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 namespace numaserve::features {
 namespace {
@@ -16,38 +17,65 @@ Error bad_field(const std::string& field, const std::string& message) {
   return Error{Error::Code::kInvalidArgument, field + ": " + message, field};
 }
 
-// The value a feature takes for one entity, and where it came from (for errors).
+// Where a feature's value was found. Extraction runs per item and feature,
+// so the value is borrowed, never copied, and the field name a client would
+// see is only spelled out when there is an error to report.
+enum class Origin { kInline, kStore, kEntityId, kDefault };
+
 struct Found {
-  FeatureValue value;
-  std::string field;
+  const FeatureValue* value = nullptr;  // kEntityId: nullptr, the id is `entity_id`
+  const std::string* entity_id = nullptr;
+  Origin origin = Origin::kDefault;
 };
 
-// `features_path` is where the request carries the features ("user.features",
-// "items[3].features", "context"); `entity_path` where the entity is.
-Found lookup(const FeatureSpec& spec, const Features& inline_features, const Features* stored,
-             const std::string& entity_id, const std::string& entity_path, const std::string& features_path,
-             const std::string& store_name) {
-  if (auto it = inline_features.find(spec.name); it != inline_features.end()) {
-    return {it->second, features_path + "." + spec.name};
+// The entity a row's feature belongs to: the user, the context or item i.
+struct Where {
+  Source source;
+  std::size_t item = 0;
+};
+
+std::string field_of(const FeatureSpec& spec, const Found& found, const Where& where) {
+  const std::string entity = where.source == Source::kUser      ? "user"
+                             : where.source == Source::kContext ? ""
+                                                                : "items[" + std::to_string(where.item) + "]";
+  const std::string features = entity.empty() ? "context" : entity + ".features";
+  switch (found.origin) {
+    case Origin::kInline: return features + "." + spec.name;
+    case Origin::kStore:
+      return std::string("feature store ") + (where.source == Source::kUser ? "user" : "item") + " '" +
+             *found.entity_id + "' " + spec.name;
+    case Origin::kEntityId: return entity + ".id";
+    case Origin::kDefault: break;
   }
-  if (stored != nullptr) {
-    if (auto it = stored->find(spec.name); it != stored->end()) {
-      return {it->second, "feature store " + store_name + " '" + entity_id + "' " + spec.name};
-    }
-  }
-  if (spec.name == "id" && !entity_id.empty()) return {FeatureValue(entity_id), entity_path + ".id"};
-  return {spec.default_value, features_path + "." + spec.name + " (default)"};
+  return features + "." + spec.name + " (default)";
 }
 
-Result<float> numeric(const FeatureSpec& spec, const Found& found) {
-  const double* raw = std::get_if<double>(&found.value);
-  if (raw == nullptr) return tl::unexpected(bad_field(found.field, std::string("want a number, got ") + type_name(found.value)));
+Found lookup(const FeatureSpec& spec, const Features& inline_features, const Features* stored,
+             const std::string* entity_id) {
+  if (auto it = inline_features.find(spec.name); it != inline_features.end()) return {&it->second, entity_id, Origin::kInline};
+  if (stored != nullptr) {
+    if (auto it = stored->find(spec.name); it != stored->end()) return {&it->second, entity_id, Origin::kStore};
+  }
+  if (spec.name == "id" && entity_id != nullptr && !entity_id->empty()) return {nullptr, entity_id, Origin::kEntityId};
+  return {&spec.default_value, entity_id, Origin::kDefault};
+}
+
+tl::unexpected<Error> bad_value(const FeatureSpec& spec, const Found& found, const Where& where, const std::string& message) {
+  return tl::unexpected(bad_field(field_of(spec, found, where), message));
+}
+
+Result<float> numeric(const FeatureSpec& spec, const Found& found, const Where& where) {
+  const double* raw = found.value ? std::get_if<double>(found.value) : nullptr;
+  if (raw == nullptr) {
+    return bad_value(spec, found, where,
+                     std::string("want a number, got ") + (found.value ? type_name(*found.value) : "an id"));
+  }
   double x = *raw;
-  if (!std::isfinite(x)) return tl::unexpected(bad_field(found.field, "want a finite number"));
+  if (!std::isfinite(x)) return bad_value(spec, found, where, "want a finite number");
   switch (spec.transform) {
     case Transform::kNone: break;
     case Transform::kLog1p:
-      if (x <= -1) return tl::unexpected(bad_field(found.field, "log1p needs a value above -1, got " + std::to_string(x)));
+      if (x <= -1) return bad_value(spec, found, where, "log1p needs a value above -1, got " + std::to_string(x));
       x = std::log1p(x);
       break;
     case Transform::kStandardize: x = (x - spec.mean) / spec.stddev; break;
@@ -56,24 +84,29 @@ Result<float> numeric(const FeatureSpec& spec, const Found& found) {
   return static_cast<float>(x);
 }
 
-Result<std::vector<std::int64_t>> ids(const FeatureSpec& spec, const Found& found, std::uint64_t seed,
-                                      std::uint64_t rows) {
-  std::vector<std::int64_t> out;
+// Appends the feature's embedding rows to `out`.
+Status append_ids(const FeatureSpec& spec, const Found& found, const Where& where, std::uint64_t seed,
+                  std::uint64_t rows, std::vector<std::int64_t>& out) {
+  if (found.origin == Origin::kEntityId) {
+    out.push_back(bucket(*found.entity_id, seed, rows));
+    return {};
+  }
+  const FeatureValue& value = *found.value;
   if (spec.kind == Kind::kId) {
-    if (const auto* id = std::get_if<std::string>(&found.value)) {
+    if (const auto* id = std::get_if<std::string>(&value)) {
       out.push_back(bucket(*id, seed, rows));
-    } else if (const auto* n = std::get_if<double>(&found.value); n && *n == std::floor(*n) && std::isfinite(*n)) {
+    } else if (const auto* n = std::get_if<double>(&value); n && *n == std::floor(*n) && std::isfinite(*n)) {
       out.push_back(bucket(std::to_string(static_cast<long long>(*n)), seed, rows));  // 42 hashes as "42"
     } else {
-      return tl::unexpected(bad_field(found.field, std::string("want an id, got ") + type_name(found.value)));
+      return bad_value(spec, found, where, std::string("want an id, got ") + type_name(value));
     }
-    return out;
+    return {};
   }
-  const auto* list = std::get_if<std::vector<std::string>>(&found.value);
-  if (list == nullptr) return tl::unexpected(bad_field(found.field, std::string("want a list of ids, got ") + type_name(found.value)));
+  const auto* list = std::get_if<std::vector<std::string>>(&value);
+  if (list == nullptr) return bad_value(spec, found, where, std::string("want a list of ids, got ") + type_name(value));
   const std::size_t keep = spec.max_len == 0 ? list->size() : std::min<std::size_t>(list->size(), spec.max_len);
   for (std::size_t i = 0; i < keep; ++i) out.push_back(bucket((*list)[i], seed, rows));
-  return out;
+  return {};
 }
 
 // Rejects request features the model does not read: a typo would otherwise
@@ -108,7 +141,44 @@ Result<Batch> extract(const ModelSpec& model, const Request& request, const Feat
   return extract(model, request, query(request, store));
 }
 
-Result<Batch> extract(const ModelSpec& model, const Request& request, const StoredFeatures& stored) {
+Result<ItemCache> ItemCache::build(const ModelSpec& model, const FeatureStore& store) {
+  ItemCache cache;
+  const auto dense = model.dense_features();
+  const auto sparse = model.sparse_features();
+  for (const auto* f : dense) cache.dense_slot_.push_back(f->source == Source::kItem ? static_cast<int>(cache.dense_width_++) : -1);
+  for (const auto* f : sparse) cache.sparse_slot_.push_back(f->source == Source::kItem ? static_cast<int>(cache.sparse_width_++) : -1);
+
+  std::optional<Error> failed;
+  Request one;
+  one.items.resize(1);
+  StoredFeatures stored;
+  stored.items.resize(1);
+  store.for_each_item([&](const std::string& id, const Features& features) {
+    if (failed) return;
+    one.items[0].id = id;
+    stored.items[0] = &features;
+    auto row = extract(model, one, stored);
+    if (!row) {
+      failed = row.error();
+      return;
+    }
+    cache.rows_.emplace(&features, static_cast<std::uint32_t>(cache.rows_.size()));
+    for (std::size_t c = 0; c < dense.size(); ++c) {
+      if (cache.dense_slot_[c] >= 0) cache.dense_.push_back(row->dense[c]);
+    }
+    for (std::size_t k = 0; k < sparse.size(); ++k) {
+      if (cache.sparse_slot_[k] < 0) continue;
+      cache.id_starts_.push_back(static_cast<std::uint32_t>(cache.ids_.size()));
+      cache.ids_.insert(cache.ids_.end(), row->bags[k].indices.begin(), row->bags[k].indices.end());
+    }
+  });
+  if (failed) return tl::unexpected(std::move(*failed).with_context("model " + model.name));
+  cache.id_starts_.push_back(static_cast<std::uint32_t>(cache.ids_.size()));
+  return cache;
+}
+
+Result<Batch> extract(const ModelSpec& model, const Request& request, const StoredFeatures& stored,
+                      const ItemCache* cache) {
   if (auto s = check_known(model, request.user.features, Source::kUser, "user.features"); !s) {
     return tl::unexpected(s.error());
   }
@@ -137,16 +207,19 @@ Result<Batch> extract(const ModelSpec& model, const Request& request, const Stor
   const auto& stored_items = stored.items;
 
   // The value of `spec` for row i; user and context features do not depend on i.
+  // Rows of the cache for items that carry nothing inline; -1: compute.
+  std::vector<std::int64_t> cached(cache != nullptr ? n : 0, -1);
+  for (std::size_t i = 0; i < cached.size(); ++i) {
+    if (!request.items[i].features.empty() || stored_items[i] == nullptr) continue;
+    if (auto it = cache->rows_.find(stored_items[i]); it != cache->rows_.end()) cached[i] = it->second;
+  }
+  auto cached_row = [&](std::size_t i) { return cached.empty() ? -1 : cached[i]; };
+
   auto find = [&](const FeatureSpec& spec, std::size_t i) -> Found {
     switch (spec.source) {
-      case Source::kUser:
-        return lookup(spec, request.user.features, stored_user, request.user.id, "user", "user.features", "user");
-      case Source::kContext: return lookup(spec, request.context, nullptr, {}, "context", "context", "");
-      case Source::kItem: {
-        const std::string item = "items[" + std::to_string(i) + "]";
-        return lookup(spec, request.items[i].features, stored_items[i], request.items[i].id, item, item + ".features",
-                      "item");
-      }
+      case Source::kUser: return lookup(spec, request.user.features, stored_user, &request.user.id);
+      case Source::kContext: return lookup(spec, request.context, nullptr, nullptr);
+      case Source::kItem: return lookup(spec, request.items[i].features, stored_items[i], &request.items[i].id);
     }
     return {};
   };
@@ -154,13 +227,18 @@ Result<Batch> extract(const ModelSpec& model, const Request& request, const Stor
   for (std::size_t c = 0; c < dense.size(); ++c) {
     const FeatureSpec& spec = *dense[c];
     if (spec.source != Source::kItem) {  // once per request
-      auto v = numeric(spec, find(spec, 0));
+      auto v = numeric(spec, find(spec, 0), {spec.source});
       if (!v) return tl::unexpected(v.error());
       for (std::size_t i = 0; i < n; ++i) batch.dense[i * dense.size() + c] = *v;
       continue;
     }
     for (std::size_t i = 0; i < n; ++i) {
-      auto v = numeric(spec, find(spec, i));
+      if (const auto row = cached_row(i); row >= 0) {
+        batch.dense[i * dense.size() + c] =
+            cache->dense_[static_cast<std::size_t>(row) * cache->dense_width_ + static_cast<std::size_t>(cache->dense_slot_[c])];
+        continue;
+      }
+      auto v = numeric(spec, find(spec, i), {Source::kItem, i});
       if (!v) return tl::unexpected(v.error());
       batch.dense[i * dense.size() + c] = *v;
     }
@@ -170,21 +248,30 @@ Result<Batch> extract(const ModelSpec& model, const Request& request, const Stor
     const std::uint64_t rows = model.tables.at(spec.table);
     Bag& bag = batch.bags[b];
     bag.offsets.reserve(n);
-    std::vector<std::int64_t> shared;
-    if (spec.source != Source::kItem) {  // once per request
-      auto v = ids(spec, find(spec, 0), model.hash_seed, rows);
-      if (!v) return tl::unexpected(v.error());
-      shared = std::move(*v);
+    if (spec.source != Source::kItem) {  // once per request, repeated on every row
+      std::vector<std::int64_t> shared;
+      if (auto s = append_ids(spec, find(spec, 0), {spec.source}, model.hash_seed, rows, shared); !s) {
+        return tl::unexpected(s.error());
+      }
+      bag.indices.reserve(n * shared.size());
+      for (std::size_t i = 0; i < n; ++i) {
+        bag.offsets.push_back(static_cast<std::int64_t>(bag.indices.size()));
+        bag.indices.insert(bag.indices.end(), shared.begin(), shared.end());
+      }
+      continue;
     }
+    bag.indices.reserve(n);
     for (std::size_t i = 0; i < n; ++i) {
       bag.offsets.push_back(static_cast<std::int64_t>(bag.indices.size()));
-      if (spec.source != Source::kItem) {
-        bag.indices.insert(bag.indices.end(), shared.begin(), shared.end());
+      if (const auto row = cached_row(i); row >= 0) {
+        const std::size_t at = static_cast<std::size_t>(row) * cache->sparse_width_ + static_cast<std::size_t>(cache->sparse_slot_[b]);
+        bag.indices.insert(bag.indices.end(), cache->ids_.begin() + cache->id_starts_[at],
+                           cache->ids_.begin() + cache->id_starts_[at + 1]);
         continue;
       }
-      auto v = ids(spec, find(spec, i), model.hash_seed, rows);
-      if (!v) return tl::unexpected(v.error());
-      bag.indices.insert(bag.indices.end(), v->begin(), v->end());
+      if (auto s = append_ids(spec, find(spec, i), {Source::kItem, i}, model.hash_seed, rows, bag.indices); !s) {
+        return tl::unexpected(s.error());
+      }
     }
   }
   return batch;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "features/feature_store.h"
@@ -44,9 +45,33 @@ struct StoredFeatures {
 };
 StoredFeatures query(const Request& request, const FeatureStore& store);
 
+// The store's items extracted once, at start, for one model: what extract()
+// computes for an item that carries no inline features, looked up instead
+// of recomputed per request (the hashes, transforms and map lookups of the
+// item features are most of extraction's cost). Built from a store that
+// lists its items; a store value the model cannot read fails the build,
+// naming the item, so it is found at start rather than per request.
+class ItemCache {
+ public:
+  static Result<ItemCache> build(const ModelSpec& model, const FeatureStore& store);
+  std::size_t items() const { return rows_.size(); }
+
+ private:
+  friend Result<Batch> extract(const ModelSpec&, const Request&, const StoredFeatures&, const ItemCache*);
+  std::vector<int> dense_slot_;   // per dense feature: its column here, -1 if not an item feature
+  std::vector<int> sparse_slot_;  // per sparse feature: likewise
+  std::size_t dense_width_ = 0, sparse_width_ = 0;
+  std::unordered_map<const Features*, std::uint32_t> rows_;  // keyed by the store's own entries
+  std::vector<float> dense_;                                 // rows x dense_width_
+  std::vector<std::uint32_t> id_starts_;                     // rows x sparse_width_, + 1
+  std::vector<std::int64_t> ids_;
+};
+
 // Errors name the offending field as a client would write it:
-// "items[3].features.price: want a number, got a list".
-Result<Batch> extract(const ModelSpec& model, const Request& request, const StoredFeatures& stored);
+// "items[3].features.price: want a number, got a list". With a cache, items
+// without inline features that the store holds are copied from it.
+Result<Batch> extract(const ModelSpec& model, const Request& request, const StoredFeatures& stored,
+                      const ItemCache* cache = nullptr);
 // query() then extract().
 Result<Batch> extract(const ModelSpec& model, const Request& request, const FeatureStore& store);
 

@@ -89,4 +89,9 @@ const Features* EmbeddedFeatureStore::find(const Table& table, std::string_view 
 const Features* EmbeddedFeatureStore::user(std::string_view id) const { return find(users_, id); }
 const Features* EmbeddedFeatureStore::item(std::string_view id) const { return find(items_, id); }
 
+void EmbeddedFeatureStore::for_each_item(
+    const std::function<void(const std::string& id, const Features& features)>& visit) const {
+  for (const auto& [id, features] : items_) visit(id, features);
+}
+
 }  // namespace numaserve::features

@@ -4,6 +4,7 @@
 // can replace the embedded one without touching extraction.
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -20,6 +21,11 @@ class FeatureStore {
   // nullptr when the store has no such entity (extraction then uses defaults).
   virtual const Features* user(std::string_view id) const = 0;
   virtual const Features* item(std::string_view id) const = 0;
+  // Stores that hold their items in memory list them, so a model can
+  // extract every item once at start (ItemCache); others list nothing.
+  virtual void for_each_item(const std::function<void(const std::string& id, const Features& features)>& visit) const {
+    (void)visit;
+  }
 };
 
 // Loaded once at start from a JSON Lines file, one entity per line:
@@ -36,6 +42,7 @@ class EmbeddedFeatureStore final : public FeatureStore {
 
   const Features* user(std::string_view id) const override;
   const Features* item(std::string_view id) const override;
+  void for_each_item(const std::function<void(const std::string& id, const Features& features)>& visit) const override;
   std::size_t users() const { return users_.size(); }
   std::size_t items() const { return items_.size(); }
 

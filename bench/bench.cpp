@@ -1,0 +1,183 @@
+// numaserve-bench: the measurements behind bench/*.sh.
+//   forward  in-process forward throughput of a model on pinned CPUs: the
+//            limit that serving over HTTP is compared with
+//   load     an HTTP load generator (closed loop or constant rate)
+// Each prints one JSON object on stdout.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "features/feature_store.h"
+#include "loadgen.h"
+#include "model/model.h"
+#include "placement/placement.h"
+#include "requests.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+int fail(const std::string& message) {
+  std::cerr << "numaserve-bench: " << message << "\n";
+  return 1;
+}
+
+struct ForwardOptions {
+  std::string model_dir, store, cpus;
+  std::size_t items = 200;
+  unsigned threads = 1;
+  double seconds = 10, warmup = 2;
+  bool with_extraction = false;
+};
+
+int run_forward(const ForwardOptions& o) {
+  auto model = numaserve::model::Model::load(o.model_dir);
+  if (!model) return fail(model.error().message);
+  auto store = numaserve::features::EmbeddedFeatureStore::load(o.store);
+  if (!store) return fail(store.error().message);
+  auto set = numaserve::bench::make_requests(o.store, 64, o.items, 1);
+  if (!set) return fail(set.error().message);
+  std::vector<numaserve::features::Batch> batches;
+  for (const auto& r : set->requests) batches.push_back(*numaserve::features::extract((*model)->spec(), r, **store));
+
+  json out;
+  // Measured on a thread set up as a service worker is: pinned, then its
+  // intra-op threads sized.
+  std::thread worker([&] {
+    if (!o.cpus.empty()) {
+      auto cpus = numaserve::CpuSet::parse_list(o.cpus);
+      if (!cpus || !numaserve::placement::bind_current_thread(*cpus)) {
+        out = {{"error", "cannot pin to " + o.cpus}};
+        return;
+      }
+    }
+    numaserve::model::set_intra_op_threads(o.threads);
+    std::vector<double> ms;
+    std::size_t calls = 0;
+    const auto start = Clock::now();
+    const auto measure = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.warmup));
+    const auto end = measure + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
+    for (std::size_t i = 0;; ++i) {
+      const auto t0 = Clock::now();
+      if (t0 >= end) break;
+      if (o.with_extraction) {
+        const auto& request = set->requests[i % set->requests.size()];
+        auto batch = numaserve::features::extract((*model)->spec(), request, **store);
+        (void)(*model)->forward(*batch);
+      } else {
+        (void)(*model)->forward(batches[i % batches.size()]);
+      }
+      const auto t1 = Clock::now();
+      if (t0 >= measure) {
+        ++calls;
+        ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      }
+    }
+    std::sort(ms.begin(), ms.end());
+    const double seconds = o.seconds;
+    out = {{"what", o.with_extraction ? "extract+forward" : "forward"},
+           {"model", (*model)->spec().name},
+           {"cpus", o.cpus},
+           {"intra_op_threads", o.threads},
+           {"items_per_call", o.items},
+           {"calls", calls},
+           {"seconds", seconds},
+           {"calls_per_s", static_cast<double>(calls) / seconds},
+           {"items_per_s", static_cast<double>(calls * o.items) / seconds},
+           {"p50_ms", ms.empty() ? 0 : ms[ms.size() / 2]},
+           {"p99_ms", ms.empty() ? 0 : ms[std::min(ms.size() - 1, ms.size() * 99 / 100)]},
+           {"runtime", numaserve::model::runtime_summary()}};
+  });
+  worker.join();
+  std::cout << out.dump() << "\n";
+  return out.contains("error") ? 1 : 0;
+}
+
+struct LoadOptions {
+  numaserve::bench::LoadConfig config;
+  std::string store, model, cpus;
+  std::size_t items = 200;
+};
+
+int run_load(LoadOptions& o) {
+  if (!o.cpus.empty()) {
+    auto cpus = numaserve::CpuSet::parse_list(o.cpus);
+    if (!cpus) return fail(cpus.error().message);
+    // Pins this thread before the client threads exist; they inherit it.
+    if (auto bound = numaserve::placement::bind_current_thread(*cpus); !bound) return fail(bound.error().message);
+  }
+  auto set = numaserve::bench::make_requests(o.store, 256, o.items, 2);
+  if (!set) return fail(set.error().message);
+  for (auto& body : set->bodies) {
+    if (!o.model.empty()) body.insert(1, "\"model\":" + json(o.model).dump() + ",");
+  }
+  o.config.bodies = std::move(set->bodies);
+  const auto r = numaserve::bench::run_load(o.config);
+  json statuses = json::object();
+  for (const auto& [status, n] : r.statuses) statuses[std::to_string(status)] = n;
+  std::cout << json{{"what", o.config.rate > 0 ? "open-loop" : "closed-loop"},
+                    {"connections", o.config.connections},
+                    {"offered_rps", o.config.rate},
+                    {"items_per_request", o.items},
+                    {"requests", r.requests},
+                    {"errors", r.errors},
+                    {"statuses", statuses},
+                    {"seconds", r.seconds},
+                    {"rps", r.requests_per_second},
+                    {"items_per_s", r.requests_per_second * static_cast<double>(o.items)},
+                    {"p50_ms", r.p50_ms},
+                    {"p90_ms", r.p90_ms},
+                    {"p99_ms", r.p99_ms},
+                    {"max_ms", r.max_ms},
+                    {"late", r.late}}
+                   .dump()
+            << "\n";
+  return r.requests > 0 ? 0 : fail("no request was answered with 200 (is the server up on port " +
+                                   std::to_string(o.config.port) + "?)");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"numaserve-bench: forward limits and HTTP load for the benchmark scripts"};
+  app.require_subcommand(1);
+
+  ForwardOptions f;
+  auto* forward = app.add_subcommand("forward", "In-process forward throughput on pinned CPUs");
+  forward->add_option("--model-dir", f.model_dir)->required();
+  forward->add_option("--feature-store", f.store)->required();
+  forward->add_option("--items", f.items)->capture_default_str();
+  forward->add_option("--cpus", f.cpus, "Pin to these CPUs (list form)");
+  forward->add_option("--intra-op-threads", f.threads)->capture_default_str();
+  forward->add_option("--seconds", f.seconds)->capture_default_str();
+  forward->add_option("--warmup", f.warmup)->capture_default_str();
+  forward->add_flag("--with-extraction", f.with_extraction, "Extract features from the store on each call too");
+
+  LoadOptions l;
+  auto* load = app.add_subcommand("load", "HTTP load: closed loop, or open loop at --rate");
+  load->add_option("--port", l.config.port)->required();
+  load->add_option("--host", l.config.host)->capture_default_str();
+  load->add_option("--path", l.config.path)->capture_default_str();
+  load->add_option("--feature-store", l.store, "Where request ids come from")->required();
+  load->add_option("--model", l.model, "Ask for this model in each /predict body");
+  load->add_option("--items", l.items)->capture_default_str();
+  load->add_option("--connections", l.config.connections)->capture_default_str();
+  load->add_option("--rate", l.config.rate, "Requests/s, open loop; 0: closed loop")->capture_default_str();
+  load->add_option("--seconds", l.config.seconds)->capture_default_str();
+  load->add_option("--warmup", l.config.warmup_seconds)->capture_default_str();
+  load->add_option("--cpus", l.cpus, "Pin the load generator to these CPUs");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (forward->parsed()) return run_forward(f);
+  return run_load(l);
+}

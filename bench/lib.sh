@@ -1,0 +1,55 @@
+# Shared by the bench scripts (sourced): start and stop pinned servers,
+# read CPU time, describe the machine. Every server started here is killed
+# when the script exits, however it exits.
+
+server_pids=()
+server_pid=""  # the last one started
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+cleanup_servers() {
+  local pid
+  for pid in "${server_pids[@]}"; do kill -KILL "$pid" 2> /dev/null || true; done
+}
+trap cleanup_servers EXIT
+
+# start_server PORT CPUS MODEL_DIR STORE [extra serve flags...]
+start_server() {
+  local port=$1 cpus=$2 model=$3 store=$4
+  shift 4
+  local server_log
+  server_log=$(mktemp)
+  taskset -c "$cpus" "$numaserve" serve --model-dir "$model" --feature-store "$store" --port "$port" \
+    --listen-address 127.0.0.1 --log-level warning "$@" 2> "$server_log" &
+  server_pid=$!
+  server_pids+=("$server_pid")
+  for _ in $(seq 1 600); do
+    curl -sf --max-time 2 "http://127.0.0.1:$port/readyz" > /dev/null && return 0
+    if ! kill -0 "$server_pid" 2> /dev/null; then break; fi
+    sleep 0.2
+  done
+  echo "bench: the server did not become ready on port $port; its log:" >&2
+  cat "$server_log" >&2
+  exit 1
+}
+
+# SIGTERM to every server, as a pod gets it; SIGKILL to any still up after 30 s.
+stop_servers() {
+  local pid
+  for pid in "${server_pids[@]}"; do kill -TERM "$pid" 2> /dev/null || true; done
+  for pid in "${server_pids[@]}"; do
+    timeout 30 tail --pid="$pid" -f /dev/null || kill -KILL "$pid" 2> /dev/null || true
+  done
+  server_pids=()
+}
+
+# User + system CPU seconds of a process so far.
+process_cpu_seconds() {
+  awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"
+}
+
+machine_summary() {
+  echo "$(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs, $(numactl --hardware | head -1), kernel $(uname -r)"
+}

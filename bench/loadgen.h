@@ -1,0 +1,40 @@
+#pragma once
+// An HTTP load generator for POST bodies against one URL.
+//   closed loop: `connections` clients, each sends its next request when the
+//                previous is answered — finds saturation throughput.
+//   open loop:   requests are due at a constant `rate`, whether or not the
+//                server keeps up; latency counts from when a request was due,
+//                so a stalled server cannot hide its queue (no coordinated
+//                omission).
+
+#include <cstddef>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace numaserve::bench {
+
+struct LoadConfig {
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string path = "/predict";
+  std::vector<std::string> bodies;  // sent round-robin
+  std::size_t connections = 4;
+  double rate = 0;  // requests/s; 0: closed loop
+  double warmup_seconds = 2;
+  double seconds = 10;
+};
+
+struct LoadResult {
+  std::size_t requests = 0;  // answered 200 in the measured window
+  std::size_t errors = 0;    // other statuses and transport errors
+  std::map<int, std::size_t> statuses;
+  double seconds = 0;
+  double requests_per_second = 0;
+  double p50_ms = 0, p90_ms = 0, p99_ms = 0, max_ms = 0;
+  std::size_t late = 0;  // open loop: requests sent more than 1 ms after they were due
+};
+
+LoadResult run_load(const LoadConfig& config);
+
+}  // namespace numaserve::bench

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# numaserve's command line as an operator meets it: exit status and the
+# message for good and bad invocations (nothing here starts serving).
+set -u
+NUMASERVE=${1:?usage: service_cli_test.sh path/to/numaserve repo-root}
+ROOT=${2:?usage: service_cli_test.sh path/to/numaserve repo-root}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+check() {  # name, expected status, regex the combined output must match, args...
+  local name=$1 want_rc=$2 want=$3; shift 3
+  local out rc
+  out=$("$NUMASERVE" "$@" 2>&1); rc=$?
+  if [[ $rc == "$want_rc" ]] && grep -Eq -- "$want" <<<"$out"; then
+    pass=$((pass + 1)); echo "PASS $name"
+  else
+    fail=$((fail + 1)); printf 'FAIL %s: status %s (want %s), output:\n%s\n' "$name" "$rc" "$want_rc" "$out"
+  fi
+}
+check "no subcommand is a usage error" 2 'subcommand' 
+check "a bad number names the option" 2 "workers: 'many' is not a whole number" serve --model-dir x --workers many
+check "a bad log level names the option" 2 "log level 'loud'" serve --model-dir x --log-level loud
+check "serve without a model says how" 1 'no model: give --model-dir' serve
+check "a missing model directory names the file" 1 "$tmp/none/model.yaml" serve --model-dir "$tmp/none" --port 0
+printf 'workers: 1\nmodel_dirr: x\n' > "$tmp/bad.yaml"
+check "an unknown YAML key names file and line" 2 "bad.yaml.*line 2.*unknown option 'model_dirr'" serve --config "$tmp/bad.yaml"
+check "demo models refuse an empty table budget" 1 'embedding_mb > 0' make-demo-models "$tmp/demo" --embedding-mb 0
+check "demo models are written" 0 "wrote $tmp/demo/ranker_a" make-demo-models "$tmp/demo" --embedding-mb 1 --users 5 --items 5
+check "options table in Markdown" 0 '^\| `--model-dir DIR` \| `NUMASERVE_MODEL_DIR` \| `model_dir` \|.*\(repeatable\)' options
+
+# The README's option table is the program's own, so they cannot drift.
+if diff <("$NUMASERVE" options) <(sed -n '/<!-- service-options:begin -->/,/<!-- service-options:end -->/p' "$ROOT/README.md" | sed '1d;$d') >/dev/null; then
+  pass=$((pass + 1)); echo "PASS README option table matches 'numaserve options'"
+else
+  fail=$((fail + 1)); echo "FAIL README option table differs from '$NUMASERVE options'; paste its output into README.md"
+fi
+echo "$pass passed, $fail failed"
+((fail == 0))
