@@ -169,6 +169,35 @@ TEST_F(Extraction, ConcatenatedBatchesEqualOneBatchOfAllItems) {
   }
 }
 
+TEST_F(Extraction, TheItemCacheGivesWhatExtractionComputes) {
+  auto cache = ItemCache::build(spec_, *store_);
+  ASSERT_TRUE(cache.has_value()) << cache.error().message;
+  EXPECT_EQ(cache->items(), 3u);
+  // Store items, an item the store lacks, and one with an inline override.
+  Request r = request({"i2", "i1", "not-stored", "i3", "i1"});
+  r.items[4].features["price"] = 3.0;
+  r.context["hour"] = 7.0;
+  const auto stored = query(r, *store_);
+  auto computed = extract(spec_, r, stored);
+  auto cached = extract(spec_, r, stored, &*cache);
+  ASSERT_TRUE(computed && cached);
+  EXPECT_EQ(cached->dense, computed->dense);
+  ASSERT_EQ(cached->bags.size(), computed->bags.size());
+  for (std::size_t k = 0; k < cached->bags.size(); ++k) {
+    EXPECT_EQ(cached->bags[k].indices, computed->bags[k].indices) << k;
+    EXPECT_EQ(cached->bags[k].offsets, computed->bags[k].offsets) << k;
+  }
+}
+
+TEST_F(Extraction, AStoreValueTheModelCannotReadFailsTheCacheBuild) {
+  auto bad = EmbeddedFeatureStore::parse(R"({"kind": "item", "id": "i9", "features": {"price": "cheap"}})", "s.jsonl");
+  ASSERT_TRUE(bad.has_value());
+  auto cache = ItemCache::build(spec_, **bad);
+  ASSERT_FALSE(cache.has_value());
+  EXPECT_NE(cache.error().message.find("feature store item 'i9' price: want a number"), std::string::npos)
+      << cache.error().message;
+}
+
 TEST_F(Extraction, QueryIsTheStoreLookupAlone) {
   const auto stored = query(request({"i1", "missing"}), *store_);
   EXPECT_EQ(stored.user, store_->user("u1"));
