@@ -23,6 +23,7 @@
 #include "numaserve/common/quantity.h"
 #include "numaserve/common/topology.h"
 #include "placement/placement.h"
+#include "supervisor/supervisor.h"
 
 namespace {
 
@@ -51,6 +52,8 @@ struct ServeOptions {
   double shutdown_delay = 0;
   double shutdown_grace = 30;
   bool reuse_port = false;
+  numaserve::supervisor::ReplicaConfig replicas;
+  unsigned max_restarts = 5;
   std::string log_level = "info";
   std::string log_format = "text";
 };
@@ -118,6 +121,23 @@ std::vector<OptionSpec> serve_options(ServeOptions& o) {
        [&o](const std::string& t) { return numaserve::set_seconds("shutdown_grace", t, o.shutdown_grace); }},
       {"reuse_port", "", "Share the port with other processes (SO_REUSEPORT)", "false",
        [&o](const std::string& t) { return set_bool("reuse_port", t, o.reuse_port); }},
+      {"replicas_per_numa_node", "N",
+       "Run a supervisor and N worker processes per NUMA node of the cpuset, each pinned to its node's CPUs "
+       "and memory, sharing the port",
+       "0", [&o](const std::string& t) { return set_unsigned("replicas_per_numa_node", t, o.replicas.per_node); }},
+      {"replicas", "N", "Run a supervisor and N worker processes (spread evenly over the nodes with --bind numa)", "0",
+       [&o](const std::string& t) { return set_unsigned("replicas", t, o.replicas.replicas); }},
+      {"bind", "numa|none", "With replicas: pin each worker to one NUMA node, or let all use the whole cpuset", "numa",
+       [&o](const std::string& t) {
+         if (t != "numa" && t != "none") {
+           return Status(numaserve::make_error(numaserve::Error::Code::kInvalidArgument,
+                                               "bind: '" + t + "' is not numa or none", "bind"));
+         }
+         o.replicas.bind = t == "numa" ? numaserve::supervisor::Bind::kNuma : numaserve::supervisor::Bind::kNone;
+         return Status();
+       }},
+      {"max_restarts", "N", "With replicas: restarts of one worker within 5 minutes before the group stops", "5",
+       [&o](const std::string& t) { return set_unsigned("max_restarts", t, o.max_restarts); }},
       {"log_level", "LEVEL", "debug, info, warning or error", "info",
        [&o](const std::string& t) {
          if (auto level = numaserve::parse_log_level(t); !level) return Status(tl::unexpected(level.error()));
@@ -139,22 +159,48 @@ int fail(const std::string& message) {
   return 1;
 }
 
+// Who answers: host/pid, and the worker's slot under the supervisor.
 std::string instance_name() {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
-  return std::string(host) + "/" + std::to_string(getpid());
+  const char* worker = std::getenv("NUMASERVE_WORKER");
+  return std::string(host) + "/" + std::to_string(getpid()) + (worker != nullptr ? std::string(" ") + worker : "");
+}
+
+// --replicas-per-numa-node / --replicas: plan the slots inside this
+// process's cpuset and supervise one worker per slot; each worker runs this
+// same command line and knows it is one from its environment.
+int supervise(const ServeOptions& o, int argc, char** argv) {
+  numaserve::configure_logging("supervisor", *numaserve::parse_log_level(o.log_level),
+                               *numaserve::parse_log_format(o.log_format));
+  if (o.port == 0) return fail("--port 0 cannot be shared by replicas: give a port");
+  auto placement = numaserve::discover_placement("/");
+  if (!placement) return fail("reading this process's placement: " + placement.error().message);
+  auto topology = numaserve::discover_topology(numaserve::TopologySource::live());
+  if (!topology) return fail("reading the machine's topology: " + topology.error().message);
+  auto slots = numaserve::supervisor::plan_replicas(*placement, *topology, o.replicas);
+  if (!slots) return fail(slots.error().message);
+  numaserve::supervisor::SupervisorConfig config;
+  config.command = {"/proc/self/exe"};
+  for (int i = 1; i < argc; ++i) config.command.emplace_back(argv[i]);
+  config.max_restarts = o.max_restarts;
+  config.grace_seconds = o.shutdown_grace + o.shutdown_delay + 5;
+  return numaserve::supervisor::run(*slots, config);
 }
 
 int serve(const ServeOptions& o) {
-  numaserve::configure_logging("service", *numaserve::parse_log_level(o.log_level),
+  const char* worker = std::getenv("NUMASERVE_WORKER");
+  numaserve::configure_logging(worker != nullptr ? worker : "service", *numaserve::parse_log_level(o.log_level),
                                *numaserve::parse_log_format(o.log_format));
   if (o.model_dirs.empty()) return fail("no model: give --model-dir DIR (a directory with model.pt and model.yaml)");
 
   // Signals are taken by sigwait below; every thread started later inherits
   // the block, so none of them is interrupted by SIGTERM.
+  // SIGUSR1 is the supervisor opening the group (see supervisor.h).
+  const bool supervised = numaserve::supervisor::supervised();
   sigset_t signals;
   sigemptyset(&signals);
-  for (int s : {SIGTERM, SIGINT}) sigaddset(&signals, s);
+  for (int s : {SIGTERM, SIGINT, SIGUSR1}) sigaddset(&signals, s);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   // Placement first: nothing is allocated or started before we know where.
@@ -171,7 +217,7 @@ int serve(const ServeOptions& o) {
   report.cgroup = placement->cgroup;
   report.instance = instance_name();
   if (o.memory_bind) {
-    report.memory_policy = numaserve::placement::apply_memory_policy(plan->mems);
+    report.memory_policy = numaserve::placement::apply_memory_policy(plan->memory_nodes);
     if (!report.memory_policy.applied) numaserve::log(LogLevel::kWarning, report.memory_policy.reason);
   } else {
     report.memory_policy.reason = "disabled by --memory-bind=false";
@@ -210,6 +256,7 @@ int serve(const ServeOptions& o) {
   config.scheduler.max_delay = std::chrono::microseconds(o.max_batch_delay_us);
   config.warmup_rounds = o.warmup_rounds;
   config.version = kVersion;
+  config.wait_for_group = supervised;
   numaserve::api::Service service(config, std::move(report), std::move(models), std::move(store));
 
   numaserve::http::ServerConfig http;
@@ -217,7 +264,7 @@ int serve(const ServeOptions& o) {
   http.port = static_cast<int>(o.port);
   http.threads = o.http_threads;
   http.max_body_bytes = o.max_body_bytes;
-  http.reuse_port = o.reuse_port;
+  http.reuse_port = o.reuse_port || supervised;
   numaserve::http::Server server;
   if (auto started = server.start(http, [&service](const numaserve::http::Request& r) { return service.handle(r); });
       !started) {
@@ -229,10 +276,14 @@ int serve(const ServeOptions& o) {
     server.stop();
     return fail("warm-up failed: " + warm.error().message);
   }
-  numaserve::log(LogLevel::kInfo, "ready", {{"summary", service.startup_summary()}});
+  numaserve::log(LogLevel::kInfo, supervised ? "warm" : "ready", {{"summary", service.startup_summary()}});
+  numaserve::supervisor::report_ready();
 
   int signal = 0;
-  sigwait(&signals, &signal);
+  while (sigwait(&signals, &signal) == 0 && signal == SIGUSR1) {
+    service.open_group();
+    numaserve::log(LogLevel::kInfo, "ready: the group is open");
+  }
   numaserve::log(LogLevel::kInfo, "draining", {{"signal", signal == SIGTERM ? "SIGTERM" : "SIGINT"}});
   service.begin_drain();
   // The drain must end within the grace period even if a client stalls.
@@ -291,5 +342,7 @@ int main(int argc, char** argv) {
     std::cerr << kProgram << ": " << applied.error().message << "\n";
     return 2;
   }
+  const bool replicated = options.replicas.per_node != 0 || options.replicas.replicas != 0;
+  if (replicated && !numaserve::supervisor::supervised()) return supervise(options, argc, argv);
   return serve(options);
 }

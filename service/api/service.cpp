@@ -121,14 +121,22 @@ Status Service::wait_until_warm() {
   std::unique_lock lock(warm_mutex_);
   warm_cv_.wait(lock, [this] { return warm_workers_ == placement_.plan.workers.size(); });
   if (warm_error_) return tl::unexpected(*warm_error_);
-  ready_ = !draining_;
+  warm_ = true;
+  update_ready();
   return {};
+}
+
+void Service::open_group() {
+  group_open_ = true;
+  update_ready();
 }
 
 void Service::begin_drain() {
   draining_ = true;
-  ready_ = false;
+  update_ready();
 }
+
+void Service::update_ready() { ready_ = warm_ && (group_open_ || !config_.wait_for_group) && !draining_; }
 
 void Service::stop_workers() {
   if (scheduler_) scheduler_->stop();
@@ -175,7 +183,7 @@ http::Reply Service::route(const http::Request& request, std::string& route_name
   if (request.path == "/readyz" || request.path == "/v2/health/ready") {
     if (auto refused = served(request.path == "/readyz" ? "/readyz" : "/v2/health/ready", "GET")) return *refused;
     const bool ok = ready_;
-    const std::string why = draining_ ? "draining" : "warming up";
+    const std::string why = draining_ ? "draining" : !warm_ ? "warming up" : "waiting for the other workers";
     if (request.path == "/readyz") return ok ? text_reply("ready\n") : unavailable("not ready: " + why);
     return json_reply(ok ? 200 : 503, json{{"ready", ok}}.dump());
   }
@@ -228,7 +236,7 @@ http::Reply Service::predict(const http::Request& request) {
   const auto start = Clock::now();
   auto parsed = http::parse_predict_request(request.body, config_.limits);
   if (!parsed) return error_reply(400, parsed.error());
-  if (!ready_ && !draining_) return unavailable("not ready: warming up");
+  if (!warm_) return unavailable("not ready: warming up");
 
   std::size_t index = 0;
   if (parsed->model) {
@@ -269,7 +277,7 @@ http::Reply Service::infer(const model::Model& m, const http::Request& request) 
   const auto start = Clock::now();
   auto parsed = http::parse_infer_request(request.body, m.spec(), config_.limits);
   if (!parsed) return error_reply(400, parsed.error());
-  if (!ready_ && !draining_) return unavailable("not ready: warming up");
+  if (!warm_) return unavailable("not ready: warming up");
   std::size_t index = 0;
   while (models_[index].get() != &m) ++index;
   auto submitted = scheduler_->submit(index, std::move(parsed->batch));
@@ -350,7 +358,10 @@ std::string Service::placement_json() const {
               {"workers", workers},
               {"intra_op_threads", plan.intra_op_threads},
               {"threads", threads},
-              {"memory_policy", {{"bind", placement_.memory_policy.applied}, {"reason", placement_.memory_policy.reason}}},
+              {"memory_policy",
+               {{"bind", placement_.memory_policy.applied},
+                {"nodes", plan.memory_nodes.to_list()},
+                {"reason", placement_.memory_policy.reason}}},
               {"process_pages_per_node", process_pages},
               {"page_size_note", "process pages are counted in 4 KiB units"},
               {"models", models},

@@ -43,6 +43,9 @@ struct ServiceConfig {
   unsigned warmup_rounds = 3;
   std::size_t warmup_rows = 64;
   std::string version;  // numaserve's, for GET /v2
+  // Under the supervisor: stay not ready after warm-up until open_group(),
+  // so a group sharing one port turns ready together.
+  bool wait_for_group = false;
 };
 
 class Service {
@@ -59,6 +62,7 @@ class Service {
 
   http::Reply handle(const http::Request& request);
 
+  void open_group();      // the supervisor says every worker is warm
   void begin_drain();     // readiness goes false; requests are still served
   void stop_workers();    // after the HTTP server stopped: finishes queued work
 
@@ -88,7 +92,10 @@ class Service {
   std::size_t warm_workers_ = 0;
   std::optional<Error> warm_error_;
 
+  void update_ready();
   std::atomic<bool> ready_{false};
+  std::atomic<bool> warm_{false};
+  std::atomic<bool> group_open_{false};
   std::atomic<bool> draining_{false};
   std::atomic<std::size_t> in_flight_{0};
   std::atomic<std::uint64_t> next_request_id_{1};

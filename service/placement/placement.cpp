@@ -40,6 +40,8 @@ Result<ThreadPlan> plan_threads(const Placement& placement, const Topology& topo
     }
   }
   for (unsigned cpu : (plan.cpus - covered).ids()) cores.push_back(CpuSet{cpu});
+  plan.memory_nodes = plan.mems & plan.numa_nodes;
+  if (plan.memory_nodes.empty()) plan.memory_nodes = plan.mems;
   // Settings that work but hurt (spanning nodes, remote memory, a quota below
   // the cpuset) are the shared placement checks' to word.
   plan.notes = check_placement(placement, &topology);

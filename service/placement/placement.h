@@ -32,6 +32,11 @@ struct ThreadPlan {
   CpuSet cpus;                 // what the process may use
   NodeSet mems;
   NodeSet numa_nodes;          // nodes the CPUs are on
+  // Where memory is bound: the allowed nodes local to the CPUs, else all
+  // allowed nodes. A process pinned to one node's CPUs (taskset, or a
+  // supervisor's worker) gets that node's memory even when the cgroup
+  // allows every node.
+  NodeSet memory_nodes;
   std::vector<Worker> workers;
   unsigned intra_op_threads = 1;
   std::vector<std::string> notes;  // check_placement()'s warnings

@@ -40,6 +40,16 @@ ForwardFn doubling(Recorder& r, std::chrono::milliseconds delay = {}) {
   };
 }
 
+// One worker gathering dynamic batches of at most `items` rows.
+SchedulerConfig batching(std::size_t items, std::chrono::milliseconds delay) {
+  SchedulerConfig config;
+  config.workers = 1;
+  config.dynamic_batching = true;
+  config.max_batch_items = items;
+  config.max_delay = delay;
+  return config;
+}
+
 TEST(Scheduler, EachRequestGetsItsOwnScores) {
   Recorder r;
   SchedulerConfig config;
@@ -89,12 +99,7 @@ TEST(Scheduler, AFullQueueRefusesAtOnce) {
 
 TEST(Scheduler, DynamicBatchingJoinsQueuedRequestsOfOneModel) {
   Recorder r;
-  SchedulerConfig config;
-  config.workers = 1;
-  config.dynamic_batching = true;
-  config.max_batch_items = 5;
-  config.max_delay = std::chrono::milliseconds(50);
-  Scheduler s(config, doubling(r, std::chrono::milliseconds(100)), nullptr);
+  Scheduler s(batching(5, std::chrono::milliseconds(50)), doubling(r, std::chrono::milliseconds(100)), nullptr);
   auto blocker = s.submit(0, rows({0}));
   while (s.busy_workers() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   // Queued behind the blocker: two of model 0 fit in one batch (2 + 3 rows),
@@ -128,12 +133,7 @@ TEST(Scheduler, WithoutDynamicBatchingEveryRequestRunsAlone) {
 
 TEST(Scheduler, ADelayedBatchWaitsAtMostMaxDelay) {
   Recorder r;
-  SchedulerConfig config;
-  config.workers = 1;
-  config.dynamic_batching = true;
-  config.max_batch_items = 100;
-  config.max_delay = std::chrono::milliseconds(30);
-  Scheduler s(config, doubling(r), nullptr);
+  Scheduler s(batching(100, std::chrono::milliseconds(30)), doubling(r), nullptr);
   auto lone = s.submit(0, rows({1}));
   ASSERT_TRUE(lone);
   // Nobody joins: it runs after max_delay, not never. (A bound, not a timing

@@ -45,6 +45,21 @@ TEST(ThreadPlan, OneWorkerPerCoreWithSiblingsTogether) {
   EXPECT_TRUE(plan->notes.empty());
 }
 
+TEST(ThreadPlan, MemoryBindsToTheNodesOfTheCpus) {
+  const Topology t = machine("pack:2 numa:1 core:4 pu:2");
+  // Pinned to node 1's CPUs (taskset, a supervisor's worker) while the
+  // cgroup allows both nodes: memory goes to node 1.
+  auto pinned = plan_threads(pinned_to(t.node(1)->cpus, NodeSet::range(0, 1)), t, {});
+  ASSERT_TRUE(pinned.has_value());
+  EXPECT_EQ(pinned->memory_nodes.to_list(), "1");
+  EXPECT_EQ(pinned->mems.to_list(), "0-1");
+  // Spanning both: both. Memory allowed only away from the CPUs: that memory.
+  auto spanning = plan_threads(pinned_to(t.online_cpus, NodeSet::range(0, 1)), t, {});
+  EXPECT_EQ(spanning->memory_nodes.to_list(), "0-1");
+  auto remote = plan_threads(pinned_to(t.node(1)->cpus, NodeSet{0}), t, {});
+  EXPECT_EQ(remote->memory_nodes.to_list(), "0");
+}
+
 TEST(ThreadPlan, SizedToTheCpusetNotTheHost) {
   const Topology t = machine("pack:2 numa:1 core:16 pu:2");  // 64 CPUs on the host
   auto plan = plan_threads(pinned_to(CpuSet::range(4, 7), NodeSet{0}), t, {});

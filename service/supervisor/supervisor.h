@@ -1,0 +1,62 @@
+#pragma once
+// Outside Kubernetes, the fast layout one flag away: `numaserve serve
+// --replicas-per-numa-node N` runs a small supervisor that starts one worker
+// process per NUMA node (N per node) inside its own allowed cpuset, each
+// pinned to that node's CPUs with memory bound to that node before the model
+// loads, all serving one port through SO_REUSEPORT. It restarts a worker
+// that dies (backoff, and a limit), forwards SIGTERM so every worker drains,
+// and opens the group for traffic only when every worker is warm.
+//
+// Planning the slots is pure; running them is the thin acting part.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "numaserve/common/placement.h"
+#include "numaserve/common/topology.h"
+
+namespace numaserve::supervisor {
+
+enum class Bind { kNuma, kNone };
+
+struct ReplicaConfig {
+  unsigned per_node = 0;  // --replicas-per-numa-node
+  unsigned replicas = 0;  // --replicas (with kNuma: spread evenly over the nodes)
+  Bind bind = Bind::kNuma;
+};
+
+// One worker process: where it runs and where its memory goes.
+struct Slot {
+  unsigned index = 0;
+  std::optional<unsigned> node;  // kNuma: the node it is bound to
+  CpuSet cpus;
+  NodeSet mems;
+  std::string name() const;  // "worker-1 (node 1)"
+};
+
+// Nodes are those with CPUs in the allowed cpuset; a node's CPUs are split
+// into whole cores among its replicas. Errors name the numbers: "3 replicas
+// per node need 3 cores, node 1 has 2 allowed (CPUs 2-3)".
+Result<std::vector<Slot>> plan_replicas(const Placement& placement, const Topology& topology,
+                                        const ReplicaConfig& config);
+
+struct SupervisorConfig {
+  std::vector<std::string> command;  // how to start a worker: numaserve and its serve arguments
+  unsigned max_restarts = 5;         // per worker within restart_window_seconds; then give up
+  double restart_window_seconds = 300;
+  double grace_seconds = 35;         // after SIGTERM, then SIGKILL
+};
+
+// Starts the workers and supervises them until SIGTERM/SIGINT (exit 0 when
+// every worker drained cleanly) or a worker fails too often (exit 1).
+// Workers learn their slot from NUMASERVE_WORKER / NUMASERVE_READY_FD.
+int run(const std::vector<Slot>& slots, const SupervisorConfig& config);
+
+// The worker's half of the protocol: tell the supervisor this worker is warm
+// (no-op when not supervised). The supervisor answers with SIGUSR1 once the
+// whole group is; an unsupervised process is its own group.
+bool supervised();
+void report_ready();
+
+}  // namespace numaserve::supervisor
