@@ -2,7 +2,11 @@
 //   forward  in-process forward throughput of a model on pinned CPUs: the
 //            limit that serving over HTTP is compared with
 //   load     an HTTP load generator (closed loop or constant rate)
+//   sgemm    single-precision matrix multiply GFLOP/s of the BLAS LibTorch
+//            uses, on pinned CPUs: the machine's arithmetic limit
 // Each prints one JSON object on stdout.
+#include <dlfcn.h>
+
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -99,6 +103,49 @@ int run_forward(const ForwardOptions& o) {
   return out.contains("error") ? 1 : 0;
 }
 
+struct SgemmOptions {
+  std::string cpus;
+  int size = 1024;
+  double seconds = 5;
+};
+
+// The Fortran BLAS entry point, from the library the alternatives system
+// names for libblas.so.3 — the one LibTorch itself calls.
+using SgemmFn = void (*)(const char*, const char*, const int*, const int*, const int*, const float*, const float*,
+                         const int*, const float*, const int*, const float*, float*, const int*);
+
+int run_sgemm(const SgemmOptions& o) {
+  void* blas = dlopen("libblas.so.3", RTLD_NOW);
+  auto sgemm = blas ? reinterpret_cast<SgemmFn>(dlsym(blas, "sgemm_")) : nullptr;
+  if (sgemm == nullptr) return fail("cannot find sgemm_ in libblas.so.3");
+  json out;
+  std::thread worker([&] {
+    if (!o.cpus.empty()) {
+      auto cpus = numaserve::CpuSet::parse_list(o.cpus);
+      if (!cpus || !numaserve::placement::bind_current_thread(*cpus)) {
+        out = {{"error", "cannot pin to " + o.cpus}};
+        return;
+      }
+    }
+    const int n = o.size;
+    std::vector<float> a(static_cast<std::size_t>(n) * n, 0.5f), b(a.size(), 0.25f), c(a.size());
+    const float alpha = 1, beta = 0;
+    std::size_t calls = 0;
+    const auto start = Clock::now();
+    const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
+    while (Clock::now() < end) {
+      sgemm("N", "N", &n, &n, &n, &alpha, a.data(), &n, b.data(), &n, &beta, c.data(), &n);
+      ++calls;
+    }
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    out = {{"what", "sgemm"}, {"cpus", o.cpus}, {"size", n}, {"calls", calls}, {"seconds", seconds},
+           {"gflops", 2.0 * n * n * static_cast<double>(n) * static_cast<double>(calls) / seconds / 1e9}};
+  });
+  worker.join();
+  std::cout << out.dump() << "\n";
+  return out.contains("error") ? 1 : 0;
+}
+
 struct LoadOptions {
   numaserve::bench::LoadConfig config;
   std::string store, model, cpus;
@@ -173,11 +220,18 @@ int main(int argc, char** argv) {
   load->add_option("--warmup", l.config.warmup_seconds)->capture_default_str();
   load->add_option("--cpus", l.cpus, "Pin the load generator to these CPUs");
 
+  SgemmOptions g;
+  auto* sgemm = app.add_subcommand("sgemm", "BLAS sgemm GFLOP/s on pinned CPUs");
+  sgemm->add_option("--cpus", g.cpus, "Pin to these CPUs (list form)");
+  sgemm->add_option("--size", g.size, "Square matrix size")->capture_default_str();
+  sgemm->add_option("--seconds", g.seconds)->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   if (forward->parsed()) return run_forward(f);
+  if (sgemm->parsed()) return run_sgemm(g);
   return run_load(l);
 }

@@ -47,9 +47,31 @@ stop_servers() {
 
 # User + system CPU seconds of a process so far.
 process_cpu_seconds() {
-  awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"
+  awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat" 2> /dev/null || echo 0
 }
 
 machine_summary() {
   echo "$(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs, $(numactl --hardware | head -1), kernel $(uname -r)"
 }
+
+# User + system CPU seconds of a process and its children (a supervisor's workers).
+tree_cpu_seconds() {
+  local total pid
+  total=$(process_cpu_seconds "$1")
+  for pid in $(pgrep -P "$1"); do
+    total=$(awk -v a="$total" -v b="$(process_cpu_seconds "$pid")" 'BEGIN { print a + b }')
+  done
+  echo "$total"
+}
+
+# expand_cpus "0-2,5" -> "0 1 2 5"
+expand_cpus() {
+  local part out=()
+  for part in ${1//,/ }; do
+    if [[ $part == *-* ]]; then out+=($(seq "${part%-*}" "${part#*-}")); else out+=("$part"); fi
+  done
+  echo "${out[*]}"
+}
+
+# join_cpus "0 1 2 5" -> "0,1,2,5"
+join_cpus() { local IFS=,; echo "$*"; }

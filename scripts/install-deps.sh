@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages numaserve needs, only those missing; safe to
-# run again and again. Usage: scripts/install-deps.sh build|test
+# run again and again. Usage: scripts/install-deps.sh build|test|bench
 set -euo pipefail
 
 # Compiler, CMake and the libraries the code links.
@@ -22,14 +22,21 @@ TEST_PACKAGES=(
   openssl curl jq
 )
 
+# The deployment-mode benchmark: its peer (FastAPI + uvicorn + PyTorch, run
+# by Debian's /usr/bin/python3) and its plots.
+BENCH_PACKAGES=(
+  python3-fastapi python3-uvicorn python3-torch python3-xxhash python3-yaml gnuplot-nox
+)
+
 case ${1:-} in
   build) wanted=("${BUILD_PACKAGES[@]}") ;;
+  bench) wanted=("${BUILD_PACKAGES[@]}" "${BENCH_PACKAGES[@]}") ;;
   test)
     wanted=("${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}")
     # Node.js runs the offline Kubernetes schema checks; any install will do.
     command -v node >/dev/null && command -v npm >/dev/null || wanted+=(nodejs npm)
     ;;
-  *) echo "usage: $0 build|test" >&2; exit 2 ;;
+  *) echo "usage: $0 build|test|bench" >&2; exit 2 ;;
 esac
 
 # The schema validator's npm packages, pinned by tests/k8s/package-lock.json;
