@@ -9,11 +9,27 @@ free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
+# Children first: a supervisor's (or uvicorn's) workers must not outlive it.
 cleanup_servers() {
   local pid
-  for pid in "${server_pids[@]}"; do kill -KILL "$pid" 2> /dev/null || true; done
+  for pid in "${server_pids[@]}"; do
+    pkill -KILL -P "$pid" 2> /dev/null || true
+    kill -KILL "$pid" 2> /dev/null || true
+  done
 }
 trap cleanup_servers EXIT
+
+# wait_ready PORT WHAT LOG: up to 2 minutes for /readyz; else the log and exit 1.
+wait_ready() {
+  for _ in $(seq 1 600); do
+    curl -sf --max-time 2 "http://127.0.0.1:$1/readyz" > /dev/null && return 0
+    if ! kill -0 "$server_pid" 2> /dev/null; then break; fi
+    sleep 0.2
+  done
+  echo "bench: $2 did not become ready on port $1; its log:" >&2
+  cat "$3" >&2
+  exit 1
+}
 
 # start_server PORT CPUS MODEL_DIR STORE [extra serve flags...]
 start_server() {
@@ -25,14 +41,7 @@ start_server() {
     --listen-address 127.0.0.1 --log-level warning "$@" 2> "$server_log" &
   server_pid=$!
   server_pids+=("$server_pid")
-  for _ in $(seq 1 600); do
-    curl -sf --max-time 2 "http://127.0.0.1:$port/readyz" > /dev/null && return 0
-    if ! kill -0 "$server_pid" 2> /dev/null; then break; fi
-    sleep 0.2
-  done
-  echo "bench: the server did not become ready on port $port; its log:" >&2
-  cat "$server_log" >&2
-  exit 1
+  wait_ready "$port" "numaserve" "$server_log"
 }
 
 # SIGTERM to every server, as a pod gets it; SIGKILL to any still up after 30 s.

@@ -162,7 +162,7 @@ for model in ranker_a ranker_b; do
       --workers "${#server_list[@]}" --log-level warning 2> "$out/peer-$model.log" &
     server_pid=$!
     server_pids+=("$server_pid")
-    for _ in $(seq 1 300); do curl -sf --max-time 2 "http://127.0.0.1:$port/readyz" > /dev/null && break; sleep 0.2; done
+    wait_ready "$port" "the FastAPI peer" "$out/peer-$model.log"
     peer_scores=$(curl -s -X POST "http://127.0.0.1:$port/predict" -d "$probe" | jq -c .scores)
     same=$(jq -n --argjson a "$peer_scores" --argjson b "$(cat "$out/probe-$model.json")" \
       '[range(0; $a | length)] | all(($a[.] - $b[.]) | fabs < 1e-5)')
@@ -179,9 +179,10 @@ printf '%s\n' "${rows[@]}" | jq -s --arg machine "$(machine_summary)" --arg serv
   --argjson seconds "$seconds" --argjson load "$load" --argjson items "$items" \
   '{machine: $machine, server_cpus: $server, client_cpus: $client, seconds: $seconds, fixed_load: $load,
     items_per_request: $items, results: .}' > "$out/results.json"
-jq -r '"model,mode,rps,items_per_s,p50_ms,p99_ms,cpu_utilisation,fixed_rps,fixed_p50_ms,fixed_p99_ms,local_fraction,fraction_of_forward_limit",
-  (.results[] | [.model, .mode, .saturation.rps, .saturation.items_per_s, .saturation.p50_ms, .saturation.p99_ms,
-    .saturation.cpu_utilisation, (.fixed_load.rps // ""), (.fixed_load.p50_ms // ""), (.fixed_load.p99_ms // ""),
+jq -r '"model,mode,rps,items_per_s,p50_ms,p90_ms,p99_ms,cpu_utilisation,fixed_rps,fixed_p50_ms,fixed_p90_ms,fixed_p99_ms,fixed_cpu_utilisation,local_fraction,fraction_of_forward_limit",
+  (.results[] | [.model, .mode, .saturation.rps, .saturation.items_per_s, .saturation.p50_ms, .saturation.p90_ms,
+    .saturation.p99_ms, .saturation.cpu_utilisation, (.fixed_load.rps // ""), (.fixed_load.p50_ms // ""),
+    (.fixed_load.p90_ms // ""), (.fixed_load.p99_ms // ""), (.fixed_load.cpu_utilisation // ""),
     (.locality.local_fraction // ""), .fraction_of_forward_limit] | @csv)' "$out/results.json" > "$out/results.csv"
 bench/plot.sh "$out"
 
