@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <iostream>
 #include <thread>
 
@@ -32,6 +33,31 @@ int fail(const std::string& message) {
   return 1;
 }
 
+// Runs `body` on a thread set up as a service worker is — pinned to `cpus`
+// (list form; empty: not pinned) before anything else — and returns what it
+// measured, or {"error": ...}.
+json on_pinned_thread(const std::string& cpus, const std::function<json()>& body) {
+  json out;
+  std::thread worker([&] {
+    if (!cpus.empty()) {
+      auto set = numaserve::CpuSet::parse_list(cpus);
+      if (!set || !numaserve::placement::bind_current_thread(*set)) {
+        out = {{"error", "cannot pin to " + cpus}};
+        return;
+      }
+    }
+    out = body();
+  });
+  worker.join();
+  return out;
+}
+
+int print(const json& out) {
+  if (out.contains("error")) return fail(out["error"].get<std::string>());
+  std::cout << out.dump() << "\n";
+  return 0;
+}
+
 struct ForwardOptions {
   std::string model_dir, store, cpus;
   std::size_t items = 200;
@@ -50,17 +76,7 @@ int run_forward(const ForwardOptions& o) {
   std::vector<numaserve::features::Batch> batches;
   for (const auto& r : set->requests) batches.push_back(*numaserve::features::extract((*model)->spec(), r, **store));
 
-  json out;
-  // Measured on a thread set up as a service worker is: pinned, then its
-  // intra-op threads sized.
-  std::thread worker([&] {
-    if (!o.cpus.empty()) {
-      auto cpus = numaserve::CpuSet::parse_list(o.cpus);
-      if (!cpus || !numaserve::placement::bind_current_thread(*cpus)) {
-        out = {{"error", "cannot pin to " + o.cpus}};
-        return;
-      }
-    }
+  return print(on_pinned_thread(o.cpus, [&]() -> json {
     numaserve::model::set_intra_op_threads(o.threads);
     std::vector<double> ms;
     std::size_t calls = 0;
@@ -85,7 +101,7 @@ int run_forward(const ForwardOptions& o) {
     }
     std::sort(ms.begin(), ms.end());
     const double seconds = o.seconds;
-    out = {{"what", o.with_extraction ? "extract+forward" : "forward"},
+    return {{"what", o.with_extraction ? "extract+forward" : "forward"},
            {"model", (*model)->spec().name},
            {"cpus", o.cpus},
            {"intra_op_threads", o.threads},
@@ -97,10 +113,7 @@ int run_forward(const ForwardOptions& o) {
            {"p50_ms", ms.empty() ? 0 : ms[ms.size() / 2]},
            {"p99_ms", ms.empty() ? 0 : ms[std::min(ms.size() - 1, ms.size() * 99 / 100)]},
            {"runtime", numaserve::model::runtime_summary()}};
-  });
-  worker.join();
-  std::cout << out.dump() << "\n";
-  return out.contains("error") ? 1 : 0;
+  }));
 }
 
 struct SgemmOptions {
@@ -118,15 +131,7 @@ int run_sgemm(const SgemmOptions& o) {
   void* blas = dlopen("libblas.so.3", RTLD_NOW);
   auto sgemm = blas ? reinterpret_cast<SgemmFn>(dlsym(blas, "sgemm_")) : nullptr;
   if (sgemm == nullptr) return fail("cannot find sgemm_ in libblas.so.3");
-  json out;
-  std::thread worker([&] {
-    if (!o.cpus.empty()) {
-      auto cpus = numaserve::CpuSet::parse_list(o.cpus);
-      if (!cpus || !numaserve::placement::bind_current_thread(*cpus)) {
-        out = {{"error", "cannot pin to " + o.cpus}};
-        return;
-      }
-    }
+  return print(on_pinned_thread(o.cpus, [&]() -> json {
     const int n = o.size;
     std::vector<float> a(static_cast<std::size_t>(n) * n, 0.5f), b(a.size(), 0.25f), c(a.size());
     const float alpha = 1, beta = 0;
@@ -138,12 +143,9 @@ int run_sgemm(const SgemmOptions& o) {
       ++calls;
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    out = {{"what", "sgemm"}, {"cpus", o.cpus}, {"size", n}, {"calls", calls}, {"seconds", seconds},
-           {"gflops", 2.0 * n * n * static_cast<double>(n) * static_cast<double>(calls) / seconds / 1e9}};
-  });
-  worker.join();
-  std::cout << out.dump() << "\n";
-  return out.contains("error") ? 1 : 0;
+    return {{"what", "sgemm"}, {"cpus", o.cpus}, {"size", n}, {"calls", calls}, {"seconds", seconds},
+            {"gflops", 2.0 * n * n * static_cast<double>(n) * static_cast<double>(calls) / seconds / 1e9}};
+  }));
 }
 
 struct LoadOptions {

@@ -2,25 +2,17 @@
 
 #include <gtest/gtest.h>
 
+#include "machines.h"
+
 namespace numaserve::supervisor {
 namespace {
 
-Topology machine(const std::string& synthetic) {
-  auto t = discover_topology(TopologySource::synthetic(synthetic));
-  EXPECT_TRUE(t.has_value());
-  return t.value_or(Topology{});
-}
-
-Placement allowed(const CpuSet& cpus, const NodeSet& mems) {
-  Placement p;
-  p.affinity = cpus;
-  p.mems_allowed = mems;
-  return p;
-}
+using numaserve::testing::confined_to;
+using numaserve::testing::synthetic_machine;
 
 TEST(PlanReplicas, OnePerNodeGetsTheNodesCpusAndMemory) {
-  const Topology t = machine("pack:2 numa:1 core:4 pu:2");
-  auto slots = plan_replicas(allowed(t.online_cpus, NodeSet::range(0, 1)), t, {1, 0, Bind::kNuma});
+  const Topology t = synthetic_machine("pack:2 numa:1 core:4 pu:2");
+  auto slots = plan_replicas(confined_to(t.online_cpus, NodeSet::range(0, 1)), t, {1, 0, Bind::kNuma});
   ASSERT_TRUE(slots.has_value()) << slots.error().message;
   ASSERT_EQ(slots->size(), 2u);
   for (unsigned n = 0; n < 2; ++n) {
@@ -32,9 +24,9 @@ TEST(PlanReplicas, OnePerNodeGetsTheNodesCpusAndMemory) {
 }
 
 TEST(PlanReplicas, SeveralPerNodeSplitWholeCoresInsideTheCpuset) {
-  const Topology t = machine("pack:2 numa:1 core:4 pu:2");  // node 0: cores {0,1} {2,3} {4,5} {6,7}
+  const Topology t = synthetic_machine("pack:2 numa:1 core:4 pu:2");  // node 0: cores {0,1} {2,3} {4,5} {6,7}
   // The cpuset leaves out node 0's first core: 3 cores there, 4 on node 1.
-  auto slots = plan_replicas(allowed(t.online_cpus - CpuSet::range(0, 1), NodeSet::range(0, 1)), t, {2, 0, Bind::kNuma});
+  auto slots = plan_replicas(confined_to(t.online_cpus - CpuSet::range(0, 1), NodeSet::range(0, 1)), t, {2, 0, Bind::kNuma});
   ASSERT_TRUE(slots.has_value()) << slots.error().message;
   ASSERT_EQ(slots->size(), 4u);
   EXPECT_EQ((*slots)[0].cpus.to_list(), "2-3");
@@ -45,8 +37,8 @@ TEST(PlanReplicas, SeveralPerNodeSplitWholeCoresInsideTheCpuset) {
 }
 
 TEST(PlanReplicas, OnlyNodesWithAllowedCpusGetWorkers) {
-  const Topology t = machine("pack:4 numa:1 core:2 pu:1");
-  auto slots = plan_replicas(allowed(t.node(2)->cpus | t.node(3)->cpus, NodeSet::range(0, 3)), t, {1, 0, Bind::kNuma});
+  const Topology t = synthetic_machine("pack:4 numa:1 core:2 pu:1");
+  auto slots = plan_replicas(confined_to(t.node(2)->cpus | t.node(3)->cpus, NodeSet::range(0, 3)), t, {1, 0, Bind::kNuma});
   ASSERT_TRUE(slots.has_value());
   ASSERT_EQ(slots->size(), 2u);
   EXPECT_EQ((*slots)[0].node, 2u);
@@ -54,14 +46,14 @@ TEST(PlanReplicas, OnlyNodesWithAllowedCpusGetWorkers) {
 }
 
 TEST(PlanReplicas, ReplicasSpreadEvenlyOrAreRefused) {
-  const Topology t = machine("pack:2 numa:1 core:4 pu:1");
-  auto four = plan_replicas(allowed(t.online_cpus, NodeSet::range(0, 1)), t, {0, 4, Bind::kNuma});
+  const Topology t = synthetic_machine("pack:2 numa:1 core:4 pu:1");
+  auto four = plan_replicas(confined_to(t.online_cpus, NodeSet::range(0, 1)), t, {0, 4, Bind::kNuma});
   ASSERT_TRUE(four.has_value());
   EXPECT_EQ(four->size(), 4u);
-  auto three = plan_replicas(allowed(t.online_cpus, NodeSet::range(0, 1)), t, {0, 3, Bind::kNuma});
+  auto three = plan_replicas(confined_to(t.online_cpus, NodeSet::range(0, 1)), t, {0, 3, Bind::kNuma});
   ASSERT_FALSE(three.has_value());
   EXPECT_NE(three.error().message.find("3 replicas do not spread evenly over the 2 NUMA nodes"), std::string::npos);
-  auto crowded = plan_replicas(allowed(t.online_cpus, NodeSet::range(0, 1)), t, {5, 0, Bind::kNuma});
+  auto crowded = plan_replicas(confined_to(t.online_cpus, NodeSet::range(0, 1)), t, {5, 0, Bind::kNuma});
   ASSERT_FALSE(crowded.has_value());
   EXPECT_NE(crowded.error().message.find("5 replicas per node need 5 cores, node 0 has 4 allowed (CPUs 0-3)"),
             std::string::npos)
@@ -69,8 +61,8 @@ TEST(PlanReplicas, ReplicasSpreadEvenlyOrAreRefused) {
 }
 
 TEST(PlanReplicas, UnboundReplicasShareTheWholeCpuset) {
-  const Topology t = machine("pack:2 numa:1 core:2 pu:1");
-  auto slots = plan_replicas(allowed(t.online_cpus, NodeSet::range(0, 1)), t, {0, 2, Bind::kNone});
+  const Topology t = synthetic_machine("pack:2 numa:1 core:2 pu:1");
+  auto slots = plan_replicas(confined_to(t.online_cpus, NodeSet::range(0, 1)), t, {0, 2, Bind::kNone});
   ASSERT_TRUE(slots.has_value());
   ASSERT_EQ(slots->size(), 2u);
   for (const auto& s : *slots) {
@@ -81,8 +73,8 @@ TEST(PlanReplicas, UnboundReplicasShareTheWholeCpuset) {
 }
 
 TEST(PlanReplicas, ANodeWhoseMemoryIsNotAllowedUsesTheAllowedMemory) {
-  const Topology t = machine("pack:2 numa:1 core:2 pu:1");
-  auto slots = plan_replicas(allowed(t.online_cpus, NodeSet{0}), t, {1, 0, Bind::kNuma});
+  const Topology t = synthetic_machine("pack:2 numa:1 core:2 pu:1");
+  auto slots = plan_replicas(confined_to(t.online_cpus, NodeSet{0}), t, {1, 0, Bind::kNuma});
   ASSERT_TRUE(slots.has_value());
   EXPECT_EQ((*slots)[1].mems.to_list(), "0");  // node 1's worker may only use node 0's memory
 }

@@ -1,8 +1,13 @@
-// SIGTERM on the real binary: requests in flight when it arrives are all
-// answered with 200, then the process exits 0.
+// The real binary as an operator runs it: SIGTERM answers every request in
+// flight and exits 0; the supervisor replaces a dead worker, stops a group
+// whose worker keeps failing, and drains on SIGTERM; bad start-up input is a
+// clear error.
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +17,7 @@
 #include <chrono>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -35,13 +41,12 @@ std::string slurp(const std::filesystem::path& file) {
   return s.str();
 }
 
-Served start_service(const std::vector<std::string>& extra) {
+// Starts `numaserve ARGS...` with stderr in a file and waits until the log
+// shows `ready_marker` (and a port).
+Served start(std::vector<std::string> args, const std::string& ready_marker) {
   Served s;
-  s.log = numaserve::testing::make_temp_dir("numaserve-shutdown") / "stderr.log";
-  std::vector<std::string> args = {NUMASERVE_BINARY, "serve", "--model-dir", (demo_dir() / "ranker_a").string(),
-                                   "--feature-store", (demo_dir() / "store.jsonl").string(), "--port", "0",
-                                   "--listen-address", "127.0.0.1", "--workers", "2", "--warmup-rounds", "1"};
-  args.insert(args.end(), extra.begin(), extra.end());
+  s.log = numaserve::testing::make_temp_dir("numaserve-process") / "stderr.log";
+  args.insert(args.begin(), NUMASERVE_BINARY);
   s.pid = fork();
   if (s.pid == 0) {
     const int fd = ::open(s.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -56,7 +61,7 @@ Served start_service(const std::vector<std::string>& extra) {
   for (auto deadline = Clock::now() + std::chrono::seconds(60); Clock::now() < deadline;) {
     const std::string text = slurp(s.log);
     std::smatch m;
-    if (text.find("msg=ready") != std::string::npos && std::regex_search(text, m, port)) {
+    if (text.find(ready_marker) != std::string::npos && std::regex_search(text, m, port)) {
       s.port = std::stoi(m[1]);
       return s;
     }
@@ -68,6 +73,14 @@ Served start_service(const std::vector<std::string>& extra) {
   waitpid(s.pid, nullptr, 0);
   s.pid = -1;
   return s;
+}
+
+Served start_service(const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {"serve", "--model-dir", (demo_dir() / "ranker_a").string(), "--feature-store",
+                                   (demo_dir() / "store.jsonl").string(), "--port", "0", "--listen-address",
+                                   "127.0.0.1", "--workers", "2", "--warmup-rounds", "1"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return start(args, "msg=ready");
 }
 
 // Waits for the process; -1 when it did not end within `seconds`.
@@ -136,6 +149,73 @@ TEST(Shutdown, InFlightRequestsAreAnsweredThenExitZero) {
   const std::string log = slurp(s.log);
   EXPECT_NE(log.find("msg=draining signal=SIGTERM"), std::string::npos) << log;
   EXPECT_NE(log.find("msg=stopped"), std::string::npos) << log;
+}
+
+int free_port() {
+  const int sock = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  getsockname(sock, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(sock);
+  return ntohs(addr.sin_port);
+}
+
+bool wait_for_log(const std::filesystem::path& log, const std::string& text, int seconds) {
+  for (auto deadline = Clock::now() + std::chrono::seconds(seconds); Clock::now() < deadline;) {
+    if (slurp(log).find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+// The supervisor on this machine (the VM test covers NUMA binding): two
+// workers on one port, one killed and replaced, SIGTERM drains both.
+TEST(Supervisor, RestartsADeadWorkerAndDrainsOnSigterm) {
+  const int port = free_port();
+  Served s = start({"serve", "--model-dir", (demo_dir() / "ranker_b").string(), "--port", std::to_string(port),
+                    "--listen-address", "127.0.0.1", "--replicas", "2", "--bind", "none", "--warmup-rounds", "1"},
+                   "every worker is warm");
+  ASSERT_GT(s.pid, 0);
+  // SO_REUSEPORT spreads connections: ask until both workers answered.
+  std::set<int> workers;
+  for (int i = 0; i < 100 && workers.size() < 2; ++i) {
+    httplib::Client client("127.0.0.1", port);
+    auto res = client.Get("/placement");
+    ASSERT_TRUE(res && res->status == 200);
+    const std::string instance = nlohmann::json::parse(res->body)["instance"];
+    EXPECT_NE(instance.find(" worker-"), std::string::npos) << instance;
+    workers.insert(std::stoi(instance.substr(instance.find('/') + 1)));
+  }
+  ASSERT_EQ(workers.size(), 2u);
+  const int victim = *workers.begin();
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  EXPECT_TRUE(wait_for_log(s.log, "worker died; restarting", 10)) << slurp(s.log);
+  EXPECT_TRUE(wait_for_log(s.log, "msg=\"worker ready\"", 30)) << slurp(s.log);
+  httplib::Client client("127.0.0.1", port);
+  auto predict = client.Post("/predict", R"({"user": {"id": "u1"}, "items": [{"id": "i1"}]})", "application/json");
+  ASSERT_TRUE(predict);
+  EXPECT_EQ(predict->status, 200);
+
+  ASSERT_EQ(kill(s.pid, SIGTERM), 0);
+  EXPECT_EQ(wait_exit(s.pid, 60), 0) << slurp(s.log);
+  for (int pid : workers) EXPECT_NE(kill(pid, 0), 0) << "worker " << pid << " outlived the supervisor";
+  EXPECT_NE(slurp(s.log).find("msg=stopped"), std::string::npos);
+}
+
+TEST(Supervisor, AWorkerThatKeepsFailingStopsTheGroup) {
+  const auto dir = numaserve::testing::make_temp_dir("numaserve-crashloop");
+  const std::string command = std::string(NUMASERVE_BINARY) + " serve --model-dir " + dir.string() +
+                              " --replicas 1 --bind none --max-restarts 1 --port " + std::to_string(free_port()) +
+                              " 2>" + (dir / "err").string();
+  const int status = std::system(command.c_str());
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  const std::string log = slurp(dir / "err");
+  EXPECT_NE(log.find("worker died; restarting"), std::string::npos) << log;
+  EXPECT_NE(log.find("worker keeps failing; stopping the group"), std::string::npos) << log;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Startup, BadModelDirectoryIsAClearErrorAndExitOne) {
