@@ -7,10 +7,10 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdlib>
-#include <ctime>
 #include <iostream>
 
 #include "discover/discover.h"
+#include "numaserve/common/log.h"
 #include "numaserve/common/options.h"
 #include "numaserve/common/quantity.h"
 #include "plan/plan.h"
@@ -27,6 +27,7 @@
 
 namespace {
 
+using numaserve::LogLevel;
 using numaserve::OptionSpec;
 using numaserve::Status;
 using numaserve::TopologySource;
@@ -213,16 +214,10 @@ int run_plan(const AgentOptions& o, const std::string& output, const std::string
   return 0;
 }
 
-void log_line(const std::string& message) {
-  const std::time_t now = std::time(nullptr);
-  char stamp[32];
-  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  std::cerr << stamp << " component=agent " << message << "\n";
-}
-
 // The DaemonSet's main loop: cycle, serve the result, sleep until the
 // interval ends or SIGHUP asks for a new discovery; SIGTERM/SIGINT end it.
 int run_agent(const AgentOptions& o) {
+  numaserve::configure_logging("agent", LogLevel::kInfo, numaserve::LogFormat::kText);
   updater::UpdaterConfig config;
   config.discover = o.discover_config();
   config.plan = o.plan;
@@ -239,7 +234,7 @@ int run_agent(const AgentOptions& o) {
     if (config.apiserver) {
       if (!o.apiserver_ca_file.empty()) config.apiserver->ca_file = o.apiserver_ca_file;
       if (!o.apiserver_token_file.empty()) config.apiserver->token_file = o.apiserver_token_file;
-      log_line("msg=apiserver url=" + config.apiserver->url);
+      numaserve::log(LogLevel::kInfo, "apiserver", {{"url", config.apiserver->url}});
     }
   }
   updater::Updater agent(config);
@@ -256,17 +251,19 @@ int run_agent(const AgentOptions& o) {
     if (auto started = server.start(o.listen_address, static_cast<int>(o.port)); !started) {
       return fail(started.error().message);
     }
-    log_line("msg=listening address=" + o.listen_address + " port=" + std::to_string(server.port()));
+    numaserve::log(LogLevel::kInfo, "listening", {{"address", o.listen_address}, {"port", std::to_string(server.port())}});
   }
   while (true) {
     const auto result = agent.run_cycle();
     server.publish(serve::snapshot_of(result, agent.counters()));
-    for (const auto& error : result.errors) log_line("level=error msg=\"" + error + "\"");
+    for (const auto& error : result.errors) numaserve::log(LogLevel::kError, error);
     if (result.report) {
-      for (const auto& w : result.report->warnings) log_line("level=warning msg=\"" + w + "\"");
+      for (const auto& w : result.report->warnings) numaserve::log(LogLevel::kWarning, w);
     }
-    log_line("msg=cycle ok=" + std::string(result.ok() ? "true" : "false") + " cycles=" +
-             std::to_string(agent.counters().cycles) + " files_changed=" + std::to_string(agent.counters().files_changed));
+    numaserve::log(LogLevel::kInfo, "cycle",
+                   {{"ok", result.ok() ? "true" : "false"},
+                    {"cycles", std::to_string(agent.counters().cycles)},
+                    {"files_changed", std::to_string(agent.counters().files_changed)}});
     if (o.oneshot) return result.ok() ? 0 : 1;
 
     timespec wait{};
@@ -274,11 +271,11 @@ int run_agent(const AgentOptions& o) {
     wait.tv_nsec = static_cast<long>((o.interval_seconds - static_cast<double>(wait.tv_sec)) * 1e9);
     const int signal = sigtimedwait(&signals, nullptr, &wait);
     if (signal == SIGTERM || signal == SIGINT) {
-      log_line("msg=stopping signal=" + std::to_string(signal));
+      numaserve::log(LogLevel::kInfo, "stopping", {{"signal", signal == SIGTERM ? "SIGTERM" : "SIGINT"}});
       server.stop();
       return 0;
     }
-    if (signal == SIGHUP) log_line("msg=rediscover reason=SIGHUP");
+    if (signal == SIGHUP) numaserve::log(LogLevel::kInfo, "rediscover", {{"reason", "SIGHUP"}});
   }
 }
 

@@ -27,7 +27,7 @@ else
   bad "--oneshot writes the hints and exits 0"
 fi
 if ! "$AGENT" run --oneshot --xml /no/such.xml --hints-dir "$work/hints" 2>"$work/log" &&
-   grep -q 'level=error msg="discover: hwloc XML: cannot read /no/such.xml' "$work/log"; then
+   grep -q 'level=error component=agent msg="discover: hwloc XML: cannot read /no/such.xml' "$work/log"; then
   ok "--oneshot on an unreadable machine exits 1 and logs why"
 else
   bad "--oneshot on an unreadable machine exits 1 and logs why"
