@@ -81,8 +81,9 @@ Service::Service(ServiceConfig config, PlacementReport placement, std::vector<st
   for (const auto& m : models_) {
     auto cache = features::ItemCache::build(m->spec(), *store_);
     if (!cache) {
-      // A store value the model cannot read: refuse to turn ready.
-      warm_error_ = std::move(cache.error()).with_context("feature store");
+      // A store value the model cannot read ("model ranker_a: feature store
+      // item 'i7' price: want a number"): refuse to turn ready.
+      warm_error_ = cache.error();
       item_caches_.emplace_back();
       continue;
     }
