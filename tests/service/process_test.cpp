@@ -218,6 +218,20 @@ TEST(Supervisor, AWorkerThatKeepsFailingStopsTheGroup) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(Startup, AStoreValueTheModelCannotReadStopsStartUp) {
+  const auto dir = numaserve::testing::make_temp_dir("numaserve-badstore");
+  std::ofstream(dir / "store.jsonl") << R"({"kind": "item", "id": "i1", "features": {"category": ["a", "b"]}})" << "\n";
+  const std::string command = std::string(NUMASERVE_BINARY) + " serve --model-dir " +
+                              (demo_dir() / "ranker_b").string() + " --feature-store " + (dir / "store.jsonl").string() +
+                              " --port 0 2>" + (dir / "err").string();
+  const int status = std::system(command.c_str());
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  EXPECT_NE(slurp(dir / "err").find("model ranker_b: feature store item 'i1' category: want an id, got a list"),
+            std::string::npos)
+      << slurp(dir / "err");
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Startup, BadModelDirectoryIsAClearErrorAndExitOne) {
   const auto dir = numaserve::testing::make_temp_dir("numaserve-nomodel");
   const std::string command = std::string(NUMASERVE_BINARY) + " serve --model-dir " + dir.string() + " --port 0 2>" +
