@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <numaif.h>
 #include <sched.h>
+#include <sys/prctl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -50,7 +51,8 @@ std::string describe_exit(int status) {
 // In the child, between fork and exec: only async-signal-safe calls.
 // The ready pipe's write end is inherited (not close-on-exec); its number
 // travels in NUMASERVE_READY_FD.
-[[noreturn]] void exec_worker(const Slot& slot, const std::vector<std::string>& command, const sigset_t& original_mask) {
+[[noreturn]] void exec_worker(const Slot& slot, const std::vector<std::string>& command, const sigset_t& original_mask,
+                              pid_t supervisor) {
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
   for (unsigned cpu : slot.cpus.ids()) {
@@ -67,6 +69,10 @@ std::string describe_exit(int status) {
     set_mempolicy(MPOL_BIND, mask, 16 * 64 + 1);
   }
   sigprocmask(SIG_SETMASK, &original_mask, nullptr);
+  // A worker must not outlive its supervisor (killed, or crashed): it gets
+  // SIGTERM and drains, instead of holding the port as an orphan.
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != supervisor) _exit(1);  // it died before prctl took effect
   std::vector<char*> argv;
   for (const auto& arg : command) argv.push_back(const_cast<char*>(arg.c_str()));
   argv.push_back(nullptr);
@@ -158,8 +164,14 @@ int run(const std::vector<Slot>& slots, const SupervisorConfig& config) {
   const auto start = [&](std::size_t i) {
     setenv(kWorkerEnv, slots[i].name().c_str(), 1);
     setenv(kWorkerIndexEnv, std::to_string(i).c_str(), 1);
+    const pid_t self = getpid();
     const pid_t pid = fork();
-    if (pid == 0) exec_worker(slots[i], config.command, original);
+    if (pid == 0) exec_worker(slots[i], config.command, original, self);
+    if (pid < 0) {
+      log(LogLevel::kError, std::string("fork: ") + std::strerror(errno), {{"worker", slots[i].name()}});
+      workers[i].start_at = Clock::now() + std::chrono::seconds(1);
+      return;
+    }
     workers[i].pid = pid;
     workers[i].ready = false;
     log(LogLevel::kInfo, "worker started", {{"worker", slots[i].name()}, {"pid", std::to_string(pid)}});

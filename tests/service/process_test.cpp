@@ -205,6 +205,28 @@ TEST(Supervisor, RestartsADeadWorkerAndDrainsOnSigterm) {
   EXPECT_NE(slurp(s.log).find("msg=stopped"), std::string::npos);
 }
 
+TEST(Supervisor, WorkersDoNotOutliveAKilledSupervisor) {
+  const int port = free_port();
+  Served s = start({"serve", "--model-dir", (demo_dir() / "ranker_b").string(), "--port", std::to_string(port),
+                    "--listen-address", "127.0.0.1", "--replicas", "1", "--bind", "none", "--warmup-rounds", "1"},
+                   "every worker is warm");
+  ASSERT_GT(s.pid, 0);
+  httplib::Client client("127.0.0.1", port);
+  auto res = client.Get("/placement");
+  ASSERT_TRUE(res && res->status == 200);
+  const std::string instance = nlohmann::json::parse(res->body)["instance"];
+  const int worker = std::stoi(instance.substr(instance.find('/') + 1));
+  ASSERT_EQ(kill(s.pid, SIGKILL), 0);
+  waitpid(s.pid, nullptr, 0);
+  bool gone = false;
+  for (auto deadline = Clock::now() + std::chrono::seconds(30); !gone && Clock::now() < deadline;) {
+    gone = kill(worker, 0) != 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(gone) << "worker " << worker << " kept running without its supervisor";
+  if (!gone) kill(worker, SIGKILL);
+}
+
 TEST(Supervisor, AWorkerThatKeepsFailingStopsTheGroup) {
   const auto dir = numaserve::testing::make_temp_dir("numaserve-crashloop");
   const std::string command = std::string(NUMASERVE_BINARY) + " serve --model-dir " + dir.string() +
