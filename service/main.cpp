@@ -167,18 +167,37 @@ std::string instance_name() {
   return std::string(host) + "/" + std::to_string(getpid()) + (worker != nullptr ? std::string(" ") + worker : "");
 }
 
+void configure_logging(const ServeOptions& o, const std::string& component) {
+  numaserve::configure_logging(component, *numaserve::parse_log_level(o.log_level),
+                               *numaserve::parse_log_format(o.log_format));
+}
+
+// Where this process may run, and the machine around it: what both the
+// supervisor and a service plan from.
+struct Machine {
+  numaserve::Placement placement;
+  numaserve::Topology topology;
+};
+
+numaserve::Result<Machine> read_machine() {
+  auto placement = numaserve::discover_placement("/");
+  if (!placement) {
+    return tl::unexpected(std::move(placement.error()).with_context("reading this process's placement"));
+  }
+  auto topology = numaserve::discover_topology(numaserve::TopologySource::live());
+  if (!topology) return tl::unexpected(std::move(topology.error()).with_context("reading the machine's topology"));
+  return Machine{std::move(*placement), std::move(*topology)};
+}
+
 // --replicas-per-numa-node / --replicas: plan the slots inside this
 // process's cpuset and supervise one worker per slot; each worker runs this
 // same command line and knows it is one from its environment.
 int supervise(const ServeOptions& o, int argc, char** argv) {
-  numaserve::configure_logging("supervisor", *numaserve::parse_log_level(o.log_level),
-                               *numaserve::parse_log_format(o.log_format));
+  configure_logging(o, "supervisor");
   if (o.port == 0) return fail("--port 0 cannot be shared by replicas: give a port");
-  auto placement = numaserve::discover_placement("/");
-  if (!placement) return fail("reading this process's placement: " + placement.error().message);
-  auto topology = numaserve::discover_topology(numaserve::TopologySource::live());
-  if (!topology) return fail("reading the machine's topology: " + topology.error().message);
-  auto slots = numaserve::supervisor::plan_replicas(*placement, *topology, o.replicas);
+  auto machine = read_machine();
+  if (!machine) return fail(machine.error().message);
+  auto slots = numaserve::supervisor::plan_replicas(machine->placement, machine->topology, o.replicas);
   if (!slots) return fail(slots.error().message);
   numaserve::supervisor::SupervisorConfig config;
   config.command = {"/proc/self/exe"};
@@ -190,8 +209,7 @@ int supervise(const ServeOptions& o, int argc, char** argv) {
 
 int serve(const ServeOptions& o) {
   const char* worker = std::getenv("NUMASERVE_WORKER");
-  numaserve::configure_logging(worker != nullptr ? worker : "service", *numaserve::parse_log_level(o.log_level),
-                               *numaserve::parse_log_format(o.log_format));
+  configure_logging(o, worker != nullptr ? worker : "service");
   if (o.model_dirs.empty()) return fail("no model: give --model-dir DIR (a directory with model.pt and model.yaml)");
 
   // Signals are taken by sigwait below; every thread started later inherits
@@ -204,17 +222,16 @@ int serve(const ServeOptions& o) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   // Placement first: nothing is allocated or started before we know where.
-  auto placement = numaserve::discover_placement("/");
-  if (!placement) return fail("reading this process's placement: " + placement.error().message);
-  auto topology = numaserve::discover_topology(numaserve::TopologySource::live());
-  if (!topology) return fail("reading the machine's topology: " + topology.error().message);
-  auto plan = numaserve::placement::plan_threads(*placement, *topology, o.threads);
+  auto machine = read_machine();
+  if (!machine) return fail(machine.error().message);
+  const auto& placement = machine->placement;
+  auto plan = numaserve::placement::plan_threads(placement, machine->topology, o.threads);
   if (!plan) return fail(plan.error().message);
   for (const auto& note : plan->notes) numaserve::log(LogLevel::kWarning, note);
 
   numaserve::api::PlacementReport report;
   report.plan = *plan;
-  report.cgroup = placement->cgroup;
+  report.cgroup = placement.cgroup;
   report.instance = instance_name();
   if (o.memory_bind) {
     report.memory_policy = numaserve::placement::apply_memory_policy(plan->memory_nodes);

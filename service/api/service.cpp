@@ -143,11 +143,11 @@ void Service::stop_workers() {
   if (scheduler_) scheduler_->stop();
 }
 
-const model::Model* Service::find_model(const std::string& name) const {
-  for (const auto& m : models_) {
-    if (m->spec().name == name) return m.get();
+std::optional<std::size_t> Service::find_model(const std::string& name) const {
+  for (std::size_t i = 0; i < models_.size(); ++i) {
+    if (models_[i]->spec().name == name) return i;
   }
-  return nullptr;
+  return std::nullopt;
 }
 
 http::Reply Service::handle(const http::Request& request) {
@@ -202,7 +202,8 @@ http::Reply Service::route(const http::Request& request, std::string& route_name
   }
   // /v2/models/{name}[/versions/{version}][/ready|/infer]
   if (parts.size() >= 3 && parts[0] == "v2" && parts[1] == "models") {
-    const model::Model* m = find_model(parts[2]);
+    const auto index = find_model(parts[2]);
+    const model::Model* m = index ? models_[*index].get() : nullptr;
     std::size_t next = 3;
     if (m && parts.size() >= 5 && parts[3] == "versions") {
       if (parts[4] != m->spec().version) {
@@ -221,7 +222,7 @@ http::Reply Service::route(const http::Request& request, std::string& route_name
     if (!m) return error_reply(404, "model '" + parts[2] + "' is not served here", "model");
     if (action == "infer") {
       if (auto refused = only("POST")) return *refused;
-      return infer(*m, request);
+      return infer(*index, request);
     }
     if (auto refused = only("GET")) return *refused;
     if (action == "ready") {
@@ -239,11 +240,11 @@ http::Reply Service::predict(const http::Request& request) {
   if (!parsed) return error_reply(400, parsed.error());
   if (!warm_) return unavailable("not ready: warming up");
 
-  std::size_t index = 0;
+  std::size_t index = 0;  // the first model is the default
   if (parsed->model) {
-    const auto* m = find_model(*parsed->model);
-    if (!m) return error_reply(404, "model '" + *parsed->model + "' is not served here", "model");
-    while (models_[index].get() != m) ++index;
+    const auto found = find_model(*parsed->model);
+    if (!found) return error_reply(404, "model '" + *parsed->model + "' is not served here", "model");
+    index = *found;
   }
   const model::Model& m = *models_[index];
   const std::string& name = m.spec().name;
@@ -257,38 +258,40 @@ http::Reply Service::predict(const http::Request& request) {
   if (!batch) return error_reply(400, batch.error());
   metrics_.observe(metrics::Stage::kExtract, name, since(t));
 
-  auto submitted = scheduler_->submit(index, std::move(*batch));
-  if (!submitted) return unavailable(submitted.error().message);
-  batching::Outcome outcome = submitted->get();
-  if (!outcome.scores) return error_reply(500, outcome.scores.error());
-  metrics_.observe(metrics::Stage::kQueue, name, outcome.timing.queue_seconds);
-  metrics_.observe(metrics::Stage::kForward, name, outcome.timing.forward_seconds);
+  auto scores = run(index, std::move(*batch));
+  if (!scores) return scores.error();
 
   http::PredictResponse response;
   response.model = name;
   response.version = m.spec().version;
   response.request_id = !parsed->request_id.empty() ? parsed->request_id
                                                     : "ns-" + std::to_string(getpid()) + "-" + std::to_string(next_request_id_++);
-  response.scores = std::move(*outcome.scores);
+  response.scores = std::move(*scores);
   metrics_.observe(metrics::Stage::kTotal, name, since(start));
   return json_reply(200, http::to_json(response));
 }
 
-http::Reply Service::infer(const model::Model& m, const http::Request& request) {
+http::Reply Service::infer(std::size_t index, const http::Request& request) {
   const auto start = Clock::now();
-  auto parsed = http::parse_infer_request(request.body, m.spec(), config_.limits);
+  const features::ModelSpec& spec = models_[index]->spec();
+  auto parsed = http::parse_infer_request(request.body, spec, config_.limits);
   if (!parsed) return error_reply(400, parsed.error());
   if (!warm_) return unavailable("not ready: warming up");
-  std::size_t index = 0;
-  while (models_[index].get() != &m) ++index;
-  auto submitted = scheduler_->submit(index, std::move(parsed->batch));
-  if (!submitted) return unavailable(submitted.error().message);
+  auto scores = run(index, std::move(parsed->batch));
+  if (!scores) return scores.error();
+  metrics_.observe(metrics::Stage::kTotal, spec.name, since(start));
+  return json_reply(200, http::v2_infer_response(spec, parsed->id, *scores));
+}
+
+tl::expected<std::vector<float>, http::Reply> Service::run(std::size_t index, features::Batch batch) {
+  auto submitted = scheduler_->submit(index, std::move(batch));
+  if (!submitted) return tl::unexpected(unavailable(submitted.error().message));
   batching::Outcome outcome = submitted->get();
-  if (!outcome.scores) return error_reply(500, outcome.scores.error());
-  metrics_.observe(metrics::Stage::kQueue, m.spec().name, outcome.timing.queue_seconds);
-  metrics_.observe(metrics::Stage::kForward, m.spec().name, outcome.timing.forward_seconds);
-  metrics_.observe(metrics::Stage::kTotal, m.spec().name, since(start));
-  return json_reply(200, http::v2_infer_response(m.spec(), parsed->id, *outcome.scores));
+  if (!outcome.scores) return tl::unexpected(error_reply(500, outcome.scores.error()));
+  const std::string& name = models_[index]->spec().name;
+  metrics_.observe(metrics::Stage::kQueue, name, outcome.timing.queue_seconds);
+  metrics_.observe(metrics::Stage::kForward, name, outcome.timing.forward_seconds);
+  return std::move(*outcome.scores);
 }
 
 std::map<std::string, double> Service::model_locality() const {

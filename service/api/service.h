@@ -73,9 +73,11 @@ class Service {
 
  private:
   http::Reply predict(const http::Request& request);
-  http::Reply infer(const model::Model& model, const http::Request& request);
+  http::Reply infer(std::size_t model, const http::Request& request);
+  // Queues a batch for model `index` and waits; the reply is the 503/500 to send.
+  tl::expected<std::vector<float>, http::Reply> run(std::size_t index, features::Batch batch);
   http::Reply route(const http::Request& request, std::string& route_name);
-  const model::Model* find_model(const std::string& name) const;
+  std::optional<std::size_t> find_model(const std::string& name) const;
   void worker_start(std::size_t worker);
   metrics::Gauges gauges() const;
   std::map<std::string, double> model_locality() const;
