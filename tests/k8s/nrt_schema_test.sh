@@ -5,7 +5,8 @@
 set -euo pipefail
 AGENT=$1 FIXTURES=$2 SYSFS=$3
 HERE=$(cd "$(dirname "$0")" && pwd)
-CRD=$FIXTURES/k8s/noderesourcetopology-crd.yaml
+# The CRD the chart installs (charts/numaserve/files), from topology-api.
+CRD=$HERE/../../charts/numaserve/files/noderesourcetopology-crd.yaml
 [[ -d $HERE/node_modules/ajv ]] || { echo "ajv missing: run scripts/install-deps.sh test" >&2; exit 1; }
 out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
 
@@ -29,12 +30,12 @@ emit with-kubelet-state --xml "$FIXTURES/topologies/xml/32em64t-2n8c2t-pci-norma
 grep -q 'topologyManagerPolicy' "$out/with-kubelet-state.yaml" || { echo "FAIL: no attributes from the kubelet config" >&2; exit 1; }
 emit this-machine
 echo "emitted $n NodeResourceTopology objects"
-node "$HERE/validate_crd.mjs" "$CRD" "$out"/*.yaml
+node "$HERE/validate.mjs" --crd "$CRD" "$out"/*.yaml
 
 # The validator must catch what the API server would reject.
 sed 's/name: "cpu"/name: "cpu"\n        bogus: 1/; s/capacity: \([0-9]*\)/capacity: "\1 cores"/' \
   "$out/synthetic-16-nodes.yaml" > "$out/broken.yaml"
-if node "$HERE/validate_crd.mjs" "$CRD" "$out/broken.yaml" >/dev/null 2>&1; then
+if node "$HERE/validate.mjs" --crd "$CRD" "$out/broken.yaml" >/dev/null 2>&1; then
   echo "FAIL: a broken object passed validation" >&2
   exit 1
 fi

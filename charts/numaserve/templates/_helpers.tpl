@@ -1,0 +1,64 @@
+{{/* Names: the release name, shortened to fit a DNS label. */}}
+{{- define "numaserve.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "numaserve.agentName" -}}
+{{- printf "%s-agent" (include "numaserve.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "numaserve.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "numaserve.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "numaserve.image" -}}
+{{- printf "%s:%s" .image.repository (.image.tag | default .chart.AppVersion) -}}
+{{- end -}}
+
+{{/*
+Guaranteed QoS needs requests = limits for cpu and memory, and the static CPU
+Manager exclusive CPUs needs a whole number of them. JSON Schema cannot
+compare two values, so the equality is checked here, at the same step
+(helm install/template) and with the same kind of message.
+*/}}
+{{- define "numaserve.resources" -}}
+{{- $r := .Values.resources -}}
+{{- range $name := list "cpu" "memory" -}}
+{{- if ne (toString (index $r.requests $name)) (toString (index $r.limits $name)) -}}
+{{- fail (printf "values: resources.requests.%s (%v) must equal resources.limits.%s (%v): numaserve pods are Guaranteed QoS" $name (index $r.requests $name) $name (index $r.limits $name)) -}}
+{{- end -}}
+{{- end -}}
+requests:
+  cpu: {{ $r.requests.cpu | quote }}
+  memory: {{ $r.requests.memory | quote }}
+limits:
+  cpu: {{ $r.limits.cpu | quote }}
+  memory: {{ $r.limits.memory | quote }}
+{{- end -}}
+
+{{/* The pod's grace: preStop, then the service's drain, then a margin. */}}
+{{- define "numaserve.terminationGracePeriodSeconds" -}}
+{{- add .Values.shutdown.preStopSeconds .Values.shutdown.drainSeconds 5 -}}
+{{- end -}}
+
+{{- define "numaserve.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+privileged: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: [ALL]
+{{- end -}}

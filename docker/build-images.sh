@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Builds the three images with podman, offline (base image from
+# scripts/containers.sh), and prints their sizes:
+#   numaserve:VERSION, numaserve-demo:VERSION, numaserve-topology-agent:VERSION
+# Usage: docker/build-images.sh [TAG]    (default: the project version)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+eval "$(scripts/containers.sh)"
+TAG=${1:-$(sed -n 's/^project(numaserve VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)}
+
+for target in service demo agent; do
+  case $target in
+    service) image=localhost/numaserve:$TAG ;;
+    demo) image=localhost/numaserve-demo:$TAG ;;
+    agent) image=localhost/numaserve-topology-agent:$TAG ;;
+  esac
+  echo "building $image (target $target)" >&2
+  # docker format: OCI images have no HEALTHCHECK.
+  podman build --pull=never --format docker --layers -f docker/Dockerfile --target "$target" -t "$image" . >&2
+done
+podman image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' --filter reference='localhost/numaserve*'

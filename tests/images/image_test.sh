@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Builds the three images for real (podman, offline; docker/build-images.sh)
+# and runs them as a user would:
+#   - numaserve-demo: non-root, read-only root filesystem, /readyz and a
+#     /predict with the demo models, its HEALTHCHECK, SIGTERM through tini
+#     drains and exits 0;
+#   - the same under --cpuset-cpus: /placement reports that cpuset, and
+#     every thread of the service is allowed only those CPUs;
+#   - numaserve (no model): refuses to start, saying what is missing;
+#   - numaserve-topology-agent: `discover` and `plan -o helm-values`.
+# Prints the image sizes.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+VERSION=$(sed -n 's/^project(numaserve VERSION \([0-9.]*\).*/\1/p' "$ROOT/CMakeLists.txt")
+"$ROOT/docker/build-images.sh" "$VERSION"
+eval "$("$ROOT/scripts/containers.sh")"
+DEMO=localhost/numaserve-demo:$VERSION SERVICE=localhost/numaserve:$VERSION AGENT=localhost/numaserve-topology-agent:$VERSION
+
+containers=()
+cleanup() { for c in "${containers[@]}"; do podman rm -f "$c" >/dev/null 2>&1 || true; done; }
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+# Without systemd podman cannot schedule health-check timers and says so on
+# every start and stop of an image with a HEALTHCHECK; the check is run by
+# hand below, so that complaint is dropped.
+podman() { command podman "$@" 2> >(grep -v 'get systemd connection' >&2); }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# start NAME PORT [podman run options...]: the demo image on the host network
+start() {
+  local name=$1 port=$2; shift 2
+  containers+=("$name")
+  # No systemd here to run health-check timers; `podman healthcheck run` below runs it.
+  podman run -d --name "$name" --network host --read-only --health-interval disable \
+    -e NUMASERVE_PORT="$port" "$@" "$DEMO" >/dev/null
+  for _ in $(seq 120); do
+    curl -sf "localhost:$port/readyz" >/dev/null && return 0
+    [[ $(podman inspect -f '{{.State.Running}}' "$name") == true ]] || break
+    sleep 1
+  done
+  podman logs "$name" >&2 || true
+  fail "$name did not turn ready"
+}
+
+echo "== demo image: ready, predict, health check, SIGTERM"
+[[ $(podman image inspect -f '{{.Config.User}}' "$DEMO") == 65532:65532 ]] || fail "the image does not run as 65532"
+port=$(free_port)
+start ns-image-demo "$port"
+reply=$(curl -sf -X POST "localhost:$port/predict" -d '{"user": {"id": "u42"}, "items": [{"id": "i7"}, {"id": "i99"}, {"id": "i3"}]}')
+[[ $(jq '.scores | length' <<<"$reply") == 3 && $(jq -r .model <<<"$reply") == ranker_a ]] || fail "predict: $reply"
+echo "predict: $reply"
+bad=$(curl -s -o /dev/null -w '%{http_code}' -X POST "localhost:$port/predict" -d '{"items": 7}')
+[[ $bad == 400 ]] || fail "a bad request got HTTP $bad"
+podman healthcheck run ns-image-demo >/dev/null || fail "HEALTHCHECK fails on a ready service"
+[[ $(podman exec ns-image-demo id -u) == 65532 ]] || fail "the service runs as root"
+podman exec ns-image-demo sh -c 'touch /usr/local/bin/x' 2>/dev/null && fail "the root filesystem is writable"
+podman stop -t 30 ns-image-demo >/dev/null
+status=$(podman wait ns-image-demo)
+[[ $status == 0 ]] || { podman logs ns-image-demo >&2; fail "exit status $status after SIGTERM"; }
+podman logs ns-image-demo 2>&1 | grep -q '"msg":"draining","signal":"SIGTERM"' || fail "SIGTERM did not reach numaserve through tini"
+echo "ok: ready, predict, 400, health check, uid 65532, read-only root, SIGTERM -> drained, exit 0"
+
+echo "== demo image under --cpuset-cpus"
+cpu=$(( $(nproc) - 1 ))
+port=$(free_port)
+start ns-image-cpuset "$port" --cpuset-cpus "$cpu"
+placement=$(curl -sf "localhost:$port/placement")
+echo "placement: $(jq -c '{cpus, mems, numa_nodes, workers}' <<<"$placement")"
+[[ $(jq -r .cpus <<<"$placement") == "$cpu" ]] || fail "/placement cpus is not the container's cpuset $cpu"
+[[ $(jq "[.workers[] | select(.cpus != \"$cpu\")] | length" <<<"$placement") == 0 ]] || fail "a worker outside the cpuset"
+[[ $(jq "[.threads[] | select(.allowed_cpus != \"$cpu\")] | length" <<<"$placement") == 0 ]] || fail "a thread may run outside the cpuset"
+podman stop -t 30 ns-image-cpuset >/dev/null
+echo "ok: cpuset $cpu reported, every worker and thread inside it"
+
+echo "== service image without a model"
+if message=$(podman run --rm "$SERVICE" 2>&1); then fail "started without a model"; fi
+grep -q 'no model' <<<"$message" || fail "no clear message without a model: $message"
+echo "ok: $(grep -o '"msg":"[^"]*"' <<<"$message")"
+
+echo "== agent image"
+discover=$(podman run --rm --read-only "$AGENT")
+grep -q '^Machine (live system)' <<<"$discover" || fail "agent discover: $discover"
+podman run --rm --read-only "$AGENT" plan -o helm-values | grep -q '^replicasPerNode: [1-9]' || fail "agent plan -o helm-values"
+[[ $(podman run --rm --entrypoint id "$AGENT" -u) == 65532 ]] || fail "the agent image runs as root"
+echo "ok: $(head -1 <<<"$discover")"
+
+echo "== image sizes"
+podman image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' --filter reference='localhost/numaserve*'

@@ -1,0 +1,160 @@
+#!/usr/bin/env node
+// Asserts what a numaserve deployment promises, on rendered objects (helm
+// template, kubectl kustomize): not "it renders", but
+//   - every service container (init containers too: they count for the QoS
+//     class) is Guaranteed with whole CPUs, so the kubelet's static CPU
+//     Manager and Topology Manager can give it one NUMA node;
+//   - the service runs unprivileged: non-root, no privilege escalation, no
+//     added capabilities, read-only root filesystem, no host namespaces or
+//     host paths (its NUMA placement comes from the kubelet's cpuset);
+//   - probes on /readyz and /healthz, and a grace period that covers preStop
+//     plus the service's own drain (read from the mounted numaserve.yaml);
+//   - replicas spread across machines; Service and PDB select the pods;
+//   - the agent mounts the host read-only except its hints directory, runs on
+//     every node, and its RBAC grants exactly what it uses.
+//
+//   node check_deployment.mjs [--replicas N] FILE...
+// Exit status: 0 all promises hold, 1 otherwise (each broken one printed).
+import fs from "node:fs";
+import { parseAllDocuments, parse } from "yaml";
+
+const argv = process.argv.slice(2);
+let expectedReplicas = null;
+const files = [];
+for (let i = 0; i < argv.length; i++) {
+  if (argv[i] === "--replicas") expectedReplicas = Number(argv[++i]);
+  else files.push(argv[i]);
+}
+const objects = files.flatMap((f) => parseAllDocuments(fs.readFileSync(f, "utf8")).map((d) => d.toJS())).filter(Boolean);
+const failures = [];
+const fail = (what, message) => failures.push(`${what}: ${message}`);
+const byKind = (kind) => objects.filter((o) => o.kind === kind);
+
+// What topology-agent/apiserver sends: server-side apply (PATCH) of the
+// node's labels and of the NodeResourceTopology, whose first apply creates it.
+const AGENT_USES = new Set(["/nodes/patch", "topology.node.k8s.io/noderesourcetopologies/create",
+  "topology.node.k8s.io/noderesourcetopologies/patch"]);
+
+// Kubernetes quantities: "2", 2, "2000m" are two CPUs; "1.5", "500m" are not whole.
+function millis(quantity) {
+  const m = /^([0-9.]+)(m?)$/.exec(String(quantity));
+  if (!m) return NaN;
+  return m[2] === "m" ? Number(m[1]) : Number(m[1]) * 1000;
+}
+function bytes(quantity) {
+  const units = { Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, Ti: 2 ** 40, k: 1e3, M: 1e6, G: 1e9, T: 1e12, "": 1 };
+  const m = /^([0-9.]+)(Ki|Mi|Gi|Ti|k|M|G|T)?$/.exec(String(quantity));
+  return m ? Number(m[1]) * units[m[2] ?? ""] : NaN;
+}
+function seconds(duration) {
+  const units = { ms: 0.001, s: 1, m: 60, h: 3600 };
+  let total = 0;
+  for (const [, n, u] of String(duration).matchAll(/([0-9.]+)(ms|s|m|h)/g)) total += Number(n) * units[u];
+  return total;
+}
+const matches = (selector, labels) => Object.entries(selector ?? {}).every(([k, v]) => labels?.[k] === v);
+
+const workloads = objects.filter((o) => ["Deployment", "StatefulSet", "DaemonSet"].includes(o.kind));
+const agents = workloads.filter((o) => o.kind === "DaemonSet");
+const services = workloads.filter((o) => o.kind !== "DaemonSet");
+if (services.length === 0) fail("render", "no service workload");
+
+for (const w of services) {
+  const what = `${w.kind}/${w.metadata.name}`;
+  const pod = w.spec.template.spec;
+  const podLabels = w.spec.template.metadata?.labels ?? {};
+  if (expectedReplicas !== null && w.spec.replicas !== expectedReplicas)
+    fail(what, `replicas ${w.spec.replicas}, expected ${expectedReplicas}`);
+  if (!Number.isInteger(w.spec.replicas ?? 0) || (w.spec.replicas ?? 0) < 0) fail(what, "replicas is not a count");
+
+  for (const c of [...(pod.initContainers ?? []), ...pod.containers]) {
+    const here = `${what} container ${c.name}`;
+    const { requests = {}, limits = {} } = c.resources ?? {};
+    for (const r of ["cpu", "memory"]) {
+      if (requests[r] === undefined || limits[r] === undefined) fail(here, `${r} request and limit are required (Guaranteed QoS)`);
+    }
+    if (millis(requests.cpu) !== millis(limits.cpu)) fail(here, `cpu request ${requests.cpu} != limit ${limits.cpu}`);
+    if (bytes(requests.memory) !== bytes(limits.memory)) fail(here, `memory request ${requests.memory} != limit ${limits.memory}`);
+    const cpu = millis(limits.cpu);
+    if (!(cpu >= 1000 && cpu % 1000 === 0)) fail(here, `cpu ${limits.cpu} is not a whole number of CPUs`);
+    const sc = c.securityContext ?? {};
+    if (sc.privileged) fail(here, "privileged");
+    if (sc.allowPrivilegeEscalation !== false) fail(here, "allowPrivilegeEscalation is not false");
+    if ((sc.capabilities?.add ?? []).length) fail(here, `adds capabilities ${sc.capabilities.add}`);
+    if (!(sc.capabilities?.drop ?? []).includes("ALL")) fail(here, "does not drop ALL capabilities");
+    if (sc.readOnlyRootFilesystem !== true) fail(here, "root filesystem is writable");
+    if ((sc.runAsNonRoot ?? pod.securityContext?.runAsNonRoot) !== true) fail(here, "may run as root");
+    if ((sc.runAsUser ?? pod.securityContext?.runAsUser) === 0) fail(here, "runs as root");
+  }
+  for (const ns of ["hostNetwork", "hostPID", "hostIPC"]) if (pod[ns]) fail(what, `${ns} is on`);
+  for (const v of pod.volumes ?? []) if (v.hostPath) fail(what, `volume ${v.name} is a hostPath`);
+
+  const main = pod.containers[0];
+  if (main.readinessProbe?.httpGet?.path !== "/readyz") fail(what, "readiness probe is not GET /readyz");
+  if (main.livenessProbe?.httpGet?.path !== "/healthz") fail(what, "liveness probe is not GET /healthz");
+  const preStop = main.lifecycle?.preStop;
+  const preStopSeconds = preStop?.sleep?.seconds ?? Number(preStop?.exec?.command?.at(-1) ?? NaN);
+  if (!Number.isFinite(preStopSeconds)) fail(what, "no preStop pause (endpoints would still send to a stopping pod)");
+
+  // The service's drain, from the numaserve.yaml it is given.
+  const configMount = main.volumeMounts?.find((m) => main.args?.some((a) => a.startsWith(m.mountPath + "/")));
+  const configVolume = pod.volumes?.find((v) => v.name === configMount?.name);
+  const configMap = byKind("ConfigMap").find((m) => m.metadata.name === configVolume?.configMap?.name);
+  const config = configMap ? parse(Object.values(configMap.data)[0]) : null;
+  if (!config) fail(what, "its --config file does not come from a ConfigMap in the render");
+  else {
+    const drain = seconds(config.shutdown_grace ?? "30s") + seconds(config.shutdown_delay ?? "0s");
+    const grace = pod.terminationGracePeriodSeconds ?? 30;
+    if (grace < preStopSeconds + drain)
+      fail(what, `terminationGracePeriodSeconds ${grace} < preStop ${preStopSeconds}s + drain ${drain}s: the kubelet would SIGKILL a draining pod`);
+    if (!config.model_dir?.length) fail(what, "numaserve.yaml names no model");
+  }
+
+  const spread = (pod.topologySpreadConstraints ?? []).some((t) => t.topologyKey === "kubernetes.io/hostname" && matches(t.labelSelector?.matchLabels, podLabels));
+  const anti = (pod.affinity?.podAntiAffinity?.requiredDuringSchedulingIgnoredDuringExecution ?? []).some((t) => t.topologyKey === "kubernetes.io/hostname");
+  if (!spread && !anti) fail(what, "replicas are not spread across machines");
+  if (!byKind("Service").some((s) => Object.keys(s.spec.selector ?? {}).length && matches(s.spec.selector, podLabels)))
+    fail(what, "no Service selects its pods");
+  for (const pdb of byKind("PodDisruptionBudget"))
+    if (!matches(pdb.spec.selector.matchLabels, podLabels)) fail(`PodDisruptionBudget/${pdb.metadata.name}`, "selects no service pod");
+}
+
+for (const d of agents) {
+  const what = `DaemonSet/${d.metadata.name}`;
+  const pod = d.spec.template.spec;
+  if (!(pod.tolerations ?? []).some((t) => t.operator === "Exists" && !t.key)) fail(what, "does not tolerate every taint (would skip nodes)");
+  const hostPaths = new Map((pod.volumes ?? []).filter((v) => v.hostPath).map((v) => [v.name, v.hostPath.path]));
+  for (const c of pod.containers) {
+    const sc = c.securityContext ?? {};
+    if (sc.privileged || sc.allowPrivilegeEscalation !== false) fail(what, "may escalate privileges");
+    if ((sc.capabilities?.add ?? []).length || !(sc.capabilities?.drop ?? []).includes("ALL")) fail(what, "keeps capabilities");
+    if (sc.readOnlyRootFilesystem !== true) fail(what, "root filesystem is writable");
+    for (const m of c.volumeMounts ?? []) {
+      const hostPath = hostPaths.get(m.name);
+      const writable = hostPath && !m.readOnly;
+      const isHints = c.args?.some((a) => a === `--hints-dir=${m.mountPath}` || a === `--kubelet-dropin-dir=${m.mountPath}`);
+      if (writable && !isHints) fail(what, `host path ${hostPath} is mounted writable but is not where the agent writes`);
+    }
+  }
+  // RBAC: everything bound to its service account, against what it sends.
+  const account = pod.serviceAccountName;
+  if (!account || !byKind("ServiceAccount").some((s) => s.metadata.name === account)) fail(what, "has no ServiceAccount of its own");
+  const publishes = !pod.containers[0].args?.includes("--no-apiserver");
+  const roleNames = [...byKind("ClusterRoleBinding"), ...byKind("RoleBinding")]
+    .filter((b) => b.subjects?.some((s) => s.kind === "ServiceAccount" && s.name === account))
+    .map((b) => `${b.roleRef.kind}/${b.roleRef.name}`);
+  const granted = new Set();
+  for (const role of [...byKind("ClusterRole"), ...byKind("Role")].filter((r) => roleNames.includes(`${r.kind}/${r.metadata.name}`))) {
+    for (const rule of role.rules ?? []) {
+      if (rule.nonResourceURLs) fail(`${role.kind}/${role.metadata.name}`, "grants non-resource URLs");
+      for (const g of rule.apiGroups ?? []) for (const r of rule.resources ?? []) for (const v of rule.verbs ?? []) granted.add(`${g}/${r}/${v}`);
+    }
+  }
+  for (const g of granted) if (!AGENT_USES.has(g)) fail(what, `RBAC grants ${g}, which the agent never uses`);
+  if (publishes) for (const u of AGENT_USES) if (!granted.has(u)) fail(what, `RBAC lacks ${u}, which the agent needs to publish`);
+  if (!publishes && pod.automountServiceAccountToken !== false) fail(what, "mounts an API token it does not use");
+}
+
+for (const f of failures) console.error(`FAIL ${f}`);
+console.log(`${services.length} service workload(s), ${agents.length} agent(s): ${failures.length ? `${failures.length} broken promise(s)` : "all promises hold"}`);
+process.exit(failures.length ? 1 : 0);

@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# The deployment path, checked offline: the Helm chart (lint, template with
+# every example and with the agent's own plans, values schema), the kustomize
+# base and overlays, the kubelet and scheduler examples. Every rendered
+# object is validated against the Kubernetes schemas (unknown fields
+# included) and its CRD, and the deployment's promises are asserted
+# (check_deployment.mjs), including that breaking one is caught.
+# Usage: deploy_test.sh AGENT_BINARY FIXTURES_DIR
+set -euo pipefail
+AGENT=$1 FIXTURES=$2
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+CHART=$ROOT/charts/numaserve
+HELM=$HERE/node_modules/.bin/helm
+KUBECTL=$HERE/node_modules/.bin/kubectl
+[[ -x $HELM && -x $KUBECTL ]] || { echo "helm/kubectl missing: run scripts/install-deps.sh test" >&2; exit 1; }
+out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+validate() { node "$HERE/validate.mjs" --crd "$CHART/files/noderesourcetopology-crd.yaml" \
+  --allow-kind monitoring.coreos.com/v1/ServiceMonitor "$@"; }
+check() { node "$HERE/check_deployment.mjs" "$@"; }
+lint() { yamllint -s -c "$HERE/yamllint.yaml" "$@"; }
+
+echo "== chart: lint, template, validate, assert"
+renders=()
+render() {  # name, expected replicas ("" when an HPA owns them), helm arguments...
+  local name=$1 replicas=$2 lint_args=() arg; shift 2
+  for arg in "$@"; do [[ $arg == --api-versions || $arg == */ServiceMonitor ]] || lint_args+=("$arg"); done
+  "$HELM" lint --strict --quiet "$CHART" "${lint_args[@]}" >/dev/null || fail "helm lint --strict ${lint_args[*]}"
+  "$HELM" template "rel-${name,,}" "$CHART" --namespace ranking "$@" > "$out/$name.yaml" || { fail "helm template $*"; return; }
+  validate "$out/$name.yaml" >/dev/null || { validate "$out/$name.yaml" || true; fail "$name: invalid objects"; }
+  check ${replicas:+--replicas "$replicas"} "$out/$name.yaml" || fail "$name: deployment promises broken"
+  renders+=("$out/$name.yaml")
+  echo "ok $name"
+}
+render defaults 1
+render two-socket 8 -f "$CHART/examples/two-socket.yaml"
+render pvc-model 1 -f "$CHART/examples/pvc-model.yaml"
+render init-container-model 1 -f "$CHART/examples/init-container-model.yaml"
+# The Prometheus Operator present: the ServiceMonitor appears.
+render production "" -f "$CHART/examples/production.yaml" --api-versions monitoring.coreos.com/v1/ServiceMonitor
+grep -q '^kind: ServiceMonitor' "$out/production.yaml" || fail "production: no ServiceMonitor where its CRD exists"
+grep -q '^kind: ServiceMonitor' "$out/defaults.yaml" && fail "defaults: a ServiceMonitor without its CRD would fail the install"
+grep -q '^kind: HorizontalPodAutoscaler' "$out/production.yaml" || fail "production: autoscaling on but no HPA"
+grep -q '^  replicas:' <(sed -n '/^kind: Deployment/,/^---/p' "$out/production.yaml") && fail "production: replicas set although the HPA owns them"
+grep -q '^kind: CustomResourceDefinition' "$out/production.yaml" || fail "production: CRD install asked but not rendered"
+render agent-off 1 --set agent.enabled=false
+render agent-quiet 1 --set agent.publish=false
+grep -q '^kind: ClusterRole$' "$out/agent-quiet.yaml" && fail "agent.publish=false still grants API access"
+
+# The agent's own plans, fed to the chart as its README says: each machine's
+# replicas and sizes come out as planned, and the pods are Guaranteed.
+for xml in 16amd64-4distances 32em64t-2n8c2t-pci-normalio 64intel64-fakeKNL-SNC4-hybrid; do
+  "$AGENT" plan -o helm-values --xml "$FIXTURES/topologies/xml/$xml.xml" > "$out/$xml.values.yaml"
+  per_node=$(sed -n 's/^replicasPerNode: //p' "$out/$xml.values.yaml")
+  render "plan-$xml" $((3 * per_node)) -f "$out/$xml.values.yaml" --set nodes=3
+  cpu=$(sed -n '/^  limits:/,/memory/s/^    cpu: //p' "$out/$xml.values.yaml")
+  grep -q "cpu: \"$cpu\"" "$out/plan-$xml.yaml" || fail "plan-$xml: the planned $cpu CPUs are not what the pod asks"
+done
+# The chart's 2-socket example is what the agent plans for that machine.
+"$AGENT" plan -o helm-values --xml "$FIXTURES/topologies/xml/32em64t-2n8c2t-pci-normalio.xml" |
+  grep -v '^#' > "$out/plan-2s.yaml"
+grep -v '^#' "$CHART/examples/two-socket.yaml" | grep -v '^nodes:' | diff -u "$out/plan-2s.yaml" - ||
+  fail "examples/two-socket.yaml differs from the agent's plan for that machine"
+
+echo "== chart: values the schema must refuse"
+for bad in "$HERE"/bad-values/*.yaml; do
+  expect=$(sed -n '1s/^# expect: //p' "$bad")
+  if message=$("$HELM" template t "$CHART" -f "$bad" 2>&1); then
+    fail "$(basename "$bad"): accepted"
+  elif ! grep -qF -- "$expect" <<<"$message"; then
+    fail "$(basename "$bad"): refused, but without naming '$expect': $message"
+  else
+    echo "ok refused $(basename "$bad"): $expect"
+  fi
+done
+
+echo "== chart: numaserve.yaml keys are the service's options"
+# The schema lists the options users may set; the chart sets the rest.
+service_keys=$(sed -n '/service-options:begin/,/service-options:end/p' "$ROOT/README.md" |
+  awk -F'`' '/^\| `--/ && $6 != "" {print $6}' | sort)
+schema_keys=$( (node -e 'const s=require(process.argv[1]); console.log(Object.keys(s.properties.config.properties).join("\n"))' \
+  "$CHART/values.schema.json"; printf '%s\n' model_dir feature_store port shutdown_grace) | sort)
+diff -u <(echo "$service_keys") <(echo "$schema_keys") || fail "values.schema.json config keys differ from the service's options"
+
+echo "== the assertions catch what they must"
+defaults=$out/defaults.yaml
+mutant() {  # name, sed script: the mutated render must break a promise
+  local why
+  sed "$2" "$defaults" > "$out/mutant.yaml"
+  if why=$(check "$out/mutant.yaml" 2>&1); then fail "mutant $1 passed the assertions"
+  else echo "ok mutant $1 caught: $(grep -m1 '^FAIL' <<<"$why")"; fi
+}
+mutant fractional-cpu 's/cpu: "1"/cpu: "1500m"/'
+mutant burstable '0,/memory: "2Gi"/s//memory: "1Gi"/'
+mutant writable-root 's/readOnlyRootFilesystem: true/readOnlyRootFilesystem: false/'
+mutant added-capability 's/drop: \[ALL\]/drop: [ALL]\n              add: [SYS_NICE]/'
+mutant short-grace 's/terminationGracePeriodSeconds: .*/terminationGracePeriodSeconds: 10/'
+mutant wide-rbac 's/verbs: \[patch\]/verbs: [get, list, patch]/'
+mutant writable-sys '0,/readOnly: true/{/mountPath: \/host\/sys/{n;d}}'
+mutant no-readiness 's|path: /readyz|path: /healthz|'
+mutant no-spread 's/topologyKey: kubernetes.io\/hostname/topologyKey: topology.kubernetes.io\/zone/'
+
+echo "== manifests: kustomize base and overlays"
+node "$ROOT/manifests/render-base.mjs" "$out/base" >/dev/null
+diff -ru "$ROOT/manifests/base" "$out/base" || fail "manifests/base is stale: run node manifests/render-base.mjs"
+for dir in "$ROOT/manifests/base" "$ROOT"/manifests/overlays/*/; do
+  name=$(basename "$dir")
+  "$KUBECTL" kustomize "$dir" > "$out/kustomize-$name.yaml" || { fail "kubectl kustomize $name"; continue; }
+  replicas=$([[ $name == base ]] && echo 1 || echo 2)
+  validate "$out/kustomize-$name.yaml" >/dev/null || { validate "$out/kustomize-$name.yaml" || true; fail "$name: invalid objects"; }
+  check --replicas "$replicas" "$out/kustomize-$name.yaml" || fail "$name: deployment promises broken"
+  renders+=("$out/kustomize-$name.yaml")
+  echo "ok kustomize $name"
+done
+sed -n '/^kind: Deployment/,/^---/p' "$out/kustomize-two-numa-nodes.yaml" | grep -q 'cpu: "14"' ||
+  fail "overlay two-numa-nodes does not carry the 2-socket plan's 14 CPUs"
+grep -q 'schedulerName: topology-aware-scheduler' "$out/kustomize-topology-aware-scheduler.yaml" ||
+  fail "overlay topology-aware-scheduler does not select that scheduler"
+
+echo "== manifests: kubelet and scheduler examples"
+"$AGENT" plan -o kubelet-config --xml "$FIXTURES/topologies/xml/32em64t-2n8c2t-pci-normalio.xml" |
+  diff -u - "$ROOT/manifests/kubelet/two-socket-kubelet-config.yaml" || fail "the kubelet example is not the agent's output"
+node --input-type=module -e '
+  import fs from "node:fs"; import { createRequire } from "node:module";
+  const YAML = createRequire(process.argv[1] + "/x.js")("yaml");
+  const config = YAML.parse(fs.readFileSync(process.argv[2], "utf8"));
+  const profile = config.profiles.find((p) => p.schedulerName === "topology-aware-scheduler");
+  const on = (point) => profile?.plugins?.[point]?.enabled?.some((p) => p.name === "NodeResourceTopologyMatch");
+  if (config.kind !== "KubeSchedulerConfiguration" || !on("filter") || !on("score")) {
+    console.error("scheduler profile topology-aware-scheduler does not filter and score with NodeResourceTopologyMatch");
+    process.exit(1);
+  }' "$HERE/node_modules" "$ROOT/manifests/scheduler/scheduler-config.yaml" || fail "scheduler profile"
+
+echo "== yamllint"
+lint "$CHART/Chart.yaml" "$CHART/values.yaml" "$CHART/examples" "$ROOT/manifests" "$HERE/bad-values" "${renders[@]}" ||
+  fail "yamllint"
+
+if ((failures)); then echo "$failures failure(s)" >&2; exit 1; fi
+echo "deployment checks passed"
