@@ -65,6 +65,20 @@ done
 grep -v '^#' "$CHART/examples/two-socket.yaml" | grep -v '^nodes:' | diff -u "$out/plan-2s.yaml" - ||
   fail "examples/two-socket.yaml differs from the agent's plan for that machine"
 
+echo "== chart: NOTES.txt"
+# helm template does not render NOTES.txt: a copy of the chart renders it
+# inside a ConfigMap instead, with the release's values.
+cp -r "$CHART" "$out/notes-chart"
+{ echo '{{- define "notes" }}'; cat "$CHART/templates/NOTES.txt"; echo '{{- end }}'; } > "$out/notes-chart/templates/_notes.tpl"
+rm "$out/notes-chart/templates/NOTES.txt"
+printf 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\ndata:\n  notes: {{ include "notes" . | quote }}\n' \
+  > "$out/notes-chart/templates/notes.yaml"
+notes=$("$HELM" template numaserve "$out/notes-chart" -n ranking -s templates/notes.yaml -f "$CHART/examples/two-socket.yaml")
+for want in "8 replica(s) of 14 CPU / 28511Mi" "exec ds/numaserve-agent -- cat /hints/helm-values.yaml" "localhost:8080/placement"; do
+  grep -qF "$want" <<<"$notes" || fail "NOTES.txt does not say '$want'"
+done
+echo "ok NOTES.txt"
+
 echo "== chart: values the schema must refuse"
 for bad in "$HERE"/bad-values/*.yaml; do
   expect=$(sed -n '1s/^# expect: //p' "$bad")
