@@ -4,6 +4,8 @@
 //   load     an HTTP load generator (closed loop or constant rate)
 //   sgemm    single-precision matrix multiply GFLOP/s of the BLAS LibTorch
 //            uses, on pinned CPUs: the machine's arithmetic limit
+//   stages   what /predict costs around the forward, stage by stage, in
+//            process: JSON parse, store query, extraction, reply
 // Each prints one JSON object on stdout.
 #include <dlfcn.h>
 
@@ -18,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "features/feature_store.h"
+#include "http/predict_json.h"
 #include "loadgen.h"
 #include "model/model.h"
 #include "placement/placement.h"
@@ -148,6 +151,60 @@ int run_sgemm(const SgemmOptions& o) {
   }));
 }
 
+struct StagesOptions {
+  std::string model_dir, store, cpus;
+  std::size_t items = 200;
+  double seconds = 5;
+};
+
+// Median microseconds per request of each stage /predict runs besides the
+// forward, on the bodies the load generator sends.
+int run_stages(const StagesOptions& o) {
+  auto model = numaserve::model::Model::load(o.model_dir);
+  if (!model) return fail(model.error().message);
+  auto store = numaserve::features::EmbeddedFeatureStore::load(o.store);
+  if (!store) return fail(store.error().message);
+  const auto& spec = (*model)->spec();
+  auto cache = numaserve::features::ItemCache::build(spec, **store);
+  if (!cache) return fail(cache.error().message);
+  auto set = numaserve::bench::make_requests(o.store, 256, o.items, 2);  // the load generator's requests
+  if (!set) return fail(set.error().message);
+  return print(on_pinned_thread(o.cpus, [&]() -> json {
+    std::vector<double> parse, query, extract, reply;
+    const numaserve::http::RequestLimits limits;
+    const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
+    auto micros = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::micro>(b - a).count(); };
+    for (std::size_t i = 0; Clock::now() < end; ++i) {
+      const std::string& body = set->bodies[i % set->bodies.size()];
+      const auto t0 = Clock::now();
+      auto request = numaserve::http::parse_predict_request(body, limits);
+      const auto t1 = Clock::now();
+      if (!request) return {{"error", request.error().message}};
+      const auto stored = numaserve::features::query(request->features, **store, &*cache);
+      const auto t2 = Clock::now();
+      auto batch = numaserve::features::extract(spec, request->features, stored, &*cache);
+      const auto t3 = Clock::now();
+      if (!batch) return {{"error", batch.error().message}};
+      numaserve::http::PredictResponse response{spec.name, spec.version, "ns-1-" + std::to_string(i),
+                                                std::vector<float>(batch->rows, 0.1234567f)};
+      const std::string text = numaserve::http::to_json(response);
+      const auto t4 = Clock::now();
+      parse.push_back(micros(t0, t1));
+      query.push_back(micros(t1, t2));
+      extract.push_back(micros(t2, t3));
+      reply.push_back(micros(t3, t4));
+    }
+    auto median = [](std::vector<double>& v) {
+      std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+      return v[v.size() / 2];
+    };
+    return {{"what", "stages"}, {"model", spec.name}, {"cpus", o.cpus}, {"items_per_request", o.items},
+            {"requests", parse.size()}, {"body_bytes", set->bodies.front().size()},
+            {"parse_us", median(parse)}, {"query_us", median(query)}, {"extract_us", median(extract)},
+            {"reply_us", median(reply)}};
+  }));
+}
+
 struct LoadOptions {
   numaserve::bench::LoadConfig config;
   std::string store, model, cpus;
@@ -228,6 +285,14 @@ int main(int argc, char** argv) {
   sgemm->add_option("--size", g.size, "Square matrix size")->capture_default_str();
   sgemm->add_option("--seconds", g.seconds)->capture_default_str();
 
+  StagesOptions st;
+  auto* stages = app.add_subcommand("stages", "Median cost of /predict's stages besides the forward, in process");
+  stages->add_option("--model-dir", st.model_dir)->required();
+  stages->add_option("--feature-store", st.store)->required();
+  stages->add_option("--items", st.items)->capture_default_str();
+  stages->add_option("--cpus", st.cpus, "Pin to these CPUs (list form)");
+  stages->add_option("--seconds", st.seconds)->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -235,5 +300,6 @@ int main(int argc, char** argv) {
   }
   if (forward->parsed()) return run_forward(f);
   if (sgemm->parsed()) return run_sgemm(g);
+  if (stages->parsed()) return run_stages(st);
   return run_load(l);
 }

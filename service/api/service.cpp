@@ -249,12 +249,12 @@ http::Reply Service::predict(const http::Request& request) {
   const model::Model& m = *models_[index];
   const std::string& name = m.spec().name;
 
+  const features::ItemCache* cache = item_caches_[index] ? &*item_caches_[index] : nullptr;
   auto t = Clock::now();
-  const auto stored = features::query(parsed->features, *store_);
+  const auto stored = features::query(parsed->features, *store_, cache);
   metrics_.observe(metrics::Stage::kQuery, name, since(t));
   t = Clock::now();
-  auto batch = features::extract(m.spec(), parsed->features, stored,
-                                 item_caches_[index] ? &*item_caches_[index] : nullptr);
+  auto batch = features::extract(m.spec(), parsed->features, stored, cache);
   if (!batch) return error_reply(400, batch.error());
   metrics_.observe(metrics::Stage::kExtract, name, since(t));
 

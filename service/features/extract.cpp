@@ -129,11 +129,22 @@ std::int64_t bucket(std::string_view id, std::uint64_t seed, std::uint64_t rows)
   return static_cast<std::int64_t>(hash_id(id, seed) % rows);
 }
 
-StoredFeatures query(const Request& request, const FeatureStore& store) {
+StoredFeatures query(const Request& request, const FeatureStore& store, const ItemCache* cache) {
   StoredFeatures stored;
   stored.user = request.user.id.empty() ? nullptr : store.user(request.user.id);
-  stored.items.reserve(request.items.size());
-  for (const auto& item : request.items) stored.items.push_back(store.item(item.id));
+  stored.items.resize(request.items.size());
+  if (cache != nullptr) stored.cached_rows.assign(request.items.size(), -1);
+  for (std::size_t i = 0; i < request.items.size(); ++i) {
+    const Entity& item = request.items[i];
+    // Inline features override the store's, so such an item is extracted afresh.
+    if (cache != nullptr && item.features.empty()) {
+      if (auto it = cache->rows_.find(std::string_view(item.id)); it != cache->rows_.end()) {
+        stored.cached_rows[i] = it->second;
+        continue;
+      }
+    }
+    stored.items[i] = store.item(item.id);
+  }
   return stored;
 }
 
@@ -162,7 +173,7 @@ Result<ItemCache> ItemCache::build(const ModelSpec& model, const FeatureStore& s
       failed = row.error();
       return;
     }
-    cache.rows_.emplace(&features, static_cast<std::uint32_t>(cache.rows_.size()));
+    cache.rows_.emplace(id, static_cast<std::uint32_t>(cache.rows_.size()));
     for (std::size_t c = 0; c < dense.size(); ++c) {
       if (cache.dense_slot_[c] >= 0) cache.dense_.push_back(row->dense[c]);
     }
@@ -184,6 +195,7 @@ Result<Batch> extract(const ModelSpec& model, const Request& request, const Stor
   }
   if (auto s = check_known(model, request.context, Source::kContext, "context"); !s) return tl::unexpected(s.error());
   for (std::size_t i = 0; i < request.items.size(); ++i) {
+    if (request.items[i].features.empty()) continue;  // most items: no path string to build
     const std::string path = "items[" + std::to_string(i) + "].features";
     if (auto s = check_known(model, request.items[i].features, Source::kItem, path); !s) {
       return tl::unexpected(s.error());
@@ -206,14 +218,13 @@ Result<Batch> extract(const ModelSpec& model, const Request& request, const Stor
   const Features* stored_user = stored.user;
   const auto& stored_items = stored.items;
 
-  // The value of `spec` for row i; user and context features do not depend on i.
-  // Rows of the cache for items that carry nothing inline; -1: compute.
-  std::vector<std::int64_t> cached(cache != nullptr ? n : 0, -1);
-  for (std::size_t i = 0; i < cached.size(); ++i) {
-    if (!request.items[i].features.empty() || stored_items[i] == nullptr) continue;
-    if (auto it = cache->rows_.find(stored_items[i]); it != cache->rows_.end()) cached[i] = it->second;
+  const auto& cached = stored.cached_rows;
+  if (!cached.empty() && (cache == nullptr || cached.size() != n)) {
+    return make_error(Error::Code::kInternal, "cached rows without the item cache query() used");
   }
   auto cached_row = [&](std::size_t i) { return cached.empty() ? -1 : cached[i]; };
+
+  // The value of `spec` for row i; user and context features do not depend on i.
 
   auto find = [&](const FeatureSpec& spec, std::size_t i) -> Found {
     switch (spec.source) {

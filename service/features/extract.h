@@ -4,6 +4,7 @@
 // and context features computed once and shared by every row.
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -36,14 +37,19 @@ struct Batch {
 std::uint64_t hash_id(std::string_view id, std::uint64_t seed);
 std::int64_t bucket(std::string_view id, std::uint64_t seed, std::uint64_t rows);
 
+class ItemCache;
+
 // The feature-query stage: what the store holds for the request's user and
 // items (nullptr where it holds nothing). A networked store makes this the
-// IO-bound stage, so it is timed apart from extraction.
+// IO-bound stage, so it is timed apart from extraction. With a model's
+// ItemCache, an item without inline features that the cache holds is found
+// there instead, by the same one lookup: its row, not its store entry.
 struct StoredFeatures {
   const Features* user = nullptr;
-  std::vector<const Features*> items;  // one per request item
+  std::vector<const Features*> items;        // one per request item
+  std::vector<std::int64_t> cached_rows;     // with a cache: one per item, -1 where `items` applies
 };
-StoredFeatures query(const Request& request, const FeatureStore& store);
+StoredFeatures query(const Request& request, const FeatureStore& store, const ItemCache* cache = nullptr);
 
 // The store's items extracted once, at start, for one model: what extract()
 // computes for an item that carries no inline features, looked up instead
@@ -57,19 +63,24 @@ class ItemCache {
   std::size_t items() const { return rows_.size(); }
 
  private:
+  friend StoredFeatures query(const Request&, const FeatureStore&, const ItemCache*);
   friend Result<Batch> extract(const ModelSpec&, const Request&, const StoredFeatures&, const ItemCache*);
+  struct IdHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view id) const { return std::hash<std::string_view>{}(id); }
+  };
   std::vector<int> dense_slot_;   // per dense feature: its column here, -1 if not an item feature
   std::vector<int> sparse_slot_;  // per sparse feature: likewise
   std::size_t dense_width_ = 0, sparse_width_ = 0;
-  std::unordered_map<const Features*, std::uint32_t> rows_;  // keyed by the store's own entries
+  std::unordered_map<std::string, std::uint32_t, IdHash, std::equal_to<>> rows_;  // by item id
   std::vector<float> dense_;                                 // rows x dense_width_
   std::vector<std::uint32_t> id_starts_;                     // rows x sparse_width_, + 1
   std::vector<std::int64_t> ids_;
 };
 
 // Errors name the offending field as a client would write it:
-// "items[3].features.price: want a number, got a list". With a cache, items
-// without inline features that the store holds are copied from it.
+// "items[3].features.price: want a number, got a list". Items query() found
+// in `cache` are copied from it: pass the cache query() was given.
 Result<Batch> extract(const ModelSpec& model, const Request& request, const StoredFeatures& stored,
                       const ItemCache* cache = nullptr);
 // query() then extract().

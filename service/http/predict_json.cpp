@@ -2,139 +2,293 @@
 
 #include <nlohmann/json.hpp>
 
+#include <charconv>
 #include <cmath>
+#include <optional>
 
 namespace numaserve::http {
 namespace {
 
 using nlohmann::json;
 
-tl::unexpected<Error> bad(const std::string& field, const std::string& message) {
-  return make_error(Error::Code::kInvalidArgument, field + ": " + message, field);
+Error bad(const std::string& field, const std::string& message) {
+  return Error{Error::Code::kInvalidArgument, field + ": " + message, field};
 }
 
-Result<std::string> id_of(const json& value, const std::string& field) {
-  if (value.is_string()) return value.get<std::string>();
-  if (value.is_number_integer() || value.is_number_unsigned()) return value.dump();
-  return bad(field, "want a string or an integer id");
-}
+// Reads a /predict body straight into a PredictRequest, event by event
+// (nlohmann's SAX interface): no document tree, so a 200-item request costs
+// its values rather than a map per item. The first value that breaks the
+// schema stops the parse with an error naming its field; nesting deeper
+// than the schema's is refused at once, so hostile depth costs nothing.
+class RequestReader final : public nlohmann::json_sax<json> {
+ public:
+  explicit RequestReader(const RequestLimits& limits) : limits_(limits) {}
 
-Result<features::FeatureValue> feature_value(const json& value, const std::string& field,
-                                             const RequestLimits& limits) {
-  if (value.is_number()) {
-    const double x = value.get<double>();
-    if (!std::isfinite(x)) return bad(field, "want a finite number");
-    return features::FeatureValue(x);
+  Result<PredictRequest> finish(bool parsed) {
+    if (error_) return tl::unexpected(std::move(*error_));
+    if (!parsed) return tl::unexpected(bad("body", "not valid JSON"));
+    if (!saw_user_) return tl::unexpected(bad("user", "required"));
+    if (!saw_items_) return tl::unexpected(bad("items", "required: a list of items"));
+    return std::move(out_);
   }
-  if (value.is_string()) return features::FeatureValue(value.get<std::string>());
-  if (value.is_array()) {
-    if (value.size() > limits.max_list_length) {
-      return bad(field, "list of " + std::to_string(value.size()) + " ids; the limit is " +
-                            std::to_string(limits.max_list_length));
+
+  bool null() override { return skipping() || value(Kind::kOther); }
+  bool boolean(bool) override { return skipping() || value(Kind::kOther); }
+  bool number_integer(number_integer_t n) override { return skipping() || integer(std::to_string(n), static_cast<double>(n)); }
+  bool number_unsigned(number_unsigned_t n) override { return skipping() || integer(std::to_string(n), static_cast<double>(n)); }
+  bool number_float(number_float_t x, const string_t&) override {
+    if (skipping()) return true;
+    number_ = x;
+    return value(Kind::kFloat);
+  }
+  bool string(string_t& text) override {
+    if (skipping()) return true;
+    text_ = &text;
+    return value(Kind::kString);
+  }
+  bool binary(binary_t&) override { return skipping() || value(Kind::kOther); }
+  bool start_object(std::size_t) override { return skip_depth_ > 0 ? (++skip_depth_, true) : value(Kind::kObject); }
+  bool start_array(std::size_t) override { return skip_depth_ > 0 ? (++skip_depth_, true) : value(Kind::kArray); }
+  bool end_object() override { return skip_depth_ > 0 ? (--skip_depth_, true) : end(); }
+  bool end_array() override { return skip_depth_ > 0 ? (--skip_depth_, true) : end(); }
+  bool key(string_t& name) override { return skipping() || on_key(name); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+
+ private:
+  enum class Kind { kString, kInteger, kFloat, kObject, kArray, kOther };
+  enum class In { kRoot, kItems, kEntity, kFeatures, kList };
+  // Where an entity sits ("user", "items[3]"), spelled out only when a
+  // message needs it: 200 items would otherwise build strings nobody reads.
+  struct Path {
+    const char* name;
+    std::optional<std::size_t> index;
+    std::string str() const { return index ? name + ("[" + std::to_string(*index) + "]") : std::string(name); }
+  };
+  struct Frame {
+    explicit Frame(In where) : in(where) {}
+    In in;
+    std::string key;                 // the pending key (root, entity, feature map)
+    std::size_t count = 0;           // items, features or ids so far
+    Path entity{"", std::nullopt};   // kEntity
+    std::string path;                // kFeatures, kList: the field as a client wrote it
+    features::Entity* target_entity = nullptr;
+    features::Features* target_features = nullptr;
+    std::vector<std::string>* target_list = nullptr;
+    bool id_required = false, saw_id = false;
+  };
+
+  bool skipping() const { return skip_depth_ > 0; }
+  bool fail(Error error) {
+    error_ = std::move(error);
+    return false;
+  }
+  bool integer(std::string text, double number) {
+    integer_text_ = std::move(text);
+    text_ = &integer_text_;
+    number_ = number;
+    return value(Kind::kInteger);
+  }
+  bool is_id(Kind kind) const { return kind == Kind::kString || kind == Kind::kInteger; }
+
+  bool on_key(std::string& name) {
+    Frame& f = stack_.back();
+    if (f.in == In::kRoot && name != "model" && name != "request_id" && name != "user" && name != "context" &&
+        name != "items") {
+      return fail(bad(name, "unknown field"));
     }
-    std::vector<std::string> ids;
-    ids.reserve(value.size());
-    for (std::size_t i = 0; i < value.size(); ++i) {
-      auto id = id_of(value[i], field + "[" + std::to_string(i) + "]");
-      if (!id) return tl::unexpected(id.error());
-      ids.push_back(std::move(*id));
+    if (f.in == In::kEntity) {
+      if (name != "id" && name != "features") return fail(bad(f.entity.str() + "." + name, "unknown field"));
+      if (name == "id") f.saw_id = true;
     }
-    return features::FeatureValue(std::move(ids));
+    if (f.in == In::kFeatures && ++f.count > limits_.max_features_per_entity) {
+      return fail(bad(f.path, "more than " + std::to_string(limits_.max_features_per_entity) +
+                                  " features; the limit is " + std::to_string(limits_.max_features_per_entity)));
+    }
+    f.key = std::move(name);
+    return true;
   }
-  return bad(field, "want a number, a string or a list of ids");
-}
 
-Result<features::Features> feature_map(const json& value, const std::string& field, const RequestLimits& limits) {
-  if (!value.is_object()) return bad(field, "want an object of feature values");
-  if (value.size() > limits.max_features_per_entity) {
-    return bad(field, std::to_string(value.size()) + " features; the limit is " +
-                          std::to_string(limits.max_features_per_entity));
+  bool value(Kind kind) {
+    if (stack_.empty()) {
+      if (kind != Kind::kObject || done_) return fail(bad("body", "want a JSON object"));
+      stack_.emplace_back(In::kRoot);
+      return true;
+    }
+    Frame& f = stack_.back();
+    switch (f.in) {
+      case In::kRoot: return root_value(f.key, kind);
+      case In::kItems: return item_value(f, kind);
+      case In::kEntity: return entity_value(f, kind);
+      case In::kFeatures: return feature_value(f, kind);
+      case In::kList: return list_value(f, kind);
+    }
+    return false;
   }
-  features::Features out;
-  for (const auto& [name, v] : value.items()) {
-    auto converted = feature_value(v, field + "." + name, limits);
-    if (!converted) return tl::unexpected(converted.error());
-    out.emplace(name, std::move(*converted));
-  }
-  return out;
-}
 
-Result<features::Entity> entity(const json& value, const std::string& field, const RequestLimits& limits,
-                                bool id_required) {
-  if (!value.is_object()) return bad(field, "want an object with an id");
-  for (const auto& [key, v] : value.items()) {
-    if (key != "id" && key != "features") return bad(field + "." + key, "unknown field");
+  bool root_value(const std::string& key, Kind kind) {
+    if (key == "model") {
+      if (kind != Kind::kString) return fail(bad("model", "want a string"));
+      out_.model = std::move(*text_);
+    } else if (key == "request_id") {
+      if (!is_id(kind)) return fail(bad("request_id", "want a string or an integer id"));
+      out_.request_id = std::move(*text_);
+    } else if (key == "user") {
+      if (kind != Kind::kObject) return fail(bad("user", "want an object with an id"));
+      saw_user_ = true;
+      out_.features.user = {};
+      push_entity(&out_.features.user, Path{"user", std::nullopt}, false);
+    } else if (key == "context") {
+      if (kind != Kind::kObject) return fail(bad("context", "want an object of feature values"));
+      out_.features.context.clear();
+      push_features(&out_.features.context, "context");
+    } else {  // items
+      if (kind != Kind::kArray) return fail(bad("items", "required: a list of items"));
+      saw_items_ = true;
+      out_.features.items.clear();
+      out_.features.items.reserve(64);
+      stack_.emplace_back(In::kItems);
+    }
+    return true;
   }
-  features::Entity out;
-  if (value.contains("id")) {
-    auto id = id_of(value["id"], field + ".id");
-    if (!id) return tl::unexpected(id.error());
-    out.id = std::move(*id);
-  } else if (id_required) {
-    return bad(field + ".id", "required");
+
+  bool item_value(Frame& f, Kind kind) {
+    const std::size_t index = f.count++;
+    if (f.count > limits_.max_items) {
+      // Count the rest without keeping it, so the message can say how many.
+      if (kind == Kind::kObject || kind == Kind::kArray) skip_depth_ = 1;
+      return true;
+    }
+    if (kind != Kind::kObject) return fail(bad(Path{"items", index}.str(), "want an object with an id"));
+    out_.features.items.emplace_back();
+    push_entity(&out_.features.items.back(), Path{"items", index}, true);
+    return true;
   }
-  if (value.contains("features")) {
-    auto f = feature_map(value["features"], field + ".features", limits);
-    if (!f) return tl::unexpected(f.error());
-    out.features = std::move(*f);
+
+  bool entity_value(Frame& f, Kind kind) {
+    if (f.key == "id") {
+      if (!is_id(kind)) return fail(bad(f.entity.str() + ".id", "want a string or an integer id"));
+      f.target_entity->id = std::move(*text_);
+      return true;
+    }
+    const std::string path = f.entity.str() + ".features";
+    if (kind != Kind::kObject) return fail(bad(path, "want an object of feature values"));
+    f.target_entity->features.clear();
+    push_features(&f.target_entity->features, path);
+    return true;
   }
-  return out;
-}
+
+  bool feature_value(Frame& f, Kind kind) {
+    features::Features& features = *f.target_features;
+    switch (kind) {
+      case Kind::kInteger:
+      case Kind::kFloat:
+        if (!std::isfinite(number_)) return fail(bad(f.path + "." + f.key, "want a finite number"));
+        features.insert_or_assign(std::move(f.key), features::FeatureValue(number_));
+        return true;
+      case Kind::kString:
+        features.insert_or_assign(std::move(f.key), features::FeatureValue(std::move(*text_)));
+        return true;
+      case Kind::kArray: {
+        const std::string path = f.path + "." + f.key;
+        auto& slot = features.insert_or_assign(std::move(f.key), features::FeatureValue(std::vector<std::string>{}))
+                         .first->second;
+        Frame list(In::kList);
+        list.path = path;
+        list.target_list = &std::get<std::vector<std::string>>(slot);
+        stack_.push_back(std::move(list));
+        return true;
+      }
+      default: return fail(bad(f.path + "." + f.key, "want a number, a string or a list of ids"));
+    }
+  }
+
+  bool list_value(Frame& f, Kind kind) {
+    const std::size_t index = f.count++;
+    if (f.count > limits_.max_list_length) {
+      return fail(bad(f.path, "list of more than " + std::to_string(limits_.max_list_length) + " ids; the limit is " +
+                                  std::to_string(limits_.max_list_length)));
+    }
+    if (!is_id(kind)) return fail(bad(f.path + "[" + std::to_string(index) + "]", "want a string or an integer id"));
+    f.target_list->push_back(std::move(*text_));
+    return true;
+  }
+
+  bool end() {
+    Frame& f = stack_.back();
+    if (f.in == In::kEntity && f.id_required && !f.saw_id) return fail(bad(f.entity.str() + ".id", "required"));
+    if (f.in == In::kItems) {
+      if (f.count > limits_.max_items) {
+        return fail(bad("items", std::to_string(f.count) + " items; the limit is " + std::to_string(limits_.max_items)));
+      }
+      if (f.count == 0) return fail(bad("items", "empty: send at least one item"));
+    }
+    if (f.in == In::kRoot) done_ = true;
+    stack_.pop_back();
+    return true;
+  }
+
+  void push_entity(features::Entity* entity, Path path, bool id_required) {
+    Frame f(In::kEntity);
+    f.entity = path;
+    f.target_entity = entity;
+    f.id_required = id_required;
+    stack_.push_back(std::move(f));
+  }
+  void push_features(features::Features* target, std::string path) {
+    Frame f(In::kFeatures);
+    f.path = std::move(path);
+    f.target_features = target;
+    stack_.push_back(std::move(f));
+  }
+
+  const RequestLimits& limits_;
+  PredictRequest out_;
+  std::vector<Frame> stack_;
+  std::optional<Error> error_;
+  std::size_t skip_depth_ = 0;
+  bool saw_user_ = false, saw_items_ = false, done_ = false;
+  std::string* text_ = nullptr;  // the current string or integer value
+  std::string integer_text_;
+  double number_ = 0;
+};
 
 }  // namespace
 
 Result<PredictRequest> parse_predict_request(std::string_view body, const RequestLimits& limits) {
-  // nlohmann parses and destroys without recursion, so deep nesting costs
-  // memory bounded by the body limit, not stack; the shape checks below
-  // reject anything nested deeper than a list of ids.
-  const json root = json::parse(body, nullptr, false);
-  if (root.is_discarded()) return bad("body", "not valid JSON");
-  if (!root.is_object()) return bad("body", "want a JSON object");
-  for (const auto& [key, v] : root.items()) {
-    if (key != "model" && key != "request_id" && key != "user" && key != "context" && key != "items") {
-      return bad(key, "unknown field");
-    }
-  }
-  PredictRequest out;
-  if (root.contains("model")) {
-    if (!root["model"].is_string()) return bad("model", "want a string");
-    out.model = root["model"].get<std::string>();
-  }
-  if (root.contains("request_id")) {
-    auto id = id_of(root["request_id"], "request_id");
-    if (!id) return tl::unexpected(id.error());
-    out.request_id = std::move(*id);
-  }
-  if (!root.contains("user")) return bad("user", "required");
-  auto user = entity(root["user"], "user", limits, false);
-  if (!user) return tl::unexpected(user.error());
-  out.features.user = std::move(*user);
-  if (root.contains("context")) {
-    auto context = feature_map(root["context"], "context", limits);
-    if (!context) return tl::unexpected(context.error());
-    out.features.context = std::move(*context);
-  }
-  if (!root.contains("items") || !root["items"].is_array()) return bad("items", "required: a list of items");
-  const json& items = root["items"];
-  if (items.empty()) return bad("items", "empty: send at least one item");
-  if (items.size() > limits.max_items) {
-    return bad("items", std::to_string(items.size()) + " items; the limit is " + std::to_string(limits.max_items));
-  }
-  out.features.items.reserve(items.size());
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    auto item = entity(items[i], "items[" + std::to_string(i) + "]", limits, true);
-    if (!item) return tl::unexpected(item.error());
-    out.features.items.push_back(std::move(*item));
-  }
-  return out;
+  RequestReader reader(limits);
+  const bool parsed = json::sax_parse(body, &reader);
+  return reader.finish(parsed);
 }
 
 std::string to_json(const PredictResponse& response) {
-  return json{{"model", response.model},
-              {"version", response.version},
-              {"request_id", response.request_id},
-              {"scores", response.scores}}
-      .dump();
+  // Written by hand: a DOM of hundreds of scores only to print it again
+  // cost more than the rest of the reply. Same text as nlohmann's dump
+  // (keys in its order, shortest round-trip numbers, null for NaN/inf).
+  std::string out;
+  out.reserve(64 + response.model.size() + response.version.size() + response.request_id.size() +
+              24 * response.scores.size());
+  out += R"({"model":)";
+  out += json(response.model).dump();
+  out += R"(,"request_id":)";
+  out += json(response.request_id).dump();
+  out += R"(,"scores":[)";
+  char number[32];
+  for (std::size_t i = 0; i < response.scores.size(); ++i) {
+    if (i > 0) out += ',';
+    const double score = response.scores[i];
+    if (!std::isfinite(score)) {
+      out += "null";
+      continue;
+    }
+    const auto written = std::to_chars(number, number + sizeof number, score);
+    out.append(number, written.ptr);
+    // A score stays a float to parsers that tell 1 from 1.0.
+    if (std::string_view(number, written.ptr).find_first_of(".e") == std::string_view::npos) out += ".0";
+  }
+  out += R"(],"version":)";
+  out += json(response.version).dump();
+  out += '}';
+  return out;
 }
 
 std::string error_json(const Error& error) {

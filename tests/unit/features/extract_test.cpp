@@ -177,8 +177,17 @@ TEST_F(Extraction, TheItemCacheGivesWhatExtractionComputes) {
   Request r = request({"i2", "i1", "not-stored", "i3", "i1"});
   r.items[4].features["price"] = 3.0;
   r.context["hour"] = 7.0;
-  const auto stored = query(r, *store_);
-  auto computed = extract(spec_, r, stored);
+  auto computed = extract(spec_, r, query(r, *store_));
+  const auto stored = query(r, *store_, &*cache);
+  // One lookup per item: store items come from the cache, the rest from the store.
+  const auto& rows = stored.cached_rows;
+  ASSERT_EQ(rows.size(), 5u);
+  EXPECT_TRUE(rows[0] >= 0 && rows[1] >= 0 && rows[3] >= 0);
+  EXPECT_TRUE(rows[0] != rows[1] && rows[1] != rows[3] && rows[0] != rows[3]);
+  EXPECT_EQ(rows[2], -1);  // not stored
+  EXPECT_EQ(rows[4], -1);  // inline override
+  EXPECT_EQ(stored.items[2], nullptr);
+  EXPECT_EQ(stored.items[4], store_->item("i1"));
   auto cached = extract(spec_, r, stored, &*cache);
   ASSERT_TRUE(computed && cached);
   EXPECT_EQ(cached->dense, computed->dense);
@@ -187,6 +196,15 @@ TEST_F(Extraction, TheItemCacheGivesWhatExtractionComputes) {
     EXPECT_EQ(cached->bags[k].indices, computed->bags[k].indices) << k;
     EXPECT_EQ(cached->bags[k].offsets, computed->bags[k].offsets) << k;
   }
+}
+
+TEST_F(Extraction, CachedRowsWithoutTheirCacheAreRefused) {
+  auto cache = ItemCache::build(spec_, *store_);
+  ASSERT_TRUE(cache.has_value());
+  const Request r = request({"i1"});
+  auto batch = extract(spec_, r, query(r, *store_, &*cache));
+  ASSERT_FALSE(batch.has_value());
+  EXPECT_EQ(batch.error().code, Error::Code::kInternal);
 }
 
 TEST_F(Extraction, AStoreValueTheModelCannotReadFailsTheCacheBuild) {

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -97,12 +100,118 @@ TEST(PredictJson, HostileBodiesAreRejectedWithoutCrashing) {
   EXPECT_EQ(r.error().message, "items: 100000 items; the limit is 2000");
 }
 
+// The parser reads events, not a document: whatever valid request it is
+// given, it must come out as the document says (checked against nlohmann's
+// own DOM of the same text).
+TEST(PredictJson, ParsesRandomValidRequestsAsTheirDocumentSays) {
+  std::mt19937 rng(11);
+  auto pick = [&](std::size_t n) { return static_cast<std::size_t>(rng() % n); };
+  auto random_features = [&] {
+    nlohmann::json f = nlohmann::json::object();
+    for (std::size_t k = 0, n = pick(4); k < n; ++k) {
+      const std::string name = "f" + std::to_string(pick(6));
+      switch (pick(4)) {
+        case 0: f[name] = static_cast<double>(rng()) / 7.0; break;
+        case 1: f[name] = static_cast<int>(rng() % 1000) - 500; break;
+        case 2: f[name] = "v\"" + std::to_string(rng()); break;
+        default: f[name] = nlohmann::json::array({"a", static_cast<int>(pick(99)), "c\u00e9"}); break;
+      }
+    }
+    return f;
+  };
+  for (int round = 0; round < 200; ++round) {
+    nlohmann::json doc = {{"user", {{"id", pick(2) ? nlohmann::json("u" + std::to_string(rng())) : nlohmann::json(rng())}}}};
+    if (pick(2)) doc["user"]["features"] = random_features();
+    if (pick(2)) doc["context"] = random_features();
+    if (pick(2)) doc["model"] = "m" + std::to_string(pick(3));
+    if (pick(2)) doc["request_id"] = pick(2) ? nlohmann::json("r-" + std::to_string(rng())) : nlohmann::json(pick(1000));
+    doc["items"] = nlohmann::json::array();
+    for (std::size_t i = 0, n = 1 + pick(40); i < n; ++i) {
+      nlohmann::json item = {{"id", pick(3) ? nlohmann::json("i" + std::to_string(rng())) : nlohmann::json(pick(100000))}};
+      if (pick(4) == 0) item["features"] = random_features();
+      doc["items"].push_back(item);
+    }
+    auto r = parse_predict_request(doc.dump(), kLimits);
+    ASSERT_TRUE(r.has_value()) << doc.dump() << " -> " << r.error().message;
+    auto id = [](const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+    auto same = [&](const features::Features& got, const nlohmann::json& want) {
+      ASSERT_EQ(got.size(), want.size()) << doc.dump();
+      for (const auto& [name, v] : want.items()) {
+        const auto& value = got.at(name);
+        if (v.is_number()) EXPECT_EQ(std::get<double>(value), v.get<double>());
+        if (v.is_string()) EXPECT_EQ(std::get<std::string>(value), v.get<std::string>());
+        if (v.is_array()) {
+          std::vector<std::string> ids;
+          for (const auto& x : v) ids.push_back(id(x));
+          EXPECT_EQ(std::get<std::vector<std::string>>(value), ids);
+        }
+      }
+    };
+    EXPECT_EQ(r->features.user.id, id(doc["user"]["id"]));
+    same(r->features.user.features, doc["user"].value("features", nlohmann::json::object()));
+    same(r->features.context, doc.value("context", nlohmann::json::object()));
+    EXPECT_EQ(r->model.has_value(), doc.contains("model"));
+    EXPECT_EQ(r->request_id, doc.contains("request_id") ? id(doc["request_id"]) : "");
+    ASSERT_EQ(r->features.items.size(), doc["items"].size());
+    for (std::size_t i = 0; i < doc["items"].size(); ++i) {
+      EXPECT_EQ(r->features.items[i].id, id(doc["items"][i]["id"]));
+      same(r->features.items[i].features, doc["items"][i].value("features", nlohmann::json::object()));
+    }
+  }
+}
+
+TEST(PredictJson, ARepeatedKeyTakesItsLastValue) {
+  auto r = parse_predict_request(
+      R"({"user": {"id": "a"}, "user": {"id": "b"}, "items": [{"id": "x"}], "items": [{"id": "y", "id": "z"}]})", kLimits);
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  EXPECT_EQ(r->features.user.id, "b");
+  ASSERT_EQ(r->features.items.size(), 1u);
+  EXPECT_EQ(r->features.items[0].id, "z");
+}
+
+TEST(PredictJson, TooManyFeaturesOrIdsNameTheLimit) {
+  RequestLimits limits;
+  limits.max_features_per_entity = 2;
+  limits.max_list_length = 2;
+  auto features = parse_predict_request(R"({"user": {"features": {"a": 1, "b": 2, "c": 3}}, "items": [{"id": 1}]})", limits);
+  ASSERT_FALSE(features.has_value());
+  EXPECT_EQ(features.error().message, "user.features: more than 2 features; the limit is 2");
+  // Items beyond the limit are counted, nested content and all, for the message.
+  limits.max_items = 1;
+  auto items = parse_predict_request(R"({"user": {}, "items": [{"id": 1}, {"id": [[2]], "x": {"y": [3]}}, 4, []]})", limits);
+  ASSERT_FALSE(items.has_value());
+  EXPECT_EQ(items.error().message, "items: 4 items; the limit is 1");
+}
+
 TEST(PredictJson, ResponseCarriesScoresInOrder) {
   const auto body = nlohmann::json::parse(to_json({"ranker_a", "3", "r-1", {0.25f, 0.5f}}));
   EXPECT_EQ(body["model"], "ranker_a");
   EXPECT_EQ(body["version"], "3");
   EXPECT_EQ(body["request_id"], "r-1");
   EXPECT_EQ(body["scores"], nlohmann::json::parse("[0.25, 0.5]"));
+}
+
+// The reply is written by hand; it must read back as exactly the floats the
+// model produced, with strings escaped and non-finite scores as null.
+TEST(PredictJson, ResponseIsExactJsonForAnyScoreAndId) {
+  const std::vector<float> scores = {0.17319746f, 1e-30f, 3.4e38f, -0.0f, 1.0f, 1.0f / 3, 0.1f, 123456.0f,
+                                     std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                                     std::numeric_limits<float>::denorm_min()};
+  const std::string id = "r\"1\\\n\u00e9\x01";
+  const std::string text = to_json({"ranker_a", "v\"2", id, scores});
+  const auto body = nlohmann::json::parse(text);
+  EXPECT_EQ(body["request_id"], id);
+  EXPECT_EQ(body["version"], "v\"2");
+  ASSERT_EQ(body["scores"].size(), scores.size());
+  for (std::size_t i = 0; i < scores.size(); ++i) {
+    if (!std::isfinite(scores[i])) {
+      EXPECT_TRUE(body["scores"][i].is_null()) << i;
+    } else {
+      EXPECT_EQ(body["scores"][i].get<float>(), scores[i]) << i;
+    }
+  }
+  // What nlohmann itself would have written for the same reply.
+  EXPECT_EQ(text, (nlohmann::json{{"model", "ranker_a"}, {"version", "v\"2"}, {"request_id", id}, {"scores", scores}}.dump()));
 }
 
 }  // namespace
