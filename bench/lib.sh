@@ -59,6 +59,18 @@ process_cpu_seconds() {
   awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat" 2> /dev/null || echo 0
 }
 
+# {"ns-http": seconds, "ns-worker": seconds, ...}: user + system CPU of a
+# process's threads so far, summed by thread name (numbers stripped), so the
+# HTTP side and the inference workers can be told apart.
+thread_cpu_seconds() {
+  local task
+  for task in /proc/"$1"/task/*; do
+    printf '%s %s\n' "$(sed 's/-[0-9]*$//' "$task/comm" 2> /dev/null)" "$(awk '{ print $14 + $15 }' "$task/stat" 2> /dev/null)"
+  done | jq -Rn --argjson hz "$(getconf CLK_TCK)" \
+    'reduce (inputs | split(" ") | select(length == 2 and .[1] != "")) as [$name, $ticks]
+       ({}; .[$name] += ($ticks | tonumber) / $hz)'
+}
+
 machine_summary() {
   echo "$(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs, $(numactl --hardware | head -1), kernel $(uname -r)"
 }

@@ -6,8 +6,9 @@
 #       server pinned to --server-cpus and the load generator to --client-cpus
 #   (c) the same with dynamic batching on and twice the connections, so the
 #       batcher has requests to join
-# Prints items/s of each, the ratios b/a and c/a, p50/p99, and writes a JSON
-# results file. Not a test: numbers for a person (and the README) to read.
+# Prints items/s of each, the ratios b/a and c/a, p50/p99, where (b) spends
+# the server's CPU (HTTP threads vs inference workers, per request) and what
+# each stage around the forward costs, and writes a JSON results file. Not a test: numbers for a person (and the README) to read.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -54,23 +55,33 @@ batching_port=$(free_port)
 start_server "$batching_port" "$server_cpus" "$models/ranker_a" "$models/store.jsonl" --dynamic-batching
 batching_pid=$server_pid
 
-# load PORT PID CONNECTIONS: one closed-loop measurement, with the server's CPU use.
+# load PORT PID CONNECTIONS: one closed-loop measurement, with the server's
+# CPU use, and its CPU per request by thread kind (HTTP side, workers).
 load() {
-  local before after result
+  local before after threads_before threads_after result
   before=$(process_cpu_seconds "$2")
+  threads_before=$(thread_cpu_seconds "$2")
   result=$(timeout $limit "$bench" load --port "$1" --feature-store "$models/store.jsonl" --items "$items" \
     --connections "$3" --seconds "$seconds" --warmup "$warmup" --cpus "$client_cpus")
   after=$(process_cpu_seconds "$2")
+  threads_after=$(thread_cpu_seconds "$2")
+  # The load generator counts requests after its warm-up; the threads' CPU
+  # covers warm-up too, so it is spread over the requests of the whole span.
   jq -c --argjson before "$before" --argjson after "$after" --argjson span "$((seconds + warmup))" \
-    '. + {server_cpu_utilisation: (($after - $before) / $span)}' <<< "$result"
+    --argjson t0 "$threads_before" --argjson t1 "$threads_after" '
+    (.rps * $span) as $all
+    | . + {server_cpu_utilisation: (($after - $before) / $span),
+           cpu_us_per_request: ($t1 | with_entries(.value = ((.value - ($t0[.key] // 0)) / $all * 1e6 | round)))}' <<< "$result"
 }
 
 limit=$((seconds * 3 + 60))
-forward=() served=() batched=()
+forward=() served=() batched=() stages=()
 for ((r = 1; r <= repeats; r++)); do
   # Interleave (a), (b) and (c): slow drifts of this noisy machine hit all alike.
   forward+=("$(timeout $limit "$bench" forward --model-dir "$models/ranker_a" --feature-store "$models/store.jsonl" \
     --items "$items" --cpus "$server_cpus" --seconds "$seconds" --warmup "$warmup")")
+  stages+=("$(timeout $limit "$bench" stages --model-dir "$models/ranker_a" --feature-store "$models/store.jsonl" \
+    --items "$items" --cpus "$server_cpus" --seconds 3)")
   served+=("$(load "$port" "$plain_pid" "$connections")")
   batched+=("$(load "$batching_port" "$batching_pid" $((connections * 2)))")
   echo "round $r: forward $(jq .items_per_s <<< "${forward[-1]}"), /predict $(jq .items_per_s <<< "${served[-1]}")," \
@@ -81,6 +92,7 @@ stop_servers
 jq -n --argjson forward "$(printf '%s\n' "${forward[@]}" | jq -s .)" \
   --argjson served "$(printf '%s\n' "${served[@]}" | jq -s .)" \
   --argjson batched "$(printf '%s\n' "${batched[@]}" | jq -s .)" \
+  --argjson stages "$(printf '%s\n' "${stages[@]}" | jq -s .)" \
   --arg machine "$(machine_summary)" --arg server_cpus "$server_cpus" --arg client_cpus "$client_cpus" '
   def median: sort | .[(length / 2 | floor)];
   {machine: $machine, server_cpus: $server_cpus, client_cpus: $client_cpus,
@@ -98,7 +110,16 @@ jq -n --argjson forward "$(printf '%s\n' "${forward[@]}" | jq -s .)" \
    batched_p99_ms: ([$batched[].p99_ms] | median),
    batched_errors: ([$batched[].errors] | add),
    batched_ratio: (([$batched[].items_per_s] | median) / ([$forward[].items_per_s] | median)),
-   rounds: {forward: $forward, predict: $served, batched: $batched}}' > "$out"
+   predict_cpu_us_per_request: ([$served[].cpu_us_per_request] | map(keys) | add | unique
+     | map({key: ., value: ([$served[].cpu_us_per_request[.] // 0] | median)}) | from_entries),
+   # The share of the server CPU that the inference workers used under (b):
+   # what b/a would be if the forward cost inside the server what it costs
+   # alone. Measured within each round, it moves less with the speed of this
+   # machine than b/a, whose (a) and (b) run seconds apart.
+   predict_forward_share: ([$served[].cpu_us_per_request | (."ns-worker" // 0) / ([.[]] | add)] | median),
+   stages_us: {parse: ([$stages[].parse_us] | median), query: ([$stages[].query_us] | median),
+                extract: ([$stages[].extract_us] | median), reply: ([$stages[].reply_us] | median)},
+   rounds: {forward: $forward, predict: $served, batched: $batched, stages: $stages}}' > "$out"
 
 jq -r '"machine: \(.machine)",
   "server CPUs \(.server_cpus), load generator CPUs \(.client_cpus); medians of \(.rounds.forward | length) rounds",
@@ -106,5 +127,8 @@ jq -r '"machine: \(.machine)",
   "(b) POST /predict:      \(.predict_items_per_s | floor) items/s, \(.predict_rps | floor) req/s, p50 \(.predict_p50_ms * 100 | round / 100) ms, p99 \(.predict_p99_ms * 100 | round / 100) ms, errors \(.predict_errors), server CPU \(.server_cpu_utilisation * 100 | round)%",
   "(c) /predict, batching:  \(.batched_items_per_s | floor) items/s, p50 \(.batched_p50_ms * 100 | round / 100) ms, p99 \(.batched_p99_ms * 100 | round / 100) ms, errors \(.batched_errors)",
   "ratio b/a:              \(.ratio * 1000 | round / 1000)",
-  "ratio c/a:              \(.batched_ratio * 1000 | round / 1000)"' "$out"
+  "ratio c/a:              \(.batched_ratio * 1000 | round / 1000)",
+  "workers share of server CPU under (b): \(.predict_forward_share * 1000 | round / 1000) (b/a if the forward cost in the server what it costs alone)",
+  "where (b) spends the server CPU, per request: \(.predict_cpu_us_per_request | to_entries | map(select(.value > 0)) | map("\(.key) \(.value) us") | join(", ")) (forward alone: \(1000 * .forward_p50_ms | round) us)",
+  "stages around the forward, in process (warm caches): parse \(.stages_us.parse | round) us, query \(.stages_us.query | round) us, extract \(.stages_us.extract | round) us, reply \(.stages_us.reply | round) us"' "$out"
 echo "results: $out"
