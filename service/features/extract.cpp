@@ -133,19 +133,72 @@ StoredFeatures query(const Request& request, const FeatureStore& store, const It
   StoredFeatures stored;
   stored.user = request.user.id.empty() ? nullptr : store.user(request.user.id);
   stored.items.resize(request.items.size());
-  if (cache != nullptr) stored.cached_rows.assign(request.items.size(), -1);
+  if (cache != nullptr) {
+    stored.cached_rows.assign(request.items.size(), -1);
+    cache->find_rows(request, stored.cached_rows);
+  }
   for (std::size_t i = 0; i < request.items.size(); ++i) {
-    const Entity& item = request.items[i];
-    // Inline features override the store's, so such an item is extracted afresh.
-    if (cache != nullptr && item.features.empty()) {
-      if (auto it = cache->rows_.find(std::string_view(item.id)); it != cache->rows_.end()) {
-        stored.cached_rows[i] = it->second;
-        continue;
-      }
-    }
-    stored.items[i] = store.item(item.id);
+    if (stored.cached_rows.empty() || stored.cached_rows[i] < 0) stored.items[i] = store.item(request.items[i].id);
   }
   return stored;
+}
+
+namespace {
+std::uint64_t id_hash(std::string_view id) { return std::hash<std::string_view>{}(id); }
+}  // namespace
+
+void ItemCache::index_ids() {
+  std::size_t size = 16;
+  while (size < 2 * item_ids_.size()) size *= 2;
+  slots_.assign(size, Slot{});
+  const std::size_t mask = size - 1;
+  for (std::uint32_t row = 0; row < item_ids_.size(); ++row) {
+    const std::uint64_t h = id_hash(item_ids_[row]);
+    std::size_t at = h & mask;
+    while (slots_[at].row != kNoRow) at = (at + 1) & mask;
+    slots_[at] = Slot{h, row};
+  }
+}
+
+void ItemCache::find_rows(const Request& request, std::vector<std::int64_t>& rows) const {
+  const std::size_t n = request.items.size(), mask = slots_.size() - 1;
+  // Inline features override the store's, so such an item is extracted afresh.
+  auto cacheable = [&](std::size_t i) { return request.items[i].features.empty(); };
+  std::vector<std::uint64_t> hashes(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!cacheable(i)) continue;
+    hashes[i] = id_hash(request.items[i].id);
+    __builtin_prefetch(&slots_[hashes[i] & mask]);
+  }
+  // The slots are on their way; their ids next, then each match confirmed.
+  std::vector<std::uint32_t> candidate(n, kNoRow);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!cacheable(i)) continue;
+    for (std::size_t at = hashes[i] & mask; slots_[at].row != kNoRow; at = (at + 1) & mask) {
+      if (slots_[at].hash == hashes[i]) {
+        candidate[i] = slots_[at].row;
+        __builtin_prefetch(item_ids_[candidate[i]].data());
+        break;
+      }
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    if (candidate[i] != kNoRow && item_ids_[candidate[i]] == request.items[i].id) {
+      rows[i] = candidate[i];
+      // What extraction copies next.
+      if (dense_width_ > 0) __builtin_prefetch(&dense_[candidate[i] * dense_width_]);
+      if (sparse_width_ > 0) __builtin_prefetch(&id_starts_[candidate[i] * sparse_width_]);
+      continue;
+    }
+    if (candidate[i] == kNoRow) continue;
+    // Two ids with one 64-bit hash: probe on, comparing ids.
+    for (std::size_t at = hashes[i] & mask; slots_[at].row != kNoRow; at = (at + 1) & mask) {
+      if (slots_[at].hash == hashes[i] && item_ids_[slots_[at].row] == request.items[i].id) {
+        rows[i] = slots_[at].row;
+        break;
+      }
+    }
+  }
 }
 
 Result<Batch> extract(const ModelSpec& model, const Request& request, const FeatureStore& store) {
@@ -173,7 +226,7 @@ Result<ItemCache> ItemCache::build(const ModelSpec& model, const FeatureStore& s
       failed = row.error();
       return;
     }
-    cache.rows_.emplace(id, static_cast<std::uint32_t>(cache.rows_.size()));
+    cache.item_ids_.push_back(id);
     for (std::size_t c = 0; c < dense.size(); ++c) {
       if (cache.dense_slot_[c] >= 0) cache.dense_.push_back(row->dense[c]);
     }
@@ -185,6 +238,7 @@ Result<ItemCache> ItemCache::build(const ModelSpec& model, const FeatureStore& s
   });
   if (failed) return tl::unexpected(std::move(*failed).with_context("model " + model.name));
   cache.id_starts_.push_back(static_cast<std::uint32_t>(cache.ids_.size()));
+  cache.index_ids();
   return cache;
 }
 
@@ -223,6 +277,15 @@ Result<Batch> extract(const ModelSpec& model, const Request& request, const Stor
     return make_error(Error::Code::kInternal, "cached rows without the item cache query() used");
   }
   auto cached_row = [&](std::size_t i) { return cached.empty() ? -1 : cached[i]; };
+  // Each cached row's embedding ids, all bags together, on their way before
+  // the copies below need them (their offsets were prefetched by query()).
+  if (cache != nullptr && cache->sparse_width_ > 0) {
+    for (std::size_t i = 0; i < cached.size(); ++i) {
+      if (cached[i] < 0) continue;
+      const std::int64_t* ids = cache->ids_.data() + cache->id_starts_[static_cast<std::size_t>(cached[i]) * cache->sparse_width_];
+      for (std::size_t line = 0; line < 4; ++line) __builtin_prefetch(ids + 8 * line);
+    }
+  }
 
   // The value of `spec` for row i; user and context features do not depend on i.
 

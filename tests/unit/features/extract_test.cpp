@@ -198,6 +198,31 @@ TEST_F(Extraction, TheItemCacheGivesWhatExtractionComputes) {
   }
 }
 
+// A store of thousands of items: every cached row found by id is the item's
+// own (same batch as computing it), missing ids miss, in any order.
+TEST_F(Extraction, TheItemCacheFindsEveryItemOfALargeStore) {
+  std::string jsonl = R"({"kind": "user", "id": "u1", "features": {"age": 30}})";
+  for (int i = 0; i < 5000; ++i) {
+    jsonl += "\n{\"kind\": \"item\", \"id\": \"item-" + std::to_string(i) + "\", \"features\": {\"price\": " +
+             std::to_string(i % 97) + ", \"tags\": [\"t" + std::to_string(i % 13) + "\", \"x" + std::to_string(i) + "\"]}}";
+  }
+  auto store = EmbeddedFeatureStore::parse(jsonl, "big.jsonl");
+  ASSERT_TRUE(store.has_value()) << store.error().message;
+  auto cache = ItemCache::build(spec_, **store);
+  ASSERT_TRUE(cache.has_value()) << cache.error().message;
+  EXPECT_EQ(cache->items(), 5000u);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 300; ++i) ids.push_back(i % 7 == 3 ? "absent-" + std::to_string(i) : "item-" + std::to_string((i * 7919) % 5000));
+  const Request r = request(ids);
+  const auto stored = query(r, **store, &*cache);
+  for (std::size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(stored.cached_rows[i] < 0, i % 7 == 3) << ids[i];
+  auto cached = extract(spec_, r, stored, &*cache);
+  auto computed = extract(spec_, r, query(r, **store));
+  ASSERT_TRUE(cached && computed);
+  EXPECT_EQ(cached->dense, computed->dense);
+  for (std::size_t k = 0; k < cached->bags.size(); ++k) EXPECT_EQ(cached->bags[k].indices, computed->bags[k].indices) << k;
+}
+
 TEST_F(Extraction, CachedRowsWithoutTheirCacheAreRefused) {
   auto cache = ItemCache::build(spec_, *store_);
   ASSERT_TRUE(cache.has_value());

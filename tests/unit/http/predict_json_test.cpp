@@ -138,8 +138,12 @@ TEST(PredictJson, ParsesRandomValidRequestsAsTheirDocumentSays) {
       ASSERT_EQ(got.size(), want.size()) << doc.dump();
       for (const auto& [name, v] : want.items()) {
         const auto& value = got.at(name);
-        if (v.is_number()) EXPECT_EQ(std::get<double>(value), v.get<double>());
-        if (v.is_string()) EXPECT_EQ(std::get<std::string>(value), v.get<std::string>());
+        if (v.is_number()) {
+          EXPECT_EQ(std::get<double>(value), v.get<double>());
+        }
+        if (v.is_string()) {
+          EXPECT_EQ(std::get<std::string>(value), v.get<std::string>());
+        }
         if (v.is_array()) {
           std::vector<std::string> ids;
           for (const auto& x : v) ids.push_back(id(x));
