@@ -160,6 +160,12 @@ void ItemCache::index_ids() {
   }
 }
 
+std::size_t ItemCache::next_match(std::uint64_t hash, std::size_t at) const {
+  const std::size_t mask = slots_.size() - 1;
+  while (slots_[at].row != kNoRow && slots_[at].hash != hash) at = (at + 1) & mask;
+  return at;
+}
+
 void ItemCache::find_rows(const Request& request, std::vector<std::int64_t>& rows) const {
   const std::size_t n = request.items.size(), mask = slots_.size() - 1;
   // Inline features override the store's, so such an item is extracted afresh.
@@ -170,33 +176,25 @@ void ItemCache::find_rows(const Request& request, std::vector<std::int64_t>& row
     hashes[i] = id_hash(request.items[i].id);
     __builtin_prefetch(&slots_[hashes[i] & mask]);
   }
-  // The slots are on their way; their ids next, then each match confirmed.
-  std::vector<std::uint32_t> candidate(n, kNoRow);
+  // The slots are on their way; the ids of their first matches next.
+  std::vector<std::size_t> at(n);
   for (std::size_t i = 0; i < n; ++i) {
     if (!cacheable(i)) continue;
-    for (std::size_t at = hashes[i] & mask; slots_[at].row != kNoRow; at = (at + 1) & mask) {
-      if (slots_[at].hash == hashes[i]) {
-        candidate[i] = slots_[at].row;
-        __builtin_prefetch(item_ids_[candidate[i]].data());
-        break;
-      }
-    }
+    at[i] = next_match(hashes[i], hashes[i] & mask);
+    if (slots_[at[i]].row != kNoRow) __builtin_prefetch(item_ids_[slots_[at[i]].row].data());
   }
+  // Each match confirmed by its id; a second id with the same 64-bit hash
+  // sends the probe on.
   for (std::size_t i = 0; i < n; ++i) {
-    if (candidate[i] != kNoRow && item_ids_[candidate[i]] == request.items[i].id) {
-      rows[i] = candidate[i];
+    if (!cacheable(i)) continue;
+    for (std::size_t slot = at[i]; slots_[slot].row != kNoRow; slot = next_match(hashes[i], (slot + 1) & mask)) {
+      const std::uint32_t row = slots_[slot].row;
+      if (item_ids_[row] != request.items[i].id) continue;
+      rows[i] = row;
       // What extraction copies next.
-      if (dense_width_ > 0) __builtin_prefetch(&dense_[candidate[i] * dense_width_]);
-      if (sparse_width_ > 0) __builtin_prefetch(&id_starts_[candidate[i] * sparse_width_]);
-      continue;
-    }
-    if (candidate[i] == kNoRow) continue;
-    // Two ids with one 64-bit hash: probe on, comparing ids.
-    for (std::size_t at = hashes[i] & mask; slots_[at].row != kNoRow; at = (at + 1) & mask) {
-      if (slots_[at].hash == hashes[i] && item_ids_[slots_[at].row] == request.items[i].id) {
-        rows[i] = slots_[at].row;
-        break;
-      }
+      if (dense_width_ > 0) __builtin_prefetch(&dense_[row * dense_width_]);
+      if (sparse_width_ > 0) __builtin_prefetch(&id_starts_[row * sparse_width_]);
+      break;
     }
   }
 }

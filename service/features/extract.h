@@ -67,6 +67,8 @@ class ItemCache {
   // Sets rows[i] to the row of request item i, for items without inline
   // features that the cache holds (others keep -1).
   void find_rows(const Request& request, std::vector<std::int64_t>& rows) const;
+  // The first slot from `at` on that holds `hash`, or the empty slot ending the run.
+  std::size_t next_match(std::uint64_t hash, std::size_t at) const;
   void index_ids();
   std::vector<int> dense_slot_;   // per dense feature: its column here, -1 if not an item feature
   std::vector<int> sparse_slot_;  // per sparse feature: likewise
@@ -81,11 +83,11 @@ class ItemCache {
     std::uint32_t row = kNoRow;
   };
   static constexpr std::uint32_t kNoRow = ~std::uint32_t{0};
-  std::vector<Slot> slots_;        // a power of two, at most half full
-  std::vector<std::string> item_ids_;  // by row
-  std::vector<float> dense_;                                 // rows x dense_width_
-  std::vector<std::uint32_t> id_starts_;                     // rows x sparse_width_, + 1
-  std::vector<std::int64_t> ids_;
+  std::vector<Slot> slots_;               // a power of two, at most half full
+  std::vector<std::string> item_ids_;     // by row
+  std::vector<float> dense_;              // rows x dense_width_
+  std::vector<std::uint32_t> id_starts_;  // rows x sparse_width_, + 1
+  std::vector<std::int64_t> ids_;         // the rows' embedding ids
 };
 
 // Errors name the offending field as a client would write it:
