@@ -171,13 +171,20 @@ bool wait_for_log(const std::filesystem::path& log, const std::string& text, int
   return false;
 }
 
+// The supervisor with `replicas` unbound workers of ranker_b on `port`,
+// once every worker is warm.
+Served start_supervisor(int port, int replicas) {
+  return start({"serve", "--model-dir", (demo_dir() / "ranker_b").string(), "--port", std::to_string(port),
+                "--listen-address", "127.0.0.1", "--replicas", std::to_string(replicas), "--bind", "none",
+                "--warmup-rounds", "1"},
+               "every worker is warm");
+}
+
 // The supervisor on this machine (the VM test covers NUMA binding): two
 // workers on one port, one killed and replaced, SIGTERM drains both.
 TEST(Supervisor, RestartsADeadWorkerAndDrainsOnSigterm) {
   const int port = free_port();
-  Served s = start({"serve", "--model-dir", (demo_dir() / "ranker_b").string(), "--port", std::to_string(port),
-                    "--listen-address", "127.0.0.1", "--replicas", "2", "--bind", "none", "--warmup-rounds", "1"},
-                   "every worker is warm");
+  Served s = start_supervisor(port, 2);
   ASSERT_GT(s.pid, 0);
   // SO_REUSEPORT spreads connections: ask until both workers answered.
   std::set<int> workers;
@@ -207,9 +214,7 @@ TEST(Supervisor, RestartsADeadWorkerAndDrainsOnSigterm) {
 
 TEST(Supervisor, WorkersDoNotOutliveAKilledSupervisor) {
   const int port = free_port();
-  Served s = start({"serve", "--model-dir", (demo_dir() / "ranker_b").string(), "--port", std::to_string(port),
-                    "--listen-address", "127.0.0.1", "--replicas", "1", "--bind", "none", "--warmup-rounds", "1"},
-                   "every worker is warm");
+  Served s = start_supervisor(port, 1);
   ASSERT_GT(s.pid, 0);
   httplib::Client client("127.0.0.1", port);
   auto res = client.Get("/placement");
