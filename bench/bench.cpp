@@ -4,8 +4,10 @@
 //   load     an HTTP load generator (closed loop or constant rate)
 //   sgemm    single-precision matrix multiply GFLOP/s of the BLAS LibTorch
 //            uses, on pinned CPUs: the machine's arithmetic limit
-//   stages   what /predict costs around the forward, stage by stage, in
-//            process: JSON parse, store query, extraction, reply
+//   stages   /predict without HTTP: JSON parse, store query, extraction,
+//            forward and reply in turn on one pinned thread — what each
+//            stage costs beside the forward, and the items/s no transport
+//            can exceed
 // Each prints one JSON object on stdout.
 #include <dlfcn.h>
 
@@ -157,8 +159,11 @@ struct StagesOptions {
   double seconds = 5;
 };
 
-// Median microseconds per request of each stage /predict runs besides the
-// forward, on the bodies the load generator sends.
+// /predict's stages in turn, on the bodies the load generator sends: the
+// median microseconds of each, and the items/s of the whole pipeline. The
+// forward runs between requests as in the server, so the stages pay for
+// the caches it evicts (they cost about twice as much warm in a loop of
+// their own), and the forward for theirs.
 int run_stages(const StagesOptions& o) {
   auto model = numaserve::model::Model::load(o.model_dir);
   if (!model) return fail(model.error().message);
@@ -170,9 +175,10 @@ int run_stages(const StagesOptions& o) {
   auto set = numaserve::bench::make_requests(o.store, 256, o.items, 2);  // the load generator's requests
   if (!set) return fail(set.error().message);
   return print(on_pinned_thread(o.cpus, [&]() -> json {
-    std::vector<double> parse, query, extract, reply;
+    std::vector<double> parse, query, extract, forward, reply;
     const numaserve::http::RequestLimits limits;
-    const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
+    const auto start = Clock::now();
+    const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
     auto micros = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::micro>(b - a).count(); };
     for (std::size_t i = 0; Clock::now() < end; ++i) {
       const std::string& body = set->bodies[i % set->bodies.size()];
@@ -185,23 +191,28 @@ int run_stages(const StagesOptions& o) {
       auto batch = numaserve::features::extract(spec, request->features, stored, &*cache);
       const auto t3 = Clock::now();
       if (!batch) return {{"error", batch.error().message}};
-      numaserve::http::PredictResponse response{spec.name, spec.version, "ns-1-" + std::to_string(i),
-                                                std::vector<float>(batch->rows, 0.1234567f)};
-      const std::string text = numaserve::http::to_json(response);
+      auto scores = (*model)->forward(*batch);
       const auto t4 = Clock::now();
+      if (!scores) return {{"error", scores.error().message}};
+      numaserve::http::PredictResponse response{spec.name, spec.version, "ns-1-" + std::to_string(i), std::move(*scores)};
+      const std::string text = numaserve::http::to_json(response);
+      const auto t5 = Clock::now();
       parse.push_back(micros(t0, t1));
       query.push_back(micros(t1, t2));
       extract.push_back(micros(t2, t3));
-      reply.push_back(micros(t3, t4));
+      forward.push_back(micros(t3, t4));
+      reply.push_back(micros(t4, t5));
     }
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     auto median = [](std::vector<double>& v) {
       std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
       return v[v.size() / 2];
     };
     return {{"what", "stages"}, {"model", spec.name}, {"cpus", o.cpus}, {"items_per_request", o.items},
             {"requests", parse.size()}, {"body_bytes", set->bodies.front().size()},
+            {"items_per_s", static_cast<double>(parse.size() * o.items) / seconds},
             {"parse_us", median(parse)}, {"query_us", median(query)}, {"extract_us", median(extract)},
-            {"reply_us", median(reply)}};
+            {"forward_us", median(forward)}, {"reply_us", median(reply)}};
   }));
 }
 
@@ -286,7 +297,7 @@ int main(int argc, char** argv) {
   sgemm->add_option("--seconds", g.seconds)->capture_default_str();
 
   StagesOptions st;
-  auto* stages = app.add_subcommand("stages", "Median cost of /predict's stages besides the forward, in process");
+  auto* stages = app.add_subcommand("stages", "/predict's stages in process, without HTTP: each one's cost and the pipeline's items/s");
   stages->add_option("--model-dir", st.model_dir)->required();
   stages->add_option("--feature-store", st.store)->required();
   stages->add_option("--items", st.items)->capture_default_str();

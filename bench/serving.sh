@@ -6,13 +6,17 @@
 #       server pinned to --server-cpus and the load generator to --client-cpus
 #   (c) the same with dynamic batching on and twice the connections, so the
 #       batcher has requests to join
-# Prints items/s of each, the ratios b/a and c/a, p50/p99, where (b) spends
-# the server's CPU (HTTP threads vs inference workers, per request) and what
-# each stage around the forward costs, and writes a JSON results file. Not a test: numbers for a person (and the README) to read.
+#   (p) the same pipeline as /predict without HTTP: parse, query, extract,
+#       forward, reply in turn on one thread on --server-cpus — the most any
+#       transport could serve, and what each stage costs beside the forward
+# Prints items/s of each, the ratios b/a, c/a and p/a, p50/p99, where (b)
+# spends the server's CPU (HTTP threads vs inference workers, per request),
+# and writes a JSON results file. Not a test: numbers for a person (and the
+# README) to read.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-server_cpus=0 client_cpus=1 items=200 seconds=10 warmup=3 connections=4 repeats=3
+server_cpus=0 client_cpus=1 items=200 seconds=5 warmup=2 connections=4 repeats=5
 build=${BUILD_DIR:-build} models="" out=""
 usage() {
   cat <<EOF
@@ -20,7 +24,7 @@ Usage: bench/serving.sh [--server-cpus LIST] [--client-cpus LIST] [--items N] [-
                         [--connections C] [--repeats R] [--models DIR] [--out FILE]
 Defaults: server on CPU $server_cpus, client on CPU $client_cpus, $items items, ${seconds}s per
 measurement after ${warmup}s warm-up, $connections connections, $repeats alternating repeats
-(medians reported), demo models (200 MiB of embeddings) made in $build/bench-models.
+(medians reported; a ratio is the median of the rounds' own ratios), demo models (200 MiB of embeddings) made in $build/bench-models.
 EOF
 }
 while (($#)); do
@@ -77,15 +81,17 @@ load() {
 limit=$((seconds * 3 + 60))
 forward=() served=() batched=() stages=()
 for ((r = 1; r <= repeats; r++)); do
-  # Interleave (a), (b) and (c): slow drifts of this noisy machine hit all alike.
+  # Interleave (a), (b), (p) and (c), each ratio taken within its round:
+  # this machine's speed drifts by tens of percent over a minute, less over
+  # the seconds one round takes.
   forward+=("$(timeout $limit "$bench" forward --model-dir "$models/ranker_a" --feature-store "$models/store.jsonl" \
     --items "$items" --cpus "$server_cpus" --seconds "$seconds" --warmup "$warmup")")
-  stages+=("$(timeout $limit "$bench" stages --model-dir "$models/ranker_a" --feature-store "$models/store.jsonl" \
-    --items "$items" --cpus "$server_cpus" --seconds 3)")
   served+=("$(load "$port" "$plain_pid" "$connections")")
+  stages+=("$(timeout $limit "$bench" stages --model-dir "$models/ranker_a" --feature-store "$models/store.jsonl" \
+    --items "$items" --cpus "$server_cpus" --seconds "$seconds")")
   batched+=("$(load "$batching_port" "$batching_pid" $((connections * 2)))")
   echo "round $r: forward $(jq .items_per_s <<< "${forward[-1]}"), /predict $(jq .items_per_s <<< "${served[-1]}")," \
-       "batched $(jq .items_per_s <<< "${batched[-1]}") items/s" >&2
+       "batched $(jq .items_per_s <<< "${batched[-1]}"), pipeline $(jq .items_per_s <<< "${stages[-1]}") items/s" >&2
 done
 stop_servers
 
@@ -95,6 +101,8 @@ jq -n --argjson forward "$(printf '%s\n' "${forward[@]}" | jq -s .)" \
   --argjson stages "$(printf '%s\n' "${stages[@]}" | jq -s .)" \
   --arg machine "$(machine_summary)" --arg server_cpus "$server_cpus" --arg client_cpus "$client_cpus" '
   def median: sort | .[(length / 2 | floor)];
+  # The median over rounds of (this measurement / the forward of its round).
+  def per_round_ratio($of): [range(0; $of | length) as $i | $of[$i].items_per_s / $forward[$i].items_per_s] | median;
   {machine: $machine, server_cpus: $server_cpus, client_cpus: $client_cpus,
    forward_items_per_s: ([$forward[].items_per_s] | median),
    forward_p50_ms: ([$forward[].p50_ms] | median),
@@ -104,12 +112,12 @@ jq -n --argjson forward "$(printf '%s\n' "${forward[@]}" | jq -s .)" \
    predict_p99_ms: ([$served[].p99_ms] | median),
    predict_errors: ([$served[].errors] | add),
    server_cpu_utilisation: ([$served[].server_cpu_utilisation] | median),
-   ratio: (([$served[].items_per_s] | median) / ([$forward[].items_per_s] | median)),
+   ratio: per_round_ratio($served),
    batched_items_per_s: ([$batched[].items_per_s] | median),
    batched_p50_ms: ([$batched[].p50_ms] | median),
    batched_p99_ms: ([$batched[].p99_ms] | median),
    batched_errors: ([$batched[].errors] | add),
-   batched_ratio: (([$batched[].items_per_s] | median) / ([$forward[].items_per_s] | median)),
+   batched_ratio: per_round_ratio($batched),
    predict_cpu_us_per_request: ([$served[].cpu_us_per_request] | map(keys) | add | unique
      | map({key: ., value: ([$served[].cpu_us_per_request[.] // 0] | median)}) | from_entries),
    # The share of the server CPU that the inference workers used under (b):
@@ -117,8 +125,11 @@ jq -n --argjson forward "$(printf '%s\n' "${forward[@]}" | jq -s .)" \
    # alone. Measured within each round, it moves less with the speed of this
    # machine than b/a, whose (a) and (b) run seconds apart.
    predict_forward_share: ([$served[].cpu_us_per_request | (."ns-worker" // 0) / ([.[]] | add)] | median),
+   pipeline_items_per_s: ([$stages[].items_per_s] | median),
+   pipeline_ratio: per_round_ratio($stages),
    stages_us: {parse: ([$stages[].parse_us] | median), query: ([$stages[].query_us] | median),
-                extract: ([$stages[].extract_us] | median), reply: ([$stages[].reply_us] | median)},
+                extract: ([$stages[].extract_us] | median), forward: ([$stages[].forward_us] | median),
+                reply: ([$stages[].reply_us] | median)},
    rounds: {forward: $forward, predict: $served, batched: $batched, stages: $stages}}' > "$out"
 
 jq -r '"machine: \(.machine)",
@@ -128,7 +139,8 @@ jq -r '"machine: \(.machine)",
   "(c) /predict, batching:  \(.batched_items_per_s | floor) items/s, p50 \(.batched_p50_ms * 100 | round / 100) ms, p99 \(.batched_p99_ms * 100 | round / 100) ms, errors \(.batched_errors)",
   "ratio b/a:              \(.ratio * 1000 | round / 1000)",
   "ratio c/a:              \(.batched_ratio * 1000 | round / 1000)",
+  "(p) pipeline, no HTTP:  \(.pipeline_items_per_s | floor) items/s, p/a \(.pipeline_ratio * 1000 | round / 1000) (the most any transport could serve)",
   "workers share of server CPU under (b): \(.predict_forward_share * 1000 | round / 1000) (b/a if the forward cost in the server what it costs alone)",
   "where (b) spends the server CPU, per request: \(.predict_cpu_us_per_request | to_entries | map(select(.value > 0)) | map("\(.key) \(.value) us") | join(", ")) (forward alone: \(1000 * .forward_p50_ms | round) us)",
-  "stages around the forward, in process (warm caches): parse \(.stages_us.parse | round) us, query \(.stages_us.query | round) us, extract \(.stages_us.extract | round) us, reply \(.stages_us.reply | round) us"' "$out"
+  "stages of (p), each beside the forward: parse \(.stages_us.parse | round) us, query \(.stages_us.query | round) us, extract \(.stages_us.extract | round) us, forward \(.stages_us.forward | round) us, reply \(.stages_us.reply | round) us"' "$out"
 echo "results: $out"

@@ -12,6 +12,7 @@ BUILD_PACKAGES=(
   # flavour, shares LibTorch's OpenMP threads instead of adding its own.
   libtorch-dev libopenblas0-openmp
   nlohmann-json3-dev libcli11-dev libexpected-dev libyaml-cpp-dev libcpp-httplib-dev libxxhash-dev
+  libsimdjson-dev
 )
 # GoogleTest; what the multi-NUMA VM tests boot (qemu, busybox for the
 # initramfs, a kernel with modules, the decompressors for it); openssl makes

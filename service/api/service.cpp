@@ -73,6 +73,7 @@ Service::Service(ServiceConfig config, PlacementReport placement, std::vector<st
       placement_(std::move(placement)),
       models_(std::move(models)),
       store_(std::move(store)),
+      request_id_prefix_("ns-" + std::to_string(getpid()) + "-"),
       metrics_([this] {
         std::vector<std::string> names;
         for (const auto& m : models_) names.push_back(m->spec().name);
@@ -265,7 +266,7 @@ http::Reply Service::predict(const http::Request& request) {
   response.model = name;
   response.version = m.spec().version;
   response.request_id = !parsed->request_id.empty() ? parsed->request_id
-                                                    : "ns-" + std::to_string(getpid()) + "-" + std::to_string(next_request_id_++);
+                                                    : request_id_prefix_ + std::to_string(next_request_id_++);
   response.scores = std::move(*scores);
   metrics_.observe(metrics::Stage::kTotal, name, since(start));
   return json_reply(200, http::to_json(response));

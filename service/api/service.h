@@ -87,6 +87,9 @@ class Service {
   std::vector<std::unique_ptr<model::Model>> models_;
   std::unique_ptr<features::FeatureStore> store_;
   std::vector<std::optional<features::ItemCache>> item_caches_;  // per model
+  // Ids given to requests that bring none, "ns-<pid>-<n>": the pid keeps
+  // the supervisor's replicas apart; read once, not a syscall per request.
+  const std::string request_id_prefix_;
   metrics::Metrics metrics_;
 
   std::mutex warm_mutex_;

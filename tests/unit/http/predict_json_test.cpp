@@ -173,6 +173,52 @@ TEST(PredictJson, ARepeatedKeyTakesItsLastValue) {
   EXPECT_EQ(r->features.items[0].id, "z");
 }
 
+// The body is JSON or it is not, whichever parser reads it: simdjson (the
+// service's) must draw the line where nlohmann (everything else's, and the
+// reference) does, on valid requests broken one byte at a time and on the
+// corners of the grammar. Two differences by design: integers beyond 64
+// bits, which nlohmann reads as doubles, are refused, and so is anything
+// after a NUL byte, where nlohmann stops reading as if the body ended.
+TEST(PredictJson, AcceptsExactlyWhatNlohmannAccepts) {
+  auto syntax_error = [](const Result<PredictRequest>& r) {
+    return !r.has_value() && r.error().field == "body" && r.error().message != "body: want a JSON object";
+  };
+  auto check = [&](const std::string& body) {
+    const bool valid = nlohmann::json::accept(body);
+    const auto r = parse_predict_request(body, kLimits);
+    EXPECT_EQ(syntax_error(r), !valid) << "body: " << body << (r ? std::string() : " -> " + r.error().message);
+  };
+  for (const std::string& body : std::vector<std::string>{
+           "{}", "{} x", "{}{}", "", " \t\r\n ", "nan", "[1,]", R"({"a":1,})", R"({"a" 1})", "[1 2]", "[01]", "[-0]",
+           "[1.]", "[.5]", "[-]", "[1E+2]", "[0.0e-0]", "[1e999]", "[tru]", "[true,false,null]", R"(["\x"])",
+           R"(["\ud800"])", R"(["\udc00\ud800"])", R"(["\ud83d\ude00"])", R"(["\u0000"])", R"(["\/"])",
+           "[\"a\tb\"]", "[\"\xff\"]", "[\"\xc0\xaf\"]", "[\"\xed\xa0\x80\"]", "[\"\x7f\"]", "\xef\xbb\xbf{}",
+           R"({"":1})", "[18446744073709551615]", "[-9223372036854775808]"}) {
+    check(body);
+  }
+  const std::string valid =
+      R"({"model": "ranker_a", "request_id": 7, "user": {"id": "u1", "features": {"age": 31.5, "tags": ["a", "\u00e9"]}},)"
+      R"( "context": {"hour": -3, "device": "ios"}, "items": [{"id": "i1"}, {"id": 2, "features": {"price": 1e-3}}]})";
+  ASSERT_TRUE(parse_predict_request(valid, kLimits).has_value());
+  const std::string alphabet = "{}[]:,\"\\ -+.0123456789eEtrufalsn\x01\x80\xc3\xa9\xff";
+  std::mt19937 rng(11);
+  for (int i = 0; i < 3000; ++i) {
+    std::string body = valid;
+    const auto at = rng() % body.size();
+    switch (rng() % 3) {
+      case 0: body.erase(at, 1); break;
+      case 1: body.insert(at, 1, alphabet[rng() % alphabet.size()]); break;
+      default: body[at] = alphabet[rng() % alphabet.size()]; break;
+    }
+    check(body);
+  }
+  // By design: a number out of 64-bit range is refused, naming why.
+  auto big = parse_predict_request(R"({"user": {}, "items": [{"id": 123456789012345678901234}]})", kLimits);
+  ASSERT_FALSE(big.has_value());
+  EXPECT_EQ(big.error().message, "body: not valid JSON: a malformed number, or one beyond 64-bit integers and doubles");
+  EXPECT_TRUE(syntax_error(parse_predict_request(valid + std::string("\0{", 2), kLimits)));
+}
+
 TEST(PredictJson, TooManyFeaturesOrIdsNameTheLimit) {
   RequestLimits limits;
   limits.max_features_per_entity = 2;
