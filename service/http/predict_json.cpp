@@ -107,7 +107,7 @@ class RequestReader {
 
   bool value(Kind kind) {
     if (stack_.empty()) {
-      if (kind != Kind::kObject || done_) return fail(bad("body", "want a JSON object"));
+      if (kind != Kind::kObject) return fail(bad("body", "want a JSON object"));
       stack_.emplace_back(In::kRoot);
       return true;
     }
@@ -219,7 +219,6 @@ class RequestReader {
       }
       if (f.count == 0) return fail(bad("items", "empty: send at least one item"));
     }
-    if (f.in == In::kRoot) done_ = true;
     stack_.pop_back();
     return true;
   }
@@ -243,7 +242,7 @@ class RequestReader {
   std::vector<Frame> stack_;
   std::optional<Error> error_;
   std::size_t skip_depth_ = 0;
-  bool saw_user_ = false, saw_items_ = false, done_ = false;
+  bool saw_user_ = false, saw_items_ = false;
   std::string_view text_;  // the current string or integer value
   std::string integer_text_;
   double number_ = 0;
