@@ -13,6 +13,8 @@ BUILD_PACKAGES=(
   libtorch-dev libopenblas0-openmp
   nlohmann-json3-dev libcli11-dev libexpected-dev libyaml-cpp-dev libcpp-httplib-dev libxxhash-dev
   libsimdjson-dev
+  # The service's HTTP transport: Boost.Asio and Boost.Beast, header-only.
+  libboost1.81-dev
 )
 # GoogleTest; what the multi-NUMA VM tests boot (qemu, busybox for the
 # initramfs, a kernel with modules, the decompressors for it); openssl makes
@@ -28,9 +30,10 @@ TEST_PACKAGES=(
 )
 
 # The deployment-mode benchmark: its peer (FastAPI + uvicorn + PyTorch, run
-# by Debian's /usr/bin/python3) and its plots.
+# by Debian's /usr/bin/python3) and its plots; wrk, the second load
+# generator the serving benchmark checks its own against.
 BENCH_PACKAGES=(
-  python3-fastapi python3-uvicorn python3-torch python3-xxhash python3-yaml gnuplot-nox
+  python3-fastapi python3-uvicorn python3-torch python3-xxhash python3-yaml gnuplot-nox wrk
 )
 
 case ${1:-} in

@@ -4,7 +4,7 @@
 # MLP) and their feature store once, then serves both on port 8080 with the
 # threads and memory of this process's cpuset. Ctrl-C (or SIGTERM) drains and
 # stops it. Extra arguments go to `numaserve serve` (e.g. --port 9090,
-# --dynamic-batching, --log-format json).
+# --max-connections 20000, --log-format json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh build

@@ -40,13 +40,17 @@ struct ServeOptions {
   std::string listen_address = "0.0.0.0";
   unsigned port = 8080;
   numaserve::placement::ThreadConfig threads;
-  numaserve::batching::SchedulerConfig scheduler;
-  unsigned max_batch_delay_us = 500;
-  unsigned max_batch_items = 1024;
   unsigned queue_capacity = 64;
+  double max_queue_delay = 1;
+  unsigned max_batch_items = 1024;
+  unsigned max_batch_delay_us = 0;
   unsigned max_items = 2000;
   std::uint64_t max_body_bytes = 8u << 20;
-  unsigned http_threads = 128;
+  std::uint64_t max_header_bytes = 16u << 10;
+  unsigned max_connections = 0;
+  double header_timeout = 10;
+  double body_timeout = 30;
+  double idle_timeout = 60;
   bool memory_bind = true;
   unsigned warmup_rounds = 3;
   double shutdown_delay = 0;
@@ -60,6 +64,13 @@ struct ServeOptions {
 
 Status set_string(std::string& target, const std::string& text) {
   target = text;
+  return {};
+}
+
+Status set_quantity(const std::string& name, const std::string& text, std::uint64_t& target) {
+  auto bytes = numaserve::parse_quantity(text);
+  if (!bytes) return Status(tl::unexpected(std::move(bytes.error()).with_context(name)));
+  target = *bytes;
   return {};
 }
 
@@ -92,25 +103,32 @@ std::vector<OptionSpec> serve_options(ServeOptions& o) {
        [&o](const std::string& t) { return set_unsigned("workers", t, o.threads.workers); }},
       {"intra_op_threads", "N", "LibTorch threads per worker; 0: the worker's CPUs (workers x threads <= cpuset)", "0",
        [&o](const std::string& t) { return set_unsigned("intra_op_threads", t, o.threads.intra_op_threads); }},
-      {"queue_capacity", "N", "Requests waiting for a worker before 503 + Retry-After", "64",
+      {"queue_capacity", "N", "Requests waiting for a forward, per worker, before 503 + Retry-After", "64",
        [&o](const std::string& t) { return set_unsigned("queue_capacity", t, o.queue_capacity); }},
-      {"dynamic_batching", "", "Join queued requests of one model into one forward", "false",
-       [&o](const std::string& t) { return set_bool("dynamic_batching", t, o.scheduler.dynamic_batching); }},
-      {"max_batch_items", "N", "Dynamic batching: most rows in one forward", "1024",
-       [&o](const std::string& t) { return set_unsigned("max_batch_items", t, o.max_batch_items); }},
-      {"max_batch_delay_us", "N", "Dynamic batching: longest wait for more requests, in microseconds", "500",
-       [&o](const std::string& t) { return set_unsigned("max_batch_delay_us", t, o.max_batch_delay_us); }},
+      {"max_queue_delay", "DURATION",
+       "Longest wait for a forward: older requests get 503, and a worker whose oldest waited longer refuses new ones",
+       "1s", [&o](const std::string& t) { return numaserve::set_seconds("max_queue_delay", t, o.max_queue_delay); }},
+      {"max_batch_items", "N",
+       "Most rows in one forward: requests that arrived together are joined up to it (1: one request per forward)",
+       "1024", [&o](const std::string& t) { return set_unsigned("max_batch_items", t, o.max_batch_items); }},
+      {"max_batch_delay_us", "N",
+       "Wait this long after a worker's first queued request for more to join it, in microseconds (0: never wait)",
+       "0", [&o](const std::string& t) { return set_unsigned("max_batch_delay_us", t, o.max_batch_delay_us); }},
       {"max_items", "N", "Most items in one /predict request (400 beyond)", "2000",
        [&o](const std::string& t) { return set_unsigned("max_items", t, o.max_items); }},
-      {"max_body_bytes", "QUANTITY", "Largest request body (413 beyond)", "8Mi",
-       [&o](const std::string& t) {
-         auto bytes = numaserve::parse_quantity(t);
-         if (!bytes) return Status(tl::unexpected(std::move(bytes.error()).with_context("max_body_bytes")));
-         o.max_body_bytes = *bytes;
-         return Status();
-       }},
-      {"http_threads", "N", "HTTP threads; each holds one keep-alive connection, so size above the clients' connections",
-       "128", [&o](const std::string& t) { return set_unsigned("http_threads", t, o.http_threads); }},
+      {"max_body_bytes", "QUANTITY", "Largest request body, chunked or not (413 beyond)", "8Mi",
+       [&o](const std::string& t) { return set_quantity("max_body_bytes", t, o.max_body_bytes); }},
+      {"max_header_bytes", "QUANTITY", "Largest request line and header (431 beyond)", "16Ki",
+       [&o](const std::string& t) { return set_quantity("max_header_bytes", t, o.max_header_bytes); }},
+      {"max_connections", "N",
+       "Open connections before a new one gets 503 and is closed; 0: the file-descriptor limit less 256", "0",
+       [&o](const std::string& t) { return set_unsigned("max_connections", t, o.max_connections); }},
+      {"header_timeout", "DURATION", "From a request's first byte to the end of its header, else 408 and close", "10s",
+       [&o](const std::string& t) { return numaserve::set_seconds("header_timeout", t, o.header_timeout); }},
+      {"body_timeout", "DURATION", "From the end of a header to the end of its body, and the longest send of a reply",
+       "30s", [&o](const std::string& t) { return numaserve::set_seconds("body_timeout", t, o.body_timeout); }},
+      {"idle_timeout", "DURATION", "A keep-alive connection without a request is closed after this", "60s",
+       [&o](const std::string& t) { return numaserve::set_seconds("idle_timeout", t, o.idle_timeout); }},
       {"memory_bind", "", "Bind memory to the cpuset's nodes with set_mempolicy where the kernel allows it", "true",
        [&o](const std::string& t) { return set_bool("memory_bind", t, o.memory_bind); }},
       {"warmup_rounds", "N", "Forwards per model and worker before turning ready", "3",
@@ -267,28 +285,34 @@ int serve(const ServeOptions& o) {
 
   numaserve::api::ServiceConfig config;
   config.limits.max_items = o.max_items;
-  config.scheduler = o.scheduler;
-  config.scheduler.queue_capacity = o.queue_capacity;
-  config.scheduler.max_batch_items = o.max_batch_items;
-  config.scheduler.max_delay = std::chrono::microseconds(o.max_batch_delay_us);
+  config.batching.queue_capacity = o.queue_capacity;
+  config.batching.max_queue_delay =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::duration<double>(o.max_queue_delay));
+  config.batching.max_batch_items = o.max_batch_items;
+  config.batching.max_batch_delay = std::chrono::microseconds(o.max_batch_delay_us);
   config.warmup_rounds = o.warmup_rounds;
   config.version = kVersion;
   config.wait_for_group = supervised;
-  numaserve::api::Service service(config, std::move(report), std::move(models), std::move(store));
 
   numaserve::http::ServerConfig http;
   http.host = o.listen_address;
   http.port = static_cast<int>(o.port);
-  http.threads = o.http_threads;
+  http.loops = plan->workers.size();
+  http.max_connections = o.max_connections;
+  http.header_timeout_seconds = o.header_timeout;
+  http.body_timeout_seconds = o.body_timeout;
+  http.idle_timeout_seconds = o.idle_timeout;
+  http.max_header_bytes = o.max_header_bytes;
   http.max_body_bytes = o.max_body_bytes;
   http.reuse_port = o.reuse_port || supervised;
-  numaserve::http::Server server;
-  if (auto started = server.start(http, [&service](const numaserve::http::Request& r) { return service.handle(r); });
-      !started) {
-    return fail(started.error().message);
-  }
+  numaserve::http::Server server(http);
+  numaserve::api::Service service(config, std::move(report), std::move(models), std::move(store), server);
+  // The workers are the server's event loops: from here each pins itself
+  // and warms the models up while its loop already answers /healthz.
+  if (auto started = server.start(service); !started) return fail(started.error().message);
   numaserve::log(LogLevel::kInfo, "listening (live, not ready until warm)",
-                 {{"address", o.listen_address}, {"port", std::to_string(server.port())}});
+                 {{"address", o.listen_address}, {"port", std::to_string(server.port())},
+                  {"max_connections", std::to_string(server.max_connections())}});
   if (auto warm = service.wait_until_warm(); !warm) {
     server.stop();
     return fail("warm-up failed: " + warm.error().message);
@@ -311,7 +335,6 @@ int serve(const ServeOptions& o) {
   }).detach();
   std::this_thread::sleep_for(std::chrono::duration<double>(o.shutdown_delay));
   server.stop();
-  service.stop_workers();
   numaserve::log(LogLevel::kInfo, "stopped");
   return 0;
 }

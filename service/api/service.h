@@ -1,24 +1,33 @@
 #pragma once
-// The service's routes and state: POST /predict, the KServe v2 routes,
-// /healthz, /readyz, /metrics, /placement. It owns the models, the feature
-// store, the inference workers and the metrics; the HTTP transport hands it
-// plain requests (http/server.h), so everything here is tested through
-// handle() as well as over a real socket.
+// The service: its models, feature store, item caches, batches, metrics and
+// readiness, behind the transport's Handler interface. Each inference
+// worker is an event loop of the HTTP server (http/server.h) that calls in
+// here on its own pinned thread. Where a request goes:
+//   routes.cpp      the route table and the one error boundary
+//   predict.cpp     POST /predict: parse -> query -> extract -> batch -> forward -> reply
+//   v2.cpp          the KServe v2 routes (metadata, health, infer)
+//   operations.cpp  /healthz, /readyz, /metrics, /placement
+//   errors.cpp      Error::Code -> HTTP status and JSON body
 //
-// Life cycle: construct (workers start, pin themselves, warm every model
-// up) -> wait_until_warm() -> ready -> begin_drain() on SIGTERM (readiness
-// false, requests still answered) -> the server stops -> stop_workers().
+// Life cycle: construct -> http::Server::start(service): each worker pins
+// itself (on_loop_start) and warms every model up a forward per turn while
+// its loop already answers /healthz -> wait_until_warm() -> ready ->
+// begin_drain() on SIGTERM (readiness false, requests still answered) ->
+// http::Server::stop() answers what was read and ends the loops.
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "batching/scheduler.h"
+#include "batching/batcher.h"
 #include "features/feature_store.h"
+#include "http/message.h"
 #include "http/predict.h"
 #include "http/server.h"
 #include "metrics/metrics.h"
@@ -39,7 +48,7 @@ struct PlacementReport {
 
 struct ServiceConfig {
   http::RequestLimits limits;
-  batching::SchedulerConfig scheduler;  // workers come from the plan
+  batching::BatcherConfig batching;  // workers come from the plan
   unsigned warmup_rounds = 3;
   std::size_t warmup_rows = 64;
   std::string version;  // numaserve's, for GET /v2
@@ -48,37 +57,79 @@ struct ServiceConfig {
   bool wait_for_group = false;
 };
 
-class Service {
+// The {name} and {version} segments of a matched path.
+struct PathParams {
+  std::string name;
+  std::string version;
+};
+
+// One request on its way through a route.
+struct Call {
+  http::Request request;
+  PathParams params;
+  std::size_t worker = 0;     // whose loop read it
+  std::string_view route;     // the route's metrics label
+  http::Responder responder;  // taken by a route that answers later
+};
+
+// A route's answer: an error (errors.cpp makes the reply), a reply now, or
+// nothing — the route took the responder and answers when its batch ran.
+using Answer = Result<std::optional<http::Reply>>;
+
+class Service final : public http::Handler {
  public:
+  // `transport` is read for /metrics only.
   Service(ServiceConfig config, PlacementReport placement, std::vector<std::unique_ptr<model::Model>> models,
-          std::unique_ptr<features::FeatureStore> store);
-  ~Service();
+          std::unique_ptr<features::FeatureStore> store, const http::Server& transport);
+  ~Service() override;
   Service(const Service&) = delete;
   Service& operator=(const Service&) = delete;
+
+  // http::Handler, on the workers' threads.
+  void on_loop_start(std::size_t worker) override;
+  void on_request(std::size_t worker, http::Request&& request, http::Responder responder) override;
+  http::Turn on_turn(std::size_t worker) override;
 
   // Blocks until every worker has pinned itself and warmed every model up;
   // then the service is ready. The error is the first warm-up failure.
   Status wait_until_warm();
-
-  http::Reply handle(const http::Request& request);
-
-  void open_group();      // the supervisor says every worker is warm
-  void begin_drain();     // readiness goes false; requests are still served
-  void stop_workers();    // after the HTTP server stopped: finishes queued work
+  void open_group();   // the supervisor says every worker is warm
+  void begin_drain();  // readiness goes false; requests are still served
 
   bool ready() const { return ready_.load(); }
   std::string placement_json() const;
   // One line for the log: cpus, mems, nodes, threads, BLAS, models, locality.
   std::string startup_summary() const;
 
+  // The routes (routes.cpp lists them).
+  Answer predict(Call& call);
+  Answer healthz(Call& call);
+  Answer readyz(Call& call);
+  Answer metrics(Call& call);
+  Answer placement(Call& call);
+  Answer v2_server(Call& call);
+  Answer v2_live(Call& call);
+  Answer v2_ready(Call& call);
+  Answer v2_model(Call& call);
+  Answer v2_model_ready(Call& call);
+  Answer v2_infer(Call& call);
+
  private:
-  http::Reply predict(const http::Request& request);
-  http::Reply infer(std::size_t model, const http::Request& request);
-  // Queues a batch for model `index` and waits; the reply is the 503/500 to send.
-  tl::expected<std::vector<float>, http::Reply> run(std::size_t index, features::Batch batch);
-  http::Reply route(const http::Request& request, std::string& route_name);
-  std::optional<std::size_t> find_model(const std::string& name) const;
-  void worker_start(std::size_t worker);
+  // Counts a reply and sends it; from any worker's thread.
+  void finish(std::string_view route, http::Responder& responder, http::Reply reply);
+  // The model a request or a path names (and the version it asks for), or
+  // the default: the first one.
+  Result<std::size_t> find_model(const std::optional<std::string>& name, const std::string& version = {}) const;
+  // Queues `batch` for the calling worker's next forward and takes the
+  // call's responder; `encode` makes the reply from the scores, on the
+  // worker that ran the forward. `start`: when the request was taken up.
+  using Encoder = std::function<http::Reply(std::vector<float>&& scores)>;
+  void enqueue(Call& call, std::size_t model, features::Batch batch, batching::Clock::time_point start,
+               Encoder encode);
+  void warm_up_step(std::size_t worker);
+  void worker_warm(std::optional<Error> failure);
+  std::string not_ready_reason() const;
+  void update_ready();
   metrics::Gauges gauges() const;
   std::map<std::string, double> model_locality() const;
 
@@ -87,24 +138,30 @@ class Service {
   std::vector<std::unique_ptr<model::Model>> models_;
   std::unique_ptr<features::FeatureStore> store_;
   std::vector<std::optional<features::ItemCache>> item_caches_;  // per model
+  const http::Server& transport_;
   // Ids given to requests that bring none, "ns-<pid>-<n>": the pid keeps
   // the supervisor's replicas apart; read once, not a syscall per request.
   const std::string request_id_prefix_;
   metrics::Metrics metrics_;
+  batching::Batcher batcher_;
 
+  // Warm-up, a forward per turn of each worker's loop (workers_ entries are
+  // their own thread's).
+  struct WorkerState {
+    std::size_t warmup_forwards_left = 0;
+  };
+  std::vector<WorkerState> workers_;
   std::mutex warm_mutex_;
   std::condition_variable warm_cv_;
   std::size_t warm_workers_ = 0;
   std::optional<Error> warm_error_;
 
-  void update_ready();
   std::atomic<bool> ready_{false};
   std::atomic<bool> warm_{false};
   std::atomic<bool> group_open_{false};
   std::atomic<bool> draining_{false};
   std::atomic<std::size_t> in_flight_{0};
   std::atomic<std::uint64_t> next_request_id_{1};
-  std::unique_ptr<batching::Scheduler> scheduler_;  // last: its workers use everything above
 };
 
 }  // namespace numaserve::api

@@ -1,121 +1,785 @@
 #include "http/server.h"
 
-#include <httplib.h>
-
 #include <pthread.h>
-#include <sys/socket.h>
+#include <sys/resource.h>
 
+#include <array>
 #include <atomic>
-#include <chrono>
+#include <mutex>
 #include <thread>
 
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
+
 #include "http/predict_json.h"
+#include "numaserve/common/log.h"
 
 namespace numaserve::http {
 namespace {
 
-void set_reply(httplib::Response& res, const Reply& reply) {
-  res.status = reply.status;
-  for (const auto& [name, value] : reply.headers) res.set_header(name, value);
-  res.set_content(reply.body, reply.content_type);
+namespace asio = boost::asio;
+namespace bhttp = boost::beast::http;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using boost::system::error_code;
+
+Clock::duration duration(double seconds) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
-void set_error(httplib::Response& res, int status, const std::string& message, const std::string& field) {
-  res.status = status;
-  res.set_content(error_json(Error{Error::Code::kInvalidArgument, message, field}), "application/json");
+// Counters have one writer, their loop's thread: a plain load and store
+// instead of a locked read-modify-write on the hot path.
+void bump(std::atomic<std::uint64_t>& counter, std::int64_t by = 1) {
+  counter.store(counter.load(std::memory_order_relaxed) + static_cast<std::uint64_t>(by), std::memory_order_relaxed);
 }
 
-std::chrono::microseconds micros(double seconds) {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::duration<double>(seconds));
+// Handlers a loop runs before giving the application its turn: enough to
+// take in everything that arrived together, few enough that a flood of slow
+// clients cannot hold a batch back for long.
+constexpr std::size_t kHandlersPerTurn = 1024;
+// A read takes this much at a time, more for a body known to be larger.
+constexpr std::size_t kReadBytes = 16u << 10;
+constexpr std::size_t kMaxReadBytes = 1u << 20;
+// After a reply with Connection: close the loop keeps reading (and dropping)
+// what the client still sends, so that closing does not reset the
+// connection before the client has read the reply — a client uploading a
+// body over the limit reads its 413 only after it finished sending.
+constexpr double kLingerSeconds = 5;
+// Descriptors kept back from max_connections for model files, /proc reads
+// and connections being refused.
+constexpr std::size_t kReservedDescriptors = 256;
+
+std::string decode_path(std::string_view target) {
+  target = target.substr(0, target.find('?'));
+  std::string path;
+  path.reserve(target.size());
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  for (std::size_t i = 0; i < target.size(); ++i) {
+    if (target[i] == '%' && i + 2 < target.size() && hex(target[i + 1]) >= 0 && hex(target[i + 2]) >= 0) {
+      path += static_cast<char>(hex(target[i + 1]) * 16 + hex(target[i + 2]));
+      i += 2;
+    } else {
+      path += target[i];
+    }
+  }
+  return path;
+}
+
+// Status line and headers; the body goes out beside it in the same write.
+std::string reply_head(const Reply& reply, bool keep_alive, bool http10) {
+  std::string head;
+  head.reserve(160);
+  head += "HTTP/1.1 ";
+  head += std::to_string(reply.status);
+  head += ' ';
+  head += bhttp::obsolete_reason(bhttp::int_to_status(static_cast<unsigned>(reply.status)));
+  head += "\r\nContent-Type: ";
+  head += reply.content_type;
+  head += "\r\nContent-Length: ";
+  head += std::to_string(reply.body.size());
+  head += "\r\n";
+  for (const auto& [name, value] : reply.headers) {
+    head += name;
+    head += ": ";
+    head += value;
+    head += "\r\n";
+  }
+  if (!keep_alive) {
+    head += "Connection: close\r\n";
+  } else if (http10) {
+    head += "Connection: keep-alive\r\n";
+  }
+  head += "\r\n";
+  return head;
+}
+
+Reply error_reply(int status, const std::string& message, const std::string& field) {
+  Reply reply;
+  reply.status = status;
+  reply.body = error_json(Error{Error::Code::kInvalidArgument, message, field});
+  return reply;
 }
 
 }  // namespace
 
-struct Server::Impl {
-  httplib::Server server;
-  std::thread thread;
-  std::atomic<bool> listen_returned{false};
-  int port = 0;
+class EventLoop;
+
+// One client connection, owned by one loop and only ever touched on its
+// thread. It always keeps one wait-for-readable pending (from start to
+// close), so no readiness edge of the loop's edge-triggered epoll is lost,
+// and it reads only when it knows bytes are there: a connection waiting for
+// its next request holds no buffer and costs no read that finds nothing.
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  enum class Phase { kIdle, kHeader, kBody, kHandling, kWriting, kLingering, kClosed };
+
+  Connection(EventLoop& loop, tcp::socket socket, bool counted);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  void start();
+  void refuse(const std::string& message);  // at once, then close
+  void send(Reply reply);
+  void expire();  // its deadline passed
+  void drain();   // the server stops: serve a request already sent, else close
+  void close();
+  void release_buffer();
+
+  Phase phase() const { return phase_; }
+  Clock::time_point deadline() const { return deadline_; }
+  bool idle() const { return phase_ == Phase::kIdle && buffer_.size() == 0; }
+
+  EventLoop& loop;
+  Connection* prev = nullptr;  // the loop's list of its connections
+  Connection* next = nullptr;
+
+ private:
+  void enter(Phase phase, double timeout_seconds);
+  void wait_readable();
+  void pump();
+  bool read();
+  void parse();
+  void header_done();
+  void dispatch();
+  void reject(int status, const std::string& message, const std::string& field);
+  void write(Reply&& reply);
+  void written();
+  void linger();
+  void discard();
+
+  tcp::socket socket_;
+  boost::beast::flat_buffer buffer_;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  std::string out_head_, out_body_;
+  Phase phase_ = Phase::kIdle;
+  Clock::time_point deadline_ = Clock::time_point::max();
+  const bool counted_;        // against max_connections (a refused one is not)
+  bool waiting_ = false;      // a wait for readable is pending
+  bool readable_ = false;     // bytes may be waiting in the socket
+  bool needs_more_ = false;   // the parser cannot go on without more bytes
+  bool pumping_ = false;
+  bool keep_alive_ = true;
+  bool head_ = false;
+  bool http10_ = false;
 };
 
-Server::Server() : impl_(std::make_unique<Impl>()) {}
+struct alignas(64) LoopCounters {
+  std::atomic<std::uint64_t> connections{0}, accepted{0}, requests{0}, idle_closed{0}, timed_out{0}, rejected{0};
+};
+
+// What the loops share.
+struct ServerState {
+  ServerConfig config;
+  Handler* handler = nullptr;
+  std::size_t max_connections = 0;
+  std::atomic<std::size_t> open{0};  // over all loops
+  std::atomic<std::uint64_t> refused{0};
+  std::vector<std::unique_ptr<EventLoop>> loops;
+};
+
+struct Server::Impl : ServerState {
+  std::size_t next_loop = 0;
+  int port = 0;
+  std::mutex stop_mutex;
+  bool stopped = false;
+  asio::io_context accept_context{1};
+  tcp::acceptor acceptor{accept_context};
+  asio::steady_timer accept_retry{accept_context};
+  std::thread accept_thread;
+
+  void accept_next();
+};
+
+namespace {
+thread_local EventLoop* current_loop = nullptr;
+}
+
+class EventLoop {
+ public:
+  EventLoop(ServerState& shared, std::size_t i) : server(shared), index(i) {}
+
+  void run();
+  void adopt(tcp::socket socket, bool counted);
+  void drain();
+  void wake() {
+    asio::post(context, [] {});
+  }
+
+  void link(Connection* c) {
+    c->next = first;
+    if (first != nullptr) first->prev = c;
+    first = c;
+  }
+  void unlink(Connection* c) {
+    (c->prev != nullptr ? c->prev->next : first) = c->next;
+    if (c->next != nullptr) c->next->prev = c->prev;
+  }
+
+  ServerState& server;
+  const std::size_t index;
+  LoopCounters counters;
+  std::size_t open = 0;  // counted connections, this loop's thread only
+  bool draining = false;
+  std::array<char, 16u << 10> scratch{};  // where lingering connections drop what they read
+  std::thread thread;
+  Connection* first = nullptr;
+  // Destroyed before the members above: a handler it still holds may own
+  // the last reference to a connection, whose destructor unlinks it here.
+  asio::io_context context{1};
+  asio::steady_timer sweep_timer{context};
+
+ private:
+  void arm_sweep();
+  Clock::duration tick() const;
+};
+
+// --- Connection ---
+
+Connection::Connection(EventLoop& owner, tcp::socket socket, bool counted)
+    : loop(owner), socket_(std::move(socket)), counted_(counted) {
+  loop.link(this);
+}
+
+Connection::~Connection() { loop.unlink(this); }
+
+void Connection::enter(Phase phase, double timeout_seconds) {
+  phase_ = phase;
+  deadline_ = timeout_seconds > 0 ? Clock::now() + duration(timeout_seconds) : Clock::time_point::max();
+}
+
+void Connection::start() {
+  error_code ec;
+  socket_.non_blocking(true, ec);
+  // A reply is one write; without this a reply after a 100 Continue would
+  // wait for the client's delayed ACK.
+  socket_.set_option(tcp::no_delay(true), ec);
+  enter(Phase::kIdle, loop.server.config.idle_timeout_seconds);
+  wait_readable();
+  // The socket was registered with epoll when it was accepted; a request
+  // that arrived before the wait above was queued raised its edge then.
+  readable_ = true;
+  if (loop.draining) {
+    drain();
+  } else {
+    pump();
+  }
+}
+
+void Connection::drain() {
+  if (phase_ != Phase::kIdle) return;  // mid-request: answered; lingering: ends by itself
+  // Whatever epoll has reported so far, look: a request the client sent
+  // before the drain began is read and answered (with Connection: close).
+  readable_ = true;
+  pump();
+  if (idle()) close();
+}
+
+void Connection::refuse(const std::string& message) {
+  error_code ec;
+  socket_.non_blocking(true, ec);
+  auto reply = error_reply(503, message, "");
+  reply.headers.emplace_back("Retry-After", "1");
+  keep_alive_ = false;
+  wait_readable();
+  readable_ = true;
+  phase_ = Phase::kHandling;
+  write(std::move(reply));
+}
+
+void Connection::wait_readable() {
+  if (waiting_ || phase_ == Phase::kClosed) return;
+  waiting_ = true;
+  socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](const error_code& ec) {
+    self->waiting_ = false;
+    if (self->phase_ == Phase::kClosed) return;
+    if (ec) {
+      self->close();
+      return;
+    }
+    self->readable_ = true;
+    self->wait_readable();
+    self->pump();
+  });
+}
+
+// Reads and parses until the connection has to wait: for bytes, or for the
+// application's reply. Re-entered from send() when a reply is written
+// while a request is being dispatched; the outer call goes on instead, so a
+// pipelined burst is served in a loop, not a recursion.
+void Connection::pump() {
+  if (pumping_) return;
+  pumping_ = true;
+  while (phase_ == Phase::kIdle || phase_ == Phase::kHeader || phase_ == Phase::kBody) {
+    if ((buffer_.size() == 0 || needs_more_) && !read()) break;
+    parse();
+  }
+  if (phase_ == Phase::kLingering) discard();
+  pumping_ = false;
+}
+
+bool Connection::read() {
+  if (!readable_) return false;
+  std::size_t want = kReadBytes;
+  if (phase_ == Phase::kBody && parser_ && parser_->content_length_remaining()) {
+    want = std::clamp<std::size_t>(*parser_->content_length_remaining(), kReadBytes, kMaxReadBytes);
+  }
+  error_code ec;
+  const std::size_t n = socket_.read_some(buffer_.prepare(want), ec);
+  if (ec == asio::error::would_block || ec == asio::error::try_again) {
+    readable_ = false;
+    return false;
+  }
+  if (ec) {  // the client closed or reset it
+    close();
+    return false;
+  }
+  buffer_.commit(n);
+  // Less than asked for: the socket is empty now, and the pending wait
+  // reports what comes next.
+  if (n < want) readable_ = false;
+  needs_more_ = false;
+  if (phase_ == Phase::kIdle) enter(Phase::kHeader, loop.server.config.header_timeout_seconds);
+  return true;
+}
+
+void Connection::parse() {
+  if (!parser_) {
+    parser_.emplace();
+    parser_->header_limit(static_cast<std::uint32_t>(loop.server.config.max_header_bytes));
+    parser_->body_limit(loop.server.config.max_body_bytes);
+  }
+  error_code ec;
+  const std::size_t used = parser_->put(buffer_.data(), ec);
+  buffer_.consume(used);
+  if (ec == bhttp::error::need_more) {
+    needs_more_ = true;
+  } else if (ec == bhttp::error::header_limit) {
+    reject(431, "request header larger than the limit of " + std::to_string(loop.server.config.max_header_bytes) +
+                    " bytes", "headers");
+  } else if (ec == bhttp::error::body_limit) {
+    reject(413, "request body larger than the limit of " + std::to_string(loop.server.config.max_body_bytes) + " bytes",
+           "body");
+  } else if (ec) {
+    reject(400, "malformed HTTP request: " + ec.message(), "");
+  } else if (parser_->is_done()) {
+    dispatch();
+  } else if (parser_->is_header_done() && phase_ == Phase::kHeader) {
+    header_done();
+  } else if (used == 0) {
+    needs_more_ = true;
+  }
+}
+
+void Connection::header_done() {
+  enter(Phase::kBody, loop.server.config.body_timeout_seconds);
+  const auto& message = parser_->get();
+  if (message.version() >= 11 && buffer_.size() == 0 &&
+      boost::beast::iequals(message[bhttp::field::expect], "100-continue")) {
+    // The client waits for this before it sends the body. Sent at once: the
+    // socket's buffer is empty between a reply and the next request, so a
+    // non-blocking write of 25 bytes does not fall short.
+    static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    error_code ec;
+    socket_.write_some(asio::buffer(kContinue), ec);
+  }
+}
+
+void Connection::dispatch() {
+  auto message = parser_->release();
+  parser_.reset();
+  keep_alive_ = message.keep_alive() && !loop.draining;
+  head_ = message.method() == bhttp::verb::head;
+  http10_ = message.version() < 11;
+  Request request;
+  request.method = std::string(message.method_string());
+  request.path = decode_path(message.target());
+  request.body = std::move(message.body());
+  enter(Phase::kHandling, 0);
+  bump(loop.counters.requests);
+  try {
+    loop.server.handler->on_request(loop.index, std::move(request), Responder(shared_from_this()));
+  } catch (const std::exception& e) {
+    // The Responder it took answered 500 as it unwound.
+    log(LogLevel::kError, "request handler failed", {{"error", e.what()}});
+  }
+}
+
+void Connection::send(Reply reply) {
+  if (phase_ != Phase::kHandling) return;  // closed while the application had it
+  if (loop.draining) keep_alive_ = false;
+  write(std::move(reply));
+}
+
+void Connection::reject(int status, const std::string& message, const std::string& field) {
+  bump(status == 408 ? loop.counters.timed_out : loop.counters.rejected);
+  parser_.reset();
+  keep_alive_ = false;
+  head_ = false;
+  http10_ = false;
+  phase_ = Phase::kHandling;
+  write(error_reply(status, message, field));
+}
+
+void Connection::write(Reply&& reply) {
+  out_head_ = reply_head(reply, keep_alive_, http10_);  // HEAD: the length of the body not sent
+  out_body_ = head_ ? std::string() : std::move(reply.body);
+  enter(Phase::kWriting, loop.server.config.body_timeout_seconds);
+  // One non-blocking writev; only what the socket did not take goes through
+  // an asynchronous write.
+  std::array<asio::const_buffer, 2> buffers = {asio::buffer(out_head_), asio::buffer(out_body_)};
+  error_code ec;
+  const std::size_t n = socket_.write_some(buffers, ec);
+  if (ec && ec != asio::error::would_block && ec != asio::error::try_again) {
+    close();
+    return;
+  }
+  if (n == out_head_.size() + out_body_.size()) {
+    written();
+    return;
+  }
+  std::vector<asio::const_buffer> rest;
+  if (n < out_head_.size()) rest.push_back(asio::buffer(out_head_) + n);
+  rest.push_back(asio::buffer(out_body_) + (n > out_head_.size() ? n - out_head_.size() : 0));
+  asio::async_write(socket_, rest, [self = shared_from_this()](const error_code& error, std::size_t) {
+    if (self->phase_ != Phase::kWriting) return;
+    if (error) {
+      self->close();
+    } else {
+      self->written();
+    }
+  });
+}
+
+void Connection::written() {
+  out_head_.clear();
+  out_body_ = std::string();
+  if (!keep_alive_) {
+    linger();
+    return;
+  }
+  enter(Phase::kIdle, loop.server.config.idle_timeout_seconds);
+  pump();  // a pipelined request may be waiting in the buffer
+}
+
+void Connection::linger() {
+  error_code ec;
+  socket_.shutdown(tcp::socket::shutdown_send, ec);
+  release_buffer();
+  enter(Phase::kLingering, std::min(kLingerSeconds, loop.server.config.body_timeout_seconds));
+  pump();
+}
+
+void Connection::discard() {
+  while (readable_) {
+    error_code ec;
+    const std::size_t n = socket_.read_some(asio::buffer(loop.scratch), ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) {
+      readable_ = false;
+    } else if (ec) {  // the client closed its side too: done
+      close();
+      return;
+    } else if (n < loop.scratch.size()) {
+      readable_ = false;
+    }
+  }
+}
+
+void Connection::expire() {
+  switch (phase_) {
+    case Phase::kIdle:
+      bump(loop.counters.idle_closed);
+      close();
+      break;
+    case Phase::kHeader:
+      reject(408, "request header not received within " + std::to_string(loop.server.config.header_timeout_seconds) +
+                      " s", "headers");
+      break;
+    case Phase::kBody:
+      reject(408, "request body not received within " + std::to_string(loop.server.config.body_timeout_seconds) + " s",
+             "body");
+      break;
+    case Phase::kWriting:
+      bump(loop.counters.timed_out);
+      close();
+      break;
+    case Phase::kLingering:
+      close();
+      break;
+    case Phase::kHandling:
+    case Phase::kClosed:
+      break;
+  }
+}
+
+void Connection::release_buffer() {
+  if (buffer_.size() == 0) buffer_.shrink_to_fit();
+}
+
+void Connection::close() {
+  if (phase_ == Phase::kClosed) return;
+  phase_ = Phase::kClosed;
+  deadline_ = Clock::time_point::max();
+  parser_.reset();
+  error_code ec;
+  socket_.close(ec);  // cancels the pending wait, whose handler drops the last reference
+  if (counted_) {
+    --loop.open;
+    loop.counters.connections.store(loop.open, std::memory_order_relaxed);
+    loop.server.open.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
+// --- Responder ---
+
+Responder::~Responder() {
+  if (connection_) send(error_reply(500, "internal error: the request was dropped without a reply", ""));
+}
+
+void Responder::send(Reply reply) {
+  auto connection = std::move(connection_);
+  if (!connection) return;
+  if (current_loop == &connection->loop) {
+    connection->send(std::move(reply));
+    return;
+  }
+  asio::post(connection->loop.context,
+             [connection, reply = std::move(reply)]() mutable { connection->send(std::move(reply)); });
+}
+
+// --- EventLoop ---
+
+Clock::duration EventLoop::tick() const {
+  const auto& c = server.config;
+  double shortest = kLingerSeconds;
+  for (double t : {c.header_timeout_seconds, c.body_timeout_seconds, c.idle_timeout_seconds}) {
+    if (t > 0) shortest = std::min(shortest, t);
+  }
+  // A deadline is met within a tenth of the shortest timeout, by one pass
+  // over the loop's connections (10,000 of them: ~50 us).
+  return duration(std::clamp(shortest / 10, 0.01, 0.5));
+}
+
+void EventLoop::arm_sweep() {
+  sweep_timer.expires_after(tick());
+  sweep_timer.async_wait([this](const error_code& ec) {
+    if (ec) return;
+    const auto now = Clock::now();
+    for (Connection* c = first; c != nullptr;) {
+      Connection* next = c->next;
+      if (c->deadline() <= now) {
+        const auto keep = c->shared_from_this();
+        c->expire();
+      } else if (c->idle()) {
+        c->release_buffer();  // kept between requests of a busy connection, not by an idle one
+      }
+      c = next;
+    }
+    arm_sweep();
+  });
+}
+
+void EventLoop::adopt(tcp::socket socket, bool counted) {
+  auto connection = std::make_shared<Connection>(*this, std::move(socket), counted);
+  if (!counted) {
+    connection->refuse("too many connections: the limit is " + std::to_string(server.max_connections));
+    return;
+  }
+  ++open;
+  counters.connections.store(open, std::memory_order_relaxed);
+  bump(counters.accepted);
+  connection->start();
+}
+
+void EventLoop::drain() {
+  draining = true;
+  for (Connection* c = first; c != nullptr;) {
+    Connection* next = c->next;
+    const auto keep = c->shared_from_this();
+    c->drain();
+    c = next;
+  }
+}
+
+void EventLoop::run() {
+  current_loop = this;
+  // The inference worker's name: /placement and `top -H` find it by it, and
+  // the OpenMP threads its forwards start inherit it.
+  const std::string name = "ns-worker-" + std::to_string(index);
+  pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+  Handler& handler = *server.handler;
+  handler.on_loop_start(index);
+  auto work = asio::make_work_guard(context);
+  arm_sweep();
+  Turn turn;
+  while (true) {
+    // Take in what the network has (waiting for it only when the
+    // application has nothing to do), then give the application its turn.
+    if (turn.more_work) {
+    } else if (turn.wake_at) {
+      context.run_one_until(*turn.wake_at);
+    } else {
+      context.run_one();
+    }
+    for (std::size_t i = 0; i < kHandlersPerTurn && context.poll_one() != 0; ++i) {
+    }
+    try {
+      turn = handler.on_turn(index);
+    } catch (const std::exception& e) {
+      log(LogLevel::kError, "worker turn failed", {{"worker", std::to_string(index)}, {"error", e.what()}});
+      turn = Turn{};
+    }
+    for (std::size_t other : turn.wake_loops) server.loops[other]->wake();
+    if (draining && open == 0 && !turn.more_work) break;
+  }
+  sweep_timer.cancel();
+  work.reset();
+  context.poll();
+  current_loop = nullptr;
+}
+
+// --- Server ---
+
+namespace {
+
+// The soft descriptor limit is a relic for select()-based programs; like Go
+// and nginx, take the hard limit, and leave a reserve below it.
+std::size_t connection_limit(std::size_t configured) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &limit);
+    getrlimit(RLIMIT_NOFILE, &limit);
+  }
+  if (configured != 0) return configured;
+  const std::size_t descriptors = limit.rlim_cur == RLIM_INFINITY ? 1u << 20 : limit.rlim_cur;
+  return descriptors > 2 * kReservedDescriptors ? descriptors - kReservedDescriptors : descriptors / 2;
+}
+
+bool out_of_descriptors(const error_code& ec) {
+  return ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space || ec == asio::error::no_memory ||
+         ec.value() == ENFILE;
+}
+
+}  // namespace
+
+void Server::Impl::accept_next() {
+  EventLoop& loop = *loops[next_loop++ % loops.size()];
+  // The socket is created on the loop's own context: it is registered with
+  // that loop's epoll once, and only the hand-over is posted.
+  acceptor.async_accept(loop.context, [this, &loop](const error_code& ec, tcp::socket socket) {
+    if (ec == asio::error::operation_aborted) return;  // stop()
+    if (ec) {
+      if (out_of_descriptors(ec)) {
+        // Retrying at once would spin: the backlog keeps the connection
+        // until a descriptor is free.
+        log(LogLevel::kWarning, "cannot accept a connection; retrying in 100 ms", {{"error", ec.message()}});
+        accept_retry.expires_after(std::chrono::milliseconds(100));
+        accept_retry.async_wait([this](const error_code& e) {
+          if (!e) accept_next();
+        });
+        return;
+      }
+      accept_next();
+      return;
+    }
+    const bool counted = open.load(std::memory_order_relaxed) < max_connections;
+    if (counted) {
+      open.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      refused.fetch_add(1, std::memory_order_relaxed);
+    }
+    asio::post(loop.context, [&loop, counted, socket = std::move(socket)]() mutable {
+      loop.adopt(std::move(socket), counted);
+    });
+    accept_next();
+  });
+}
+
+Server::Server(ServerConfig config) : impl_(std::make_unique<Impl>()) { impl_->config = std::move(config); }
 
 Server::~Server() { stop(); }
 
-Status Server::start(const ServerConfig& config, Handler handler) {
-  auto& s = impl_->server;
-  const std::size_t threads = config.threads == 0 ? 1 : config.threads;
-  s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  s.set_payload_max_length(config.max_body_bytes);
-  s.set_keep_alive_max_count(config.keep_alive_max_requests);
-  s.set_keep_alive_timeout(static_cast<time_t>(config.keep_alive_seconds));
-  s.set_read_timeout(micros(config.read_timeout_seconds));
-  s.set_write_timeout(micros(config.read_timeout_seconds));
-  s.set_tcp_nodelay(true);
-  const bool reuse_port = config.reuse_port;
-  s.set_socket_options([reuse_port](int sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    if (reuse_port) ::setsockopt(sock, SOL_SOCKET, SO_REUSEPORT, &yes, sizeof yes);
-  });
-
-  auto route = [handler](const httplib::Request& req, httplib::Response& res) {
-    set_reply(res, handler(Request{req.method, req.path, req.body}));
+Status Server::start(Handler& handler) {
+  auto& s = *impl_;
+  const auto& c = s.config;
+  s.handler = &handler;
+  s.max_connections = connection_limit(c.max_connections);
+  auto failed = [&c](const std::string& why) {
+    return make_error(Error::Code::kUnavailable, "cannot listen on " + c.host + ":" + std::to_string(c.port) + ": " + why);
   };
-  s.Get(".*", route);
-  s.Post(".*", route);
-  s.Put(".*", route);
-  s.Patch(".*", route);
-  s.Delete(".*", route);
-  s.Options(".*", route);
-
-  const std::size_t max_body = config.max_body_bytes;
-  // Refusals cpp-httplib makes before a handler runs, in the API's format.
-  s.set_error_handler([max_body](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    if (res.status == 413) {
-      set_error(res, 413, "request body larger than the limit of " + std::to_string(max_body) + " bytes", "body");
-    } else if (res.status == 400) {
-      set_error(res, 400, "malformed HTTP request", "");
-    } else if (res.status == 404) {
-      set_error(res, 404, "no route " + req.method + " " + req.path, "path");
-    } else if (res.status >= 400) {
-      set_error(res, res.status, "request refused by the HTTP layer", "");
-    }
-  });
-  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-    set_error(res, 500, "internal error", "");
-  });
-
-  impl_->port = config.port == 0 ? s.bind_to_any_port(config.host)
-                                  : (s.bind_to_port(config.host, config.port) ? config.port : -1);
-  if (impl_->port < 0) {
-    return make_error(Error::Code::kUnavailable, "cannot listen on " + config.host + ":" + std::to_string(config.port) +
-                                                     " (in use, or not an address here)");
+  error_code ec;
+  tcp::resolver resolver(s.accept_context);
+  const auto endpoints = resolver.resolve(c.host, std::to_string(c.port), tcp::resolver::passive, ec);
+  if (ec || endpoints.empty()) return failed("not an address here (" + ec.message() + ")");
+  const tcp::endpoint endpoint = *endpoints.begin();
+  s.acceptor.open(endpoint.protocol(), ec);
+  if (!ec) s.acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec && c.reuse_port) {
+    s.acceptor.set_option(asio::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>(true), ec);
   }
-  impl_->thread = std::thread([this] {
-    // The pool's threads start here and inherit the name: /placement and
-    // /metrics tell them from the inference workers by it.
-    pthread_setname_np(pthread_self(), "ns-http");
-    impl_->server.listen_after_bind();
-    impl_->listen_returned = true;
+  if (!ec) s.acceptor.bind(endpoint, ec);
+  if (!ec) s.acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return failed(ec.message());
+  s.port = s.acceptor.local_endpoint().port();
+
+  for (std::size_t i = 0; i < std::max<std::size_t>(c.loops, 1); ++i) s.loops.push_back(std::make_unique<EventLoop>(s, i));
+  for (auto& loop : s.loops) loop->thread = std::thread([l = loop.get()] { l->run(); });
+  s.accept_next();
+  s.accept_thread = std::thread([&s] {
+    pthread_setname_np(pthread_self(), "ns-accept");
+    s.accept_context.run();
   });
   return {};
 }
 
 int Server::port() const { return impl_->port; }
 
+std::size_t Server::max_connections() const { return impl_->max_connections; }
+
+void Server::wake(std::size_t loop) { impl_->loops.at(loop)->wake(); }
+
 void Server::stop() {
-  if (!impl_->thread.joinable()) return;
-  // cpp-httplib's stop() is a no-op until the accept loop runs; a stop that
-  // came first would leave listen_after_bind() waiting forever.
-  while (!impl_->server.is_running() && !impl_->listen_returned) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  // Closes the listening socket, ends keep-alive loops after their current
-  // request, and joins the pool once every accepted request is answered.
-  impl_->server.stop();
-  impl_->thread.join();
+  auto& s = *impl_;
+  std::lock_guard lock(s.stop_mutex);
+  if (s.stopped || !s.accept_thread.joinable()) return;
+  s.stopped = true;
+  asio::post(s.accept_context, [&s] {
+    error_code ec;
+    s.acceptor.close(ec);
+    s.accept_retry.cancel();
+  });
+  s.accept_thread.join();
+  // After the acceptor's last hand-over: each loop sees its new connections
+  // before it starts draining.
+  for (auto& loop : s.loops) asio::post(loop->context, [l = loop.get()] { l->drain(); });
+  for (auto& loop : s.loops) loop->thread.join();
 }
+
+std::vector<LoopStats> Server::stats() const {
+  std::vector<LoopStats> out;
+  for (const auto& loop : impl_->loops) {
+    const auto& c = loop->counters;
+    auto get = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+    out.push_back({get(c.connections), get(c.accepted), get(c.requests), get(c.idle_closed), get(c.timed_out),
+                   get(c.rejected)});
+  }
+  return out;
+}
+
+std::uint64_t Server::refused_connections() const { return impl_->refused.load(std::memory_order_relaxed); }
 
 }  // namespace numaserve::http

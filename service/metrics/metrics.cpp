@@ -45,6 +45,58 @@ void sample(std::string& out, const std::string& name, const std::string& labels
   out += name + (labels.empty() ? "" : "{" + labels + "}") + " " + number(value) + "\n";
 }
 
+// Per worker: how evenly connections and forwards spread, and how much
+// work idle workers took from busy ones.
+void render_workers(std::string& out, const std::vector<WorkerGauges>& workers) {
+  struct Family {
+    const char* name;
+    const char* type;
+    const char* help;
+    double (*value)(const WorkerGauges&);
+  };
+  static const Family kFamilies[] = {
+      {"numaserve_worker_connections", "gauge", "Open connections owned by the worker's event loop.",
+       [](const WorkerGauges& w) { return static_cast<double>(w.connections); }},
+      {"numaserve_worker_connections_accepted_total", "counter", "Connections handed to the worker's event loop.",
+       [](const WorkerGauges& w) { return static_cast<double>(w.accepted); }},
+      {"numaserve_worker_requests_read_total", "counter", "Requests read whole on the worker's connections.",
+       [](const WorkerGauges& w) { return static_cast<double>(w.requests_read); }},
+      {"numaserve_worker_forwards_total", "counter", "Forward calls the worker ran.",
+       [](const WorkerGauges& w) { return static_cast<double>(w.forwards); }},
+      {"numaserve_worker_forward_rows_total", "counter", "Rows in the worker's forward calls.",
+       [](const WorkerGauges& w) { return static_cast<double>(w.forward_rows); }},
+      {"numaserve_worker_forward_requests_total", "counter", "Requests answered by the worker's forward calls.",
+       [](const WorkerGauges& w) { return static_cast<double>(w.forward_requests); }},
+      {"numaserve_worker_stolen_requests_total", "counter",
+       "Requests the worker took from another worker's queue while it had nothing to run.",
+       [](const WorkerGauges& w) { return static_cast<double>(w.stolen); }},
+      {"numaserve_worker_forward_seconds_total", "counter", "Time the worker spent in forward calls.",
+       [](const WorkerGauges& w) { return w.forward_seconds; }},
+      {"numaserve_worker_queue_depth", "gauge", "Requests waiting in the worker's queue.",
+       [](const WorkerGauges& w) { return static_cast<double>(w.queued); }},
+  };
+  for (const auto& family : kFamilies) {
+    header(out, family.name, family.type, family.help);
+    for (std::size_t i = 0; i < workers.size(); ++i) {
+      sample(out, family.name, "worker=\"" + std::to_string(i) + "\"", family.value(workers[i]));
+    }
+  }
+}
+
+void render_transport(std::string& out, const TransportGauges& t) {
+  header(out, "numaserve_http_connections_closed_total", "counter",
+         "Connections the server closed: idle past the idle timeout, timeout (a header or body not received, or a "
+         "reply not taken, in time; 408), rejected (malformed, header or body over the limit; 400, 431, 413).");
+  sample(out, "numaserve_http_connections_closed_total", "reason=\"idle\"", static_cast<double>(t.idle_closed));
+  sample(out, "numaserve_http_connections_closed_total", "reason=\"timeout\"", static_cast<double>(t.timed_out));
+  sample(out, "numaserve_http_connections_closed_total", "reason=\"rejected\"", static_cast<double>(t.rejected));
+  header(out, "numaserve_http_connections_refused_total", "counter",
+         "Connections answered 503 and closed because max_connections were open.");
+  sample(out, "numaserve_http_connections_refused_total", "", static_cast<double>(t.refused));
+  header(out, "numaserve_http_max_connections", "gauge", "The open-connection limit in force.");
+  sample(out, "numaserve_http_max_connections", "", static_cast<double>(t.max_connections));
+}
+
 }  // namespace
 
 Histogram::Histogram(std::vector<double> upper_bounds)
@@ -115,6 +167,9 @@ std::string Metrics::render(const Gauges& gauges) const {
   batch_items_.render(out, "numaserve_batch_items", "");
   header(out, "numaserve_batch_requests", "histogram", "Requests per forward call.");
   batch_requests_.render(out, "numaserve_batch_requests", "");
+
+  render_workers(out, gauges.workers);
+  render_transport(out, gauges.transport);
 
   header(out, "numaserve_queue_depth", "gauge", "Requests waiting for an inference worker.");
   sample(out, "numaserve_queue_depth", "", static_cast<double>(gauges.queue_depth));

@@ -28,8 +28,34 @@ class Histogram {
   std::atomic<double> sum_{0};
 };
 
-enum class Stage { kQuery, kExtract, kQueue, kForward, kTotal };
-inline constexpr std::array<const char*, 5> kStageNames = {"query", "extract", "queue", "forward", "total"};
+// A request's way through its worker: parse the body, query the feature
+// store, extract the model's input, wait in the queue, the batch's forward,
+// encode the reply; total is from the whole request read to the reply made.
+enum class Stage { kParse, kQuery, kExtract, kQueue, kForward, kEncode, kTotal };
+inline constexpr std::array<const char*, 7> kStageNames = {"parse",   "query",  "extract", "queue",
+                                                           "forward", "encode", "total"};
+
+// One inference worker: its event loop's connections and its forwards.
+struct WorkerGauges {
+  std::uint64_t connections = 0;       // open now
+  std::uint64_t accepted = 0;
+  std::uint64_t requests_read = 0;     // read on its connections
+  std::uint64_t forwards = 0;
+  std::uint64_t forward_rows = 0;
+  std::uint64_t forward_requests = 0;  // run in its forwards, its own and others'
+  std::uint64_t stolen = 0;            // of those, read by another worker
+  double forward_seconds = 0;
+  std::size_t queued = 0;
+};
+
+// The HTTP side: connections closed or refused before a request reached a route.
+struct TransportGauges {
+  std::uint64_t idle_closed = 0;
+  std::uint64_t timed_out = 0;
+  std::uint64_t rejected = 0;
+  std::uint64_t refused = 0;
+  std::uint64_t max_connections = 0;
+};
 
 // Values read at scrape time.
 struct Gauges {
@@ -40,6 +66,8 @@ struct Gauges {
   std::map<std::string, std::string> placement;  // labels of numaserve_placement_info
   std::map<std::string, double> model_local_ratio;  // model -> share of weight pages on the service's nodes
   std::map<std::string, std::size_t> threads;       // kind -> count
+  std::vector<WorkerGauges> workers;
+  TransportGauges transport;
 };
 
 class Metrics {

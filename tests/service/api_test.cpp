@@ -22,14 +22,14 @@ using numaserve::testing::demo_dir;
 
 struct Options {
   std::size_t queue_capacity = 64;
-  bool dynamic_batching = false;
   std::size_t max_items = 2000;
   std::size_t max_body_bytes = 8u << 20;
   unsigned workers = 0;
 };
 
 // A service as `numaserve serve` builds it: placement read from this
-// process, threads planned on this machine, both demo models.
+// process, threads planned on this machine, both demo models, each worker
+// an event loop of the server on loopback.
 class Running {
  public:
   explicit Running(const Options& o = {}) {
@@ -43,38 +43,35 @@ class Running {
     report.instance = "test";
     std::vector<std::unique_ptr<model::Model>> models;
     for (const char* name : {"ranker_a", "ranker_b"}) models.push_back(std::move(*model::Model::load(demo_dir() / name)));
-    ServiceConfig config;
-    config.limits.max_items = o.max_items;
-    config.scheduler.queue_capacity = o.queue_capacity;
-    config.scheduler.dynamic_batching = o.dynamic_batching;
-    config.scheduler.max_delay = std::chrono::milliseconds(20);
-    config.warmup_rounds = 1;
-    config.version = "test";
-    service_ = std::make_unique<Service>(config, std::move(report), std::move(models),
-                                         std::move(*features::EmbeddedFeatureStore::load(demo_dir() / "store.jsonl")));
-    EXPECT_TRUE(service_->wait_until_warm().has_value());
     http::ServerConfig server_config;
     server_config.host = "127.0.0.1";
     server_config.port = 0;
-    server_config.threads = 16;
+    server_config.loops = plan->workers.size();
     server_config.max_body_bytes = o.max_body_bytes;
-    EXPECT_TRUE(server_.start(server_config, [this](const http::Request& r) { return service_->handle(r); }).has_value());
+    server_ = std::make_unique<http::Server>(server_config);
+    ServiceConfig config;
+    config.limits.max_items = o.max_items;
+    config.batching.queue_capacity = o.queue_capacity;
+    config.warmup_rounds = 1;
+    config.version = "test";
+    service_ = std::make_unique<Service>(config, std::move(report), std::move(models),
+                                         std::move(*features::EmbeddedFeatureStore::load(demo_dir() / "store.jsonl")),
+                                         *server_);
+    EXPECT_TRUE(server_->start(*service_).has_value());
+    EXPECT_TRUE(service_->wait_until_warm().has_value());
   }
-  ~Running() {
-    server_.stop();
-    service_->stop_workers();
-  }
+  ~Running() { server_->stop(); }
 
   httplib::Client client() const {
-    httplib::Client c("127.0.0.1", server_.port());
+    httplib::Client c("127.0.0.1", server_->port());
     c.set_read_timeout(30, 0);
     return c;
   }
   Service& service() { return *service_; }
 
  private:
+  std::unique_ptr<http::Server> server_;  // before the service, which reads its counters
   std::unique_ptr<Service> service_;
-  http::Server server_;
 };
 
 Running& shared() {
@@ -300,7 +297,6 @@ TEST(Drain, NotReadyButStillAnswering) {
 
 TEST(DynamicBatching, JoinedRequestsGetTheirOwnScores) {
   Options o;
-  o.dynamic_batching = true;
   o.workers = 1;
   Running running(o);
   const auto single =

@@ -16,7 +16,8 @@ struct Error {
     kInvalidArgument,  // malformed input: a cpulist token, a flag, a field
     kNotFound,         // a file or object that should exist does not
     kIo,               // the OS refused a read
-    kUnavailable,      // the facility exists but cannot be used here
+    kUnavailable,      // the facility exists but cannot be used here, or not now
+    kNotAllowed,       // it exists, but not in this form (an HTTP method a route does not take)
     kInternal,         // a library call failed in a way we did not expect
   };
 

@@ -1,0 +1,27 @@
+#include "api/errors.h"
+
+#include "http/predict_json.h"
+
+namespace numaserve::api {
+
+int http_status(Error::Code code) {
+  switch (code) {
+    case Error::Code::kInvalidArgument: return 400;
+    case Error::Code::kNotFound: return 404;
+    case Error::Code::kNotAllowed: return 405;
+    case Error::Code::kUnavailable: return 503;
+    case Error::Code::kIo:
+    case Error::Code::kInternal: return 500;
+  }
+  return 500;
+}
+
+http::Reply error_reply(const Error& error) {
+  http::Reply reply;
+  reply.status = http_status(error.code);
+  reply.body = http::error_json(error);
+  if (reply.status == 503) reply.headers.emplace_back("Retry-After", "1");
+  return reply;
+}
+
+}  // namespace numaserve::api

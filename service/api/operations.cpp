@@ -1,0 +1,153 @@
+// What an operator asks of the service: liveness, readiness, Prometheus
+// metrics, and where the process runs (/placement: its cpuset, threads and
+// the pages of its model weights, asked of the kernel).
+#include <nlohmann/json.hpp>
+
+#include "api/errors.h"
+#include "api/service.h"
+#include "numaserve/common/numa_maps.h"
+#include "numaserve/common/text_file.h"
+
+namespace numaserve::api {
+namespace {
+
+using nlohmann::json;
+
+http::Reply text_reply(std::string body, std::string content_type = "text/plain; charset=utf-8") {
+  http::Reply reply;
+  reply.body = std::move(body);
+  reply.content_type = std::move(content_type);
+  return reply;
+}
+
+json pages_json(const std::map<unsigned, std::uint64_t>& per_node) {
+  json out = json::object();
+  for (const auto& [node, pages] : per_node) out[std::to_string(node)] = pages;
+  return out;
+}
+
+}  // namespace
+
+Answer Service::healthz(Call&) { return text_reply("ok\n"); }
+
+Answer Service::readyz(Call&) {
+  if (!ready_) return make_error(Error::Code::kUnavailable, "not ready: " + not_ready_reason());
+  return text_reply("ready\n");
+}
+
+Answer Service::metrics(Call&) {
+  return text_reply(metrics_.render(gauges()), "text/plain; version=0.0.4; charset=utf-8");
+}
+
+Answer Service::placement(Call&) {
+  http::Reply reply;
+  reply.body = placement_json();
+  return reply;
+}
+
+std::map<std::string, double> Service::model_locality() const {
+  std::map<std::string, double> out;
+  for (const auto& m : models_) {
+    auto pages = placement::locate_pages(m->weights());
+    if (pages) out[m->spec().name] = pages->share_on(placement_.plan.numa_nodes);
+  }
+  return out;
+}
+
+metrics::Gauges Service::gauges() const {
+  metrics::Gauges g;
+  g.queue_depth = batcher_.queue_depth();
+  g.in_flight = in_flight_;
+  g.busy_workers = batcher_.busy_workers();
+  g.ready = ready_;
+  const auto& plan = placement_.plan;
+  g.placement = {{"cpus", plan.cpus.to_list()},
+                 {"mems", plan.mems.to_list()},
+                 {"numa_nodes", plan.numa_nodes.to_list()},
+                 {"workers", std::to_string(plan.workers.size())},
+                 {"intra_op_threads", std::to_string(plan.intra_op_threads)},
+                 {"instance", placement_.instance}};
+  g.model_local_ratio = model_locality();
+  for (const auto& t : placement::list_threads()) {
+    ++g.threads[t.name.rfind("ns-worker", 0) == 0 ? "inference" : t.name.rfind("ns-accept", 0) == 0 ? "accept" : "other"];
+  }
+  const auto loops = transport_.stats();
+  const auto batches = batcher_.stats();
+  for (std::size_t i = 0; i < batches.size(); ++i) {
+    metrics::WorkerGauges w;
+    if (i < loops.size()) {
+      w.connections = loops[i].connections;
+      w.accepted = loops[i].accepted;
+      w.requests_read = loops[i].requests;
+      g.transport.idle_closed += loops[i].idle_closed;
+      g.transport.timed_out += loops[i].timed_out;
+      g.transport.rejected += loops[i].rejected;
+    }
+    w.forwards = batches[i].forwards;
+    w.forward_rows = batches[i].rows;
+    w.forward_requests = batches[i].requests;
+    w.stolen = batches[i].stolen;
+    w.forward_seconds = batches[i].forward_seconds;
+    w.queued = batches[i].queued;
+    g.workers.push_back(w);
+  }
+  g.transport.refused = transport_.refused_connections();
+  g.transport.max_connections = transport_.max_connections();
+  return g;
+}
+
+std::string Service::placement_json() const {
+  const auto& plan = placement_.plan;
+  json workers = json::array();
+  for (std::size_t i = 0; i < plan.workers.size(); ++i) {
+    workers.push_back({{"worker", i}, {"cpus", plan.workers[i].cpus.to_list()}});
+  }
+  json threads = json::array();
+  for (const auto& t : placement::list_threads()) {
+    threads.push_back({{"tid", t.tid}, {"name", t.name}, {"allowed_cpus", t.allowed_cpus.to_list()}});
+  }
+  json process_pages = json::object();
+  if (auto text = read_text_file("/proc/self/numa_maps")) {
+    if (auto maps = parse_numa_maps(*text)) {
+      std::map<unsigned, std::uint64_t> pages;
+      for (const auto& mapping : *maps) {
+        for (const auto& [node, n] : mapping.pages_per_node) pages[node] += n * mapping.page_bytes / 4096;
+      }
+      process_pages = pages_json(pages);
+    }
+  }
+  json models = json::array();
+  for (const auto& m : models_) {
+    json entry = {{"name", m->spec().name}, {"version", m->spec().version}, {"weight_bytes", m->weight_bytes()}};
+    if (auto pages = placement::locate_pages(m->weights())) {
+      entry["pages_per_node"] = pages_json(pages->pages_per_node);
+      entry["pages_not_resident"] = pages->not_resident;
+      entry["local_fraction"] = pages->share_on(plan.numa_nodes);
+    } else {
+      entry["pages_error"] = pages.error().message;
+    }
+    models.push_back(std::move(entry));
+  }
+  json out = {{"instance", placement_.instance},
+              {"cpus", plan.cpus.to_list()},
+              {"mems", plan.mems.to_list()},
+              {"numa_nodes", plan.numa_nodes.to_list()},
+              {"workers", workers},
+              {"intra_op_threads", plan.intra_op_threads},
+              {"threads", threads},
+              {"memory_policy",
+               {{"bind", placement_.memory_policy.applied},
+                {"nodes", plan.memory_nodes.to_list()},
+                {"reason", placement_.memory_policy.reason}}},
+              {"process_pages_per_node", process_pages},
+              {"page_size_note", "process pages are counted in 4 KiB units"},
+              {"models", models},
+              {"runtime", placement_.runtime},
+              {"notes", plan.notes}};
+  if (placement_.cgroup) {
+    out["cgroup"] = {{"version", placement_.cgroup->version}, {"path", placement_.cgroup->path}};
+  }
+  return out.dump(2);
+}
+
+}  // namespace numaserve::api

@@ -1,0 +1,103 @@
+// What a client can ask of the service, in one table, and the one error
+// boundary every request passes: a route's Error becomes its reply in
+// errors.cpp, an exception a 500, a path no route has a 404, a method the
+// path does not take a 405 with Allow.
+#include <string_view>
+
+#include "api/errors.h"
+#include "api/service.h"
+
+namespace numaserve::api {
+namespace {
+
+struct Route {
+  std::string_view method;  // a GET route answers HEAD too
+  std::string_view path;    // {name} and {version} stand for one path segment each
+  std::string_view label;   // numaserve_requests_total{route=...}
+  Answer (Service::*handle)(Call&);
+};
+
+constexpr Route kRoutes[] = {
+    {"POST", "/predict", "/predict", &Service::predict},
+    {"GET", "/healthz", "/healthz", &Service::healthz},
+    {"GET", "/readyz", "/readyz", &Service::readyz},
+    {"GET", "/metrics", "/metrics", &Service::metrics},
+    {"GET", "/placement", "/placement", &Service::placement},
+    // KServe Open Inference Protocol v2.
+    {"GET", "/v2", "/v2", &Service::v2_server},
+    {"GET", "/v2/health/live", "/v2/health/live", &Service::v2_live},
+    {"GET", "/v2/health/ready", "/v2/health/ready", &Service::v2_ready},
+    {"GET", "/v2/models/{name}", "/v2/models/{name}", &Service::v2_model},
+    {"GET", "/v2/models/{name}/versions/{version}", "/v2/models/{name}", &Service::v2_model},
+    {"GET", "/v2/models/{name}/ready", "/v2/models/{name}/ready", &Service::v2_model_ready},
+    {"GET", "/v2/models/{name}/versions/{version}/ready", "/v2/models/{name}/ready", &Service::v2_model_ready},
+    {"POST", "/v2/models/{name}/infer", "/v2/models/{name}/infer", &Service::v2_infer},
+    {"POST", "/v2/models/{name}/versions/{version}/infer", "/v2/models/{name}/infer", &Service::v2_infer},
+};
+
+// The next "/segment" of `path` from `at`, without its slash.
+std::string_view next_segment(std::string_view path, std::size_t& at) {
+  if (at >= path.size() || path[at] != '/') return {};
+  const std::size_t start = at + 1;
+  at = std::min(path.find('/', start), path.size());
+  return path.substr(start, at - start);
+}
+
+bool matches(std::string_view pattern, std::string_view path, PathParams& params) {
+  std::size_t p = 0, q = 0;
+  while (p < pattern.size() && q < path.size()) {
+    const auto want = next_segment(pattern, p);
+    const auto got = next_segment(path, q);
+    if (want == "{name}" || want == "{version}") {
+      if (got.empty()) return false;
+      (want == "{name}" ? params.name : params.version) = std::string(got);
+    } else if (want != got) {
+      return false;
+    }
+  }
+  return p == pattern.size() && q == path.size();
+}
+
+bool takes(const Route& route, std::string_view method) {
+  return method == route.method || (route.method == "GET" && method == "HEAD");
+}
+
+}  // namespace
+
+void Service::on_request(std::size_t worker, http::Request&& request, http::Responder responder) {
+  in_flight_.fetch_add(1, std::memory_order_relaxed);
+  Call call{std::move(request), {}, worker, "other", std::move(responder)};
+  std::string allow;  // methods of the routes the path matched, when none took the method
+  for (const Route& route : kRoutes) {
+    PathParams params;
+    if (!matches(route.path, call.request.path, params)) continue;
+    call.route = route.label;
+    if (!takes(route, call.request.method)) {
+      if (allow.find(route.method) == std::string::npos) allow += (allow.empty() ? "" : ", ") + std::string(route.method);
+      continue;
+    }
+    call.params = std::move(params);
+    Answer answer = [&]() -> Answer {
+      try {
+        return (this->*route.handle)(call);
+      } catch (const std::exception& e) {
+        return make_error(Error::Code::kInternal, std::string("internal error: ") + e.what());
+      }
+    }();
+    if (answer && !*answer) return;  // the route answers when its batch has run
+    finish(call.route, call.responder, answer ? std::move(**answer) : error_reply(answer.error()));
+    return;
+  }
+  if (allow.empty()) {
+    call.route = "other";
+    finish(call.route, call.responder,
+           error_reply(Error{Error::Code::kNotFound, "no route " + call.request.method + " " + call.request.path, "path"}));
+    return;
+  }
+  auto reply = error_reply(Error{Error::Code::kNotAllowed,
+                                 call.request.method + " not allowed on " + call.request.path + "; use " + allow, "method"});
+  reply.headers.emplace_back("Allow", allow);
+  finish(call.route, call.responder, std::move(reply));
+}
+
+}  // namespace numaserve::api

@@ -1,0 +1,234 @@
+#include "batching/batcher.h"
+
+#include <string>
+
+namespace numaserve::batching {
+namespace {
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+std::string millis(Clock::duration d) {
+  return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count()) + " ms";
+}
+
+template <typename T>
+void bump(std::atomic<T>& counter, T by) {
+  counter.store(counter.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+// One worker's queue and counters. The lock is its owner's but for the
+// moments a thief takes a share: uncontended in the steady state.
+struct alignas(64) Batcher::Worker {
+  mutable std::mutex mutex;
+  std::deque<Queued> queue;
+  std::atomic<std::size_t> depth{0};  // queue.size(), read without the lock
+  std::atomic<bool> idle{false};      // its last turn found nothing to run
+  std::atomic<bool> busy{false};      // in a forward
+  std::size_t share = 0;              // what its owner left each idle worker to take; under the lock
+  // Counters: one writer, the worker's own thread.
+  std::atomic<std::uint64_t> forwards{0}, rows{0}, requests{0}, stolen{0};
+  std::atomic<double> forward_seconds{0};
+};
+
+Batcher::Batcher(BatcherConfig config, ForwardFn forward) : config_(config), forward_(std::move(forward)) {
+  for (std::size_t i = 0; i < std::max<std::size_t>(config_.workers, 1); ++i) {
+    workers_.push_back(std::make_unique<Worker>());
+  }
+}
+
+Batcher::~Batcher() = default;
+
+Status Batcher::admit(std::size_t worker) const {
+  const Worker& w = *workers_[worker];
+  const std::size_t depth = w.depth.load(std::memory_order_relaxed);
+  if (depth >= config_.queue_capacity) {
+    return make_error(Error::Code::kUnavailable, "queue full: " + std::to_string(depth) +
+                                                     " requests waiting for worker " + std::to_string(worker));
+  }
+  if (depth == 0) return {};
+  std::lock_guard lock(w.mutex);
+  if (!w.queue.empty()) {
+    const auto waited = Clock::now() - w.queue.front().submitted;
+    if (waited > config_.max_queue_delay) {
+      return make_error(Error::Code::kUnavailable, "overloaded: the oldest request of worker " + std::to_string(worker) +
+                                                       " has waited " + millis(waited) + ", longer than the limit of " +
+                                                       millis(config_.max_queue_delay));
+    }
+  }
+  return {};
+}
+
+void Batcher::submit(std::size_t worker, Job job) {
+  Worker& w = *workers_[worker];
+  std::lock_guard lock(w.mutex);
+  w.queue.push_back({std::move(job), Clock::now()});
+  w.depth.store(w.queue.size(), std::memory_order_relaxed);
+}
+
+void Batcher::expire(Worker& w, Clock::time_point now, std::vector<Queued>& aged) const {
+  while (!w.queue.empty() && now - w.queue.front().submitted > config_.max_queue_delay) {
+    aged.push_back(std::move(w.queue.front()));
+    w.queue.pop_front();
+  }
+}
+
+// Up to `most` requests of the front request's model, in order, within
+// max_batch_items rows; the front one always, however large.
+void Batcher::take(std::deque<Queued>& queue, std::size_t most, std::vector<Queued>& out) const {
+  if (queue.empty()) return;
+  const std::size_t model = queue.front().job.model;
+  std::size_t rows = 0;
+  for (auto it = queue.begin(); it != queue.end() && out.size() < most;) {
+    const std::size_t r = it->job.batch.rows;
+    if (it->job.model != model || (!out.empty() && rows + r > config_.max_batch_items)) {
+      ++it;
+      continue;
+    }
+    rows += r;
+    out.push_back(std::move(*it));
+    it = queue.erase(it);
+    if (rows >= config_.max_batch_items) break;
+  }
+}
+
+// With idle workers about, a worker that took several requests keeps its
+// share, puts the rest back in front of its queue and names the idle
+// workers to wake: they steal the rest while it runs its own.
+void Batcher::share(std::size_t worker, std::vector<Queued>& jobs, Turn& turn) {
+  std::vector<std::size_t> idle;
+  for (std::size_t i = 0; i < workers_.size(); ++i) {
+    if (i != worker && workers_[i]->idle.load(std::memory_order_relaxed)) idle.push_back(i);
+  }
+  Worker& w = *workers_[worker];
+  if (idle.empty()) return;
+  if (jobs.size() >= 2) {
+    const std::size_t keep = (jobs.size() + idle.size()) / (idle.size() + 1);
+    w.share = (jobs.size() - keep + idle.size() - 1) / idle.size();
+    for (std::size_t i = jobs.size(); i-- > keep;) w.queue.push_front(std::move(jobs[i]));
+    jobs.resize(keep);
+  }
+  for (std::size_t i = 0; i < idle.size() && i < w.queue.size(); ++i) {
+    workers_[idle[i]]->idle.store(false, std::memory_order_relaxed);  // woken once, not by every turn
+    turn.wake.push_back(idle[i]);
+  }
+}
+
+// From the first non-empty queue of another worker, its oldest requests:
+// the share its owner left, or else half — whether the owner is in a
+// forward or about to start one, both halves then run at once.
+bool Batcher::steal(std::size_t thief, Clock::time_point now, std::vector<Queued>& jobs, std::vector<Queued>& aged) {
+  for (std::size_t k = 1; k < workers_.size(); ++k) {
+    Worker& victim = *workers_[(thief + k) % workers_.size()];
+    if (victim.depth.load(std::memory_order_relaxed) == 0) continue;
+    std::lock_guard lock(victim.mutex);
+    expire(victim, now, aged);
+    take(victim.queue, victim.share != 0 ? victim.share : (victim.queue.size() + 1) / 2, jobs);
+    victim.depth.store(victim.queue.size(), std::memory_order_relaxed);
+    if (!jobs.empty()) return true;
+  }
+  return false;
+}
+
+Turn Batcher::run_turn(std::size_t worker) {
+  Worker& w = *workers_[worker];
+  w.idle.store(false, std::memory_order_relaxed);
+  const auto now = Clock::now();
+  Turn turn;
+  std::vector<Queued> jobs, aged;
+  bool stolen = false;
+  if (w.depth.load(std::memory_order_relaxed) != 0) {
+    std::lock_guard lock(w.mutex);
+    expire(w, now, aged);
+    if (!w.queue.empty() && config_.max_batch_delay.count() > 0) {
+      std::size_t rows = 0;
+      for (const auto& q : w.queue) rows += q.job.model == w.queue.front().job.model ? q.job.batch.rows : 0;
+      const auto start = w.queue.front().submitted + config_.max_batch_delay;
+      if (rows < config_.max_batch_items && now < start) turn.wake_at = start;
+    }
+    if (!turn.wake_at) {
+      w.share = 0;
+      take(w.queue, w.queue.size(), jobs);
+      share(worker, jobs, turn);
+    }
+    w.depth.store(w.queue.size(), std::memory_order_relaxed);
+  }
+  if (jobs.empty() && !turn.wake_at) stolen = steal(worker, now, jobs, aged);
+
+  for (auto& q : aged) {
+    const auto waited = now - q.submitted;
+    q.job.done(Outcome{make_error(Error::Code::kUnavailable, "overloaded: waited " + millis(waited) +
+                                                                 " in the queue, longer than the limit of " +
+                                                                 millis(config_.max_queue_delay)),
+                       Timing{seconds(waited), 0, 0, 0}});
+  }
+  if (!jobs.empty()) run(w, jobs, stolen);
+  turn.more_work = w.depth.load(std::memory_order_relaxed) != 0;
+  if (!turn.more_work && !turn.wake_at && jobs.empty()) w.idle.store(true, std::memory_order_relaxed);
+  return turn;
+}
+
+void Batcher::run(Worker& w, std::vector<Queued>& jobs, bool stolen) {
+  w.busy.store(true, std::memory_order_relaxed);
+  const auto start = Clock::now();
+  std::size_t rows = 0;
+  for (const auto& q : jobs) rows += q.job.batch.rows;
+  Result<std::vector<float>> scores;
+  if (jobs.size() == 1) {
+    scores = forward_(jobs.front().job.model, jobs.front().job.batch, 1);
+  } else {
+    std::vector<const features::Batch*> parts;
+    for (const auto& q : jobs) parts.push_back(&q.job.batch);
+    scores = forward_(jobs.front().job.model, features::concat(parts), jobs.size());
+  }
+  const auto end = Clock::now();
+  w.busy.store(false, std::memory_order_relaxed);
+  if (scores && scores->size() != rows) {
+    scores = make_error(Error::Code::kInternal, "forward returned " + std::to_string(scores->size()) +
+                                                    " scores for a batch of " + std::to_string(rows) + " rows");
+  }
+  bump(w.forwards, std::uint64_t{1});
+  bump(w.rows, static_cast<std::uint64_t>(rows));
+  bump(w.requests, static_cast<std::uint64_t>(jobs.size()));
+  if (stolen) bump(w.stolen, static_cast<std::uint64_t>(jobs.size()));
+  bump(w.forward_seconds, seconds(end - start));
+
+  std::size_t first = 0;
+  for (auto& q : jobs) {
+    Outcome outcome{Result<std::vector<float>>(),
+                    {seconds(start - q.submitted), seconds(end - start), rows, jobs.size()}};
+    if (scores) {
+      const auto begin = scores->begin() + static_cast<std::ptrdiff_t>(first);
+      outcome.scores = std::vector<float>(begin, begin + static_cast<std::ptrdiff_t>(q.job.batch.rows));
+    } else {
+      outcome.scores = tl::unexpected(scores.error());
+    }
+    first += q.job.batch.rows;
+    q.job.done(std::move(outcome));
+  }
+}
+
+std::size_t Batcher::queue_depth() const {
+  std::size_t depth = 0;
+  for (const auto& w : workers_) depth += w->depth.load(std::memory_order_relaxed);
+  return depth;
+}
+
+std::size_t Batcher::busy_workers() const {
+  std::size_t busy = 0;
+  for (const auto& w : workers_) busy += w->busy.load(std::memory_order_relaxed) ? 1 : 0;
+  return busy;
+}
+
+std::vector<WorkerStats> Batcher::stats() const {
+  std::vector<WorkerStats> out;
+  for (const auto& w : workers_) {
+    out.push_back({w->forwards.load(std::memory_order_relaxed), w->rows.load(std::memory_order_relaxed),
+                   w->requests.load(std::memory_order_relaxed), w->stolen.load(std::memory_order_relaxed),
+                   w->forward_seconds.load(std::memory_order_relaxed), w->depth.load(std::memory_order_relaxed)});
+  }
+  return out;
+}
+
+}  // namespace numaserve::batching

@@ -1,0 +1,25 @@
+#pragma once
+// An HTTP request and its reply as plain values: what the routes (service/api/)
+// take and return. No transport type appears here, so handlers are tested
+// without sockets and the transport (server.h) could change without them.
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace numaserve::http {
+
+struct Request {
+  std::string method;  // "GET", "POST", ... as sent
+  std::string path;    // percent-decoded, without the query string
+  std::string body;
+};
+
+struct Reply {
+  int status = 200;
+  std::string body;
+  std::string content_type = "application/json";
+  std::vector<std::pair<std::string, std::string>> headers;  // beyond Content-Type/-Length and Connection
+};
+
+}  // namespace numaserve::http

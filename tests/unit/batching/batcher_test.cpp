@@ -1,0 +1,242 @@
+// The batcher driven turn by turn, as the workers' loops drive it, with a
+// plain function as the forward: what a turn joins, what it refuses, and
+// how idle workers take a share. The forward scores a row as twice its
+// value, so a mixed-up split shows.
+#include "batching/batcher.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+namespace numaserve::batching {
+namespace {
+
+// One dense column per row.
+features::Batch rows(std::initializer_list<float> values) {
+  features::Batch b;
+  b.rows = values.size();
+  b.dense_width = 1;
+  b.dense = values;
+  return b;
+}
+
+struct Forwards {
+  std::vector<std::pair<std::size_t, std::size_t>> calls;  // rows, requests
+};
+
+ForwardFn doubling(Forwards& f) {
+  return [&f](std::size_t, const features::Batch& b, std::size_t requests) -> Result<std::vector<float>> {
+    f.calls.emplace_back(b.rows, requests);
+    std::vector<float> out;
+    for (float x : b.dense) out.push_back(2 * x);
+    return out;
+  };
+}
+
+// What a job's completion saw.
+struct Seen {
+  std::optional<Outcome> outcome;
+};
+
+Job job(std::size_t model, features::Batch batch, Seen& seen) {
+  return Job{model, std::move(batch), [&seen](Outcome&& o) { seen.outcome = std::move(o); }};
+}
+
+BatcherConfig config(std::size_t workers = 1) {
+  BatcherConfig c;
+  c.workers = workers;
+  return c;
+}
+
+TEST(Batcher, WhatArrivedTogetherRunsAsOneForwardAndEachGetsItsScores) {
+  Forwards f;
+  Batcher b(config(), doubling(f));
+  Seen a, c, d;
+  b.submit(0, job(0, rows({1, 2, 3}), a));
+  b.submit(0, job(0, rows({10}), c));
+  b.submit(0, job(0, rows({20, 30}), d));
+  const Turn turn = b.run_turn(0);
+  ASSERT_EQ(f.calls.size(), 1u);
+  EXPECT_EQ(f.calls[0], (std::pair<std::size_t, std::size_t>{6, 3}));
+  EXPECT_EQ(a.outcome->scores.value(), (std::vector<float>{2, 4, 6}));
+  EXPECT_EQ(c.outcome->scores.value(), (std::vector<float>{20}));
+  EXPECT_EQ(d.outcome->scores.value(), (std::vector<float>{40, 60}));
+  EXPECT_EQ(a.outcome->timing.batch_requests, 3u);
+  EXPECT_EQ(a.outcome->timing.batch_items, 6u);
+  EXPECT_FALSE(turn.more_work);
+  EXPECT_FALSE(turn.wake_at);
+}
+
+TEST(Batcher, ATurnWithoutRequestsRunsNothing) {
+  Forwards f;
+  Batcher b(config(), doubling(f));
+  const Turn turn = b.run_turn(0);
+  EXPECT_TRUE(f.calls.empty());
+  EXPECT_FALSE(turn.more_work);
+}
+
+TEST(Batcher, BatchesStopAtMaxItemsAndTheRestRunsNextTurn) {
+  Forwards f;
+  auto c = config();
+  c.max_batch_items = 4;
+  Batcher b(c, doubling(f));
+  Seen s1, s2, s3, big;
+  b.submit(0, job(0, rows({1, 2}), s1));
+  b.submit(0, job(0, rows({3, 4}), s2));
+  b.submit(0, job(0, rows({5}), s3));
+  EXPECT_TRUE(b.run_turn(0).more_work);
+  EXPECT_FALSE(s3.outcome);
+  EXPECT_FALSE(b.run_turn(0).more_work);
+  EXPECT_EQ(s3.outcome->scores.value(), (std::vector<float>{10}));
+  // A request larger than the limit runs, alone.
+  b.submit(0, job(0, rows({1, 1, 1, 1, 1, 1}), big));
+  b.run_turn(0);
+  EXPECT_EQ(f.calls, (std::vector<std::pair<std::size_t, std::size_t>>{{4, 2}, {1, 1}, {6, 1}}));
+  EXPECT_EQ(big.outcome->scores.value().size(), 6u);
+}
+
+TEST(Batcher, ModelsAreNeverMixedInOneForward) {
+  Forwards f;
+  Batcher b(config(), doubling(f));
+  Seen a, other, c;
+  b.submit(0, job(0, rows({1}), a));
+  b.submit(0, job(1, rows({2}), other));
+  b.submit(0, job(0, rows({3}), c));
+  EXPECT_TRUE(b.run_turn(0).more_work);
+  EXPECT_TRUE(a.outcome && c.outcome);
+  EXPECT_FALSE(other.outcome);
+  b.run_turn(0);
+  EXPECT_EQ(other.outcome->scores.value(), (std::vector<float>{4}));
+  EXPECT_EQ(f.calls.size(), 2u);
+}
+
+TEST(Batcher, AFullQueueIsRefusedBeforeAnythingIsParsed) {
+  Forwards f;
+  auto c = config(2);
+  c.queue_capacity = 2;
+  Batcher b(c, doubling(f));
+  Seen s1, s2;
+  EXPECT_TRUE(b.admit(0).has_value());
+  b.submit(0, job(0, rows({1}), s1));
+  b.submit(0, job(0, rows({1}), s2));
+  const auto refused = b.admit(0);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().code, Error::Code::kUnavailable);
+  EXPECT_NE(refused.error().message.find("queue full: 2 requests waiting for worker 0"), std::string::npos);
+  EXPECT_TRUE(b.admit(1).has_value());  // bounds are per worker
+  EXPECT_EQ(b.queue_depth(), 2u);
+  b.run_turn(0);
+  EXPECT_TRUE(b.admit(0).has_value());
+}
+
+TEST(Batcher, RequestsOlderThanTheQueueDelayAreRefusedNotRun) {
+  Forwards f;
+  auto c = config();
+  c.max_queue_delay = std::chrono::milliseconds(20);
+  Batcher b(c, doubling(f));
+  Seen old;
+  b.submit(0, job(0, rows({1}), old));
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  // A worker whose oldest request is that stale takes no more.
+  const auto refused = b.admit(0);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_NE(refused.error().message.find("has waited"), std::string::npos) << refused.error().message;
+  b.run_turn(0);
+  EXPECT_TRUE(f.calls.empty());
+  ASSERT_TRUE(old.outcome);
+  ASSERT_FALSE(old.outcome->scores.has_value());
+  EXPECT_EQ(old.outcome->scores.error().code, Error::Code::kUnavailable);
+  EXPECT_GE(old.outcome->timing.queue_seconds, 0.02);
+}
+
+TEST(Batcher, ABatchDelayWaitsForMoreUntilItsDeadline) {
+  Forwards f;
+  auto c = config();
+  c.max_batch_delay = std::chrono::milliseconds(50);
+  Batcher b(c, doubling(f));
+  Seen s1, s2;
+  b.submit(0, job(0, rows({1}), s1));
+  const Turn first = b.run_turn(0);
+  ASSERT_TRUE(first.wake_at);
+  EXPECT_TRUE(f.calls.empty());
+  b.submit(0, job(0, rows({2}), s2));
+  std::this_thread::sleep_until(*first.wake_at);
+  b.run_turn(0);
+  EXPECT_EQ(f.calls, (std::vector<std::pair<std::size_t, std::size_t>>{{2, 2}}));
+}
+
+TEST(Batcher, AWorkerWithRequestsLeavesIdleWorkersAShareAndWakesThem) {
+  Forwards f;
+  Batcher b(config(3), doubling(f));
+  // Workers 1 and 2 had a turn with nothing to do: idle.
+  b.run_turn(1);
+  b.run_turn(2);
+  std::vector<Seen> seen(6);
+  for (std::size_t i = 0; i < seen.size(); ++i) b.submit(0, job(0, rows({static_cast<float>(i)}), seen[i]));
+  const Turn turn = b.run_turn(0);
+  EXPECT_EQ(turn.wake, (std::vector<std::size_t>{1, 2}));
+  EXPECT_TRUE(turn.more_work);
+  EXPECT_EQ(f.calls.back(), (std::pair<std::size_t, std::size_t>{2, 2}));  // its third of six
+  b.run_turn(1);
+  b.run_turn(2);
+  EXPECT_EQ(f.calls.size(), 3u);
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    ASSERT_TRUE(seen[i].outcome) << i;
+    EXPECT_EQ(seen[i].outcome->scores.value(), (std::vector<float>{2.0f * static_cast<float>(i)})) << i;
+  }
+  const auto stats = b.stats();
+  EXPECT_EQ(stats[0].requests, 2u);
+  EXPECT_EQ(stats[0].stolen, 0u);
+  EXPECT_EQ(stats[1].stolen + stats[2].stolen, 4u);
+  EXPECT_EQ(stats[1].forwards + stats[2].forwards, 2u);
+}
+
+TEST(Batcher, WithoutIdleWorkersNothingIsShared) {
+  Forwards f;
+  Batcher b(config(2), doubling(f));
+  std::vector<Seen> seen(4);
+  for (auto& s : seen) b.submit(0, job(0, rows({1}), s));
+  const Turn turn = b.run_turn(0);  // worker 1 never had an empty turn
+  EXPECT_TRUE(turn.wake.empty());
+  EXPECT_EQ(f.calls, (std::vector<std::pair<std::size_t, std::size_t>>{{4, 4}}));
+}
+
+TEST(Batcher, AnIdleWorkerTakesHalfOfABusyWorkersQueue) {
+  Forwards f;
+  auto c = config(2);
+  c.max_batch_items = 100;
+  Batcher b(c, doubling(f));
+  std::vector<Seen> seen(4);
+  for (auto& s : seen) b.submit(0, job(0, rows({1}), s));
+  b.run_turn(1);  // worker 0 has not had its turn yet: worker 1 takes the older half
+  EXPECT_EQ(f.calls, (std::vector<std::pair<std::size_t, std::size_t>>{{2, 2}}));
+  EXPECT_TRUE(seen[0].outcome && seen[1].outcome);
+  EXPECT_EQ(b.stats()[1].stolen, 2u);
+  b.run_turn(0);
+  EXPECT_TRUE(seen[2].outcome && seen[3].outcome);
+}
+
+TEST(Batcher, AFailedForwardFailsEveryRequestOfItsBatch) {
+  Batcher b(config(), [](std::size_t, const features::Batch&, std::size_t) -> Result<std::vector<float>> {
+    return make_error(Error::Code::kInternal, "the model failed");
+  });
+  Seen a, c;
+  b.submit(0, job(0, rows({1}), a));
+  b.submit(0, job(0, rows({2}), c));
+  b.run_turn(0);
+  EXPECT_EQ(a.outcome->scores.error().message, "the model failed");
+  EXPECT_EQ(c.outcome->scores.error().code, Error::Code::kInternal);
+}
+
+TEST(Batcher, AForwardReturningTheWrongNumberOfScoresIsAnInternalError) {
+  Batcher b(config(), [](std::size_t, const features::Batch&, std::size_t) -> Result<std::vector<float>> {
+    return std::vector<float>{1};
+  });
+  Seen a;
+  b.submit(0, job(0, rows({1, 2}), a));
+  b.run_turn(0);
+  EXPECT_EQ(a.outcome->scores.error().code, Error::Code::kInternal);
+}
+
+}  // namespace
+}  // namespace numaserve::batching
