@@ -24,7 +24,7 @@ struct alignas(64) Batcher::Worker {
   mutable std::mutex mutex;
   std::deque<Queued> queue;
   std::atomic<std::size_t> depth{0};  // queue.size(), read without the lock
-  std::atomic<bool> idle{false};      // its last turn found nothing to run
+  std::atomic<bool> idle{false};      // its last turn left it nothing to run: its loop sleeps
   std::atomic<bool> busy{false};      // in a forward
   std::size_t share = 0;              // what its owner left each idle worker to take; under the lock
   // Counters: one writer, the worker's own thread.
@@ -165,7 +165,9 @@ Turn Batcher::run_turn(std::size_t worker) {
   }
   if (!jobs.empty()) run(w, jobs, stolen);
   turn.more_work = w.depth.load(std::memory_order_relaxed) != 0;
-  if (!turn.more_work && !turn.wake_at && jobs.empty()) w.idle.store(true, std::memory_order_relaxed);
+  // Its loop sleeps now until something happens: a worker with work to
+  // share may wake it.
+  if (!turn.more_work && !turn.wake_at) w.idle.store(true, std::memory_order_relaxed);
   return turn;
 }
 

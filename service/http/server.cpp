@@ -118,10 +118,12 @@ Reply error_reply(int status, const std::string& message, const std::string& fie
 class EventLoop;
 
 // One client connection, owned by one loop and only ever touched on its
-// thread. It always keeps one wait-for-readable pending (from start to
-// close), so no readiness edge of the loop's edge-triggered epoll is lost,
-// and it reads only when it knows bytes are there: a connection waiting for
-// its next request holds no buffer and costs no read that finds nothing.
+// thread. While it wants bytes it keeps one operation pending: a read into
+// its buffer while it is busy — Asio's reactor reads when epoll reports the
+// bytes, with no other system call — or, once it has sat idle for a sweep
+// tick, a wait for readability with no buffer at all. So an idle connection
+// holds no buffer, and a busy one pays no epoll_ctl per request (re-arming
+// a wait costs one).
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   enum class Phase { kIdle, kHeader, kBody, kHandling, kWriting, kLingering, kClosed };
@@ -135,11 +137,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void refuse(const std::string& message);  // at once, then close
   void send(Reply reply);
   void expire();  // its deadline passed
+  void park();    // idle for a while: wait without a buffer
   void drain();   // the server stops: serve a request already sent, else close
   void close();
-  void release_buffer();
 
   Phase phase() const { return phase_; }
+  Clock::time_point since() const { return since_; }
   Clock::time_point deadline() const { return deadline_; }
   bool idle() const { return phase_ == Phase::kIdle && buffer_.size() == 0; }
 
@@ -148,8 +151,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Connection* next = nullptr;
 
  private:
+  enum class Io { kNone, kRead, kWait };  // the operation pending
+
   void enter(Phase phase, double timeout_seconds);
-  void wait_readable();
+  void arm();
+  void on_read(const error_code& ec, std::size_t bytes, std::size_t wanted);
+  void on_wait(const error_code& ec);
+  void got(std::size_t bytes, std::size_t wanted);
+  std::size_t read_size() const;
   void pump();
   bool read();
   void parse();
@@ -160,15 +169,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void written();
   void linger();
   void discard();
+  void serve_or_close();
+  void release_buffer();
 
   tcp::socket socket_;
   boost::beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   std::string out_head_, out_body_;
   Phase phase_ = Phase::kIdle;
+  Clock::time_point since_ = Clock::now();
   Clock::time_point deadline_ = Clock::time_point::max();
+  Io io_ = Io::kNone;
   const bool counted_;        // against max_connections (a refused one is not)
-  bool waiting_ = false;      // a wait for readable is pending
   bool readable_ = false;     // bytes may be waiting in the socket
   bool needs_more_ = false;   // the parser cannot go on without more bytes
   bool pumping_ = false;
@@ -258,7 +270,8 @@ Connection::~Connection() { loop.unlink(this); }
 
 void Connection::enter(Phase phase, double timeout_seconds) {
   phase_ = phase;
-  deadline_ = timeout_seconds > 0 ? Clock::now() + duration(timeout_seconds) : Clock::time_point::max();
+  since_ = Clock::now();
+  deadline_ = timeout_seconds > 0 ? since_ + duration(timeout_seconds) : Clock::time_point::max();
 }
 
 void Connection::start() {
@@ -268,24 +281,11 @@ void Connection::start() {
   // wait for the client's delayed ACK.
   socket_.set_option(tcp::no_delay(true), ec);
   enter(Phase::kIdle, loop.server.config.idle_timeout_seconds);
-  wait_readable();
-  // The socket was registered with epoll when it was accepted; a request
-  // that arrived before the wait above was queued raised its edge then.
-  readable_ = true;
   if (loop.draining) {
-    drain();
+    serve_or_close();
   } else {
-    pump();
+    arm();  // a wait: Asio re-arms the descriptor for it, so a request already here is reported
   }
-}
-
-void Connection::drain() {
-  if (phase_ != Phase::kIdle) return;  // mid-request: answered; lingering: ends by itself
-  // Whatever epoll has reported so far, look: a request the client sent
-  // before the drain began is read and answered (with Connection: close).
-  readable_ = true;
-  pump();
-  if (idle()) close();
 }
 
 void Connection::refuse(const std::string& message) {
@@ -294,26 +294,84 @@ void Connection::refuse(const std::string& message) {
   auto reply = error_reply(503, message, "");
   reply.headers.emplace_back("Retry-After", "1");
   keep_alive_ = false;
-  wait_readable();
-  readable_ = true;
   phase_ = Phase::kHandling;
   write(std::move(reply));
 }
 
-void Connection::wait_readable() {
-  if (waiting_ || phase_ == Phase::kClosed) return;
-  waiting_ = true;
-  socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](const error_code& ec) {
-    self->waiting_ = false;
-    if (self->phase_ == Phase::kClosed) return;
-    if (ec) {
-      self->close();
-      return;
+void Connection::arm() {
+  if (io_ != Io::kNone || phase_ == Phase::kClosed) return;
+  auto self = shared_from_this();
+  if (buffer_.capacity() > 0 && phase_ != Phase::kLingering) {
+    io_ = Io::kRead;
+    const std::size_t want = read_size();
+    socket_.async_read_some(buffer_.prepare(want), [self, want](const error_code& ec, std::size_t n) {
+      self->on_read(ec, n, want);
+    });
+  } else {
+    io_ = Io::kWait;
+    socket_.async_wait(tcp::socket::wait_read, [self](const error_code& ec) { self->on_wait(ec); });
+  }
+}
+
+// The buffer is touched only here and while no read is pending: a read
+// that was cancelled (to park, drain or linger) or that completed ends in
+// this handler, which then does what the cancel was for.
+void Connection::on_read(const error_code& ec, std::size_t bytes, std::size_t wanted) {
+  io_ = Io::kNone;
+  if (phase_ == Phase::kClosed) return;
+  if (phase_ == Phase::kLingering) {  // the reply went out while this read was pending
+    buffer_.clear();
+    release_buffer();
+    readable_ = true;
+    pump();
+    return;
+  }
+  if (ec == asio::error::operation_aborted) {
+    if (loop.draining) {
+      serve_or_close();
+    } else {  // parked
+      release_buffer();
+      arm();
     }
-    self->readable_ = true;
-    self->wait_readable();
-    self->pump();
-  });
+    return;
+  }
+  if (ec) {  // the client closed or reset it
+    close();
+    return;
+  }
+  buffer_.commit(bytes);
+  got(bytes, wanted);
+  pump();
+}
+
+void Connection::on_wait(const error_code& ec) {
+  io_ = Io::kNone;
+  if (phase_ == Phase::kClosed) return;
+  if (ec == asio::error::operation_aborted) {
+    if (loop.draining) serve_or_close();
+    return;
+  }
+  if (ec) {
+    close();
+    return;
+  }
+  readable_ = true;
+  pump();
+}
+
+void Connection::got(std::size_t bytes, std::size_t wanted) {
+  // Less than asked for: the socket is empty now, and the next operation
+  // reports what comes after.
+  readable_ = bytes == wanted;
+  needs_more_ = false;
+  if (phase_ == Phase::kIdle) enter(Phase::kHeader, loop.server.config.header_timeout_seconds);
+}
+
+std::size_t Connection::read_size() const {
+  if (phase_ == Phase::kBody && parser_ && parser_->content_length_remaining()) {
+    return std::clamp<std::size_t>(*parser_->content_length_remaining(), kReadBytes, kMaxReadBytes);
+  }
+  return kReadBytes;
 }
 
 // Reads and parses until the connection has to wait: for bytes, or for the
@@ -324,7 +382,13 @@ void Connection::pump() {
   if (pumping_) return;
   pumping_ = true;
   while (phase_ == Phase::kIdle || phase_ == Phase::kHeader || phase_ == Phase::kBody) {
-    if ((buffer_.size() == 0 || needs_more_) && !read()) break;
+    if (buffer_.size() == 0 || needs_more_) {
+      if (!readable_) {
+        arm();
+        break;
+      }
+      if (!read()) continue;
+    }
     parse();
   }
   if (phase_ == Phase::kLingering) discard();
@@ -332,27 +396,19 @@ void Connection::pump() {
 }
 
 bool Connection::read() {
-  if (!readable_) return false;
-  std::size_t want = kReadBytes;
-  if (phase_ == Phase::kBody && parser_ && parser_->content_length_remaining()) {
-    want = std::clamp<std::size_t>(*parser_->content_length_remaining(), kReadBytes, kMaxReadBytes);
-  }
+  const std::size_t want = read_size();
   error_code ec;
   const std::size_t n = socket_.read_some(buffer_.prepare(want), ec);
   if (ec == asio::error::would_block || ec == asio::error::try_again) {
     readable_ = false;
     return false;
   }
-  if (ec) {  // the client closed or reset it
+  if (ec) {
     close();
     return false;
   }
   buffer_.commit(n);
-  // Less than asked for: the socket is empty now, and the pending wait
-  // reports what comes next.
-  if (n < want) readable_ = false;
-  needs_more_ = false;
-  if (phase_ == Phase::kIdle) enter(Phase::kHeader, loop.server.config.header_timeout_seconds);
+  got(n, want);
   return true;
 }
 
@@ -478,8 +534,14 @@ void Connection::written() {
 void Connection::linger() {
   error_code ec;
   socket_.shutdown(tcp::socket::shutdown_send, ec);
-  release_buffer();
   enter(Phase::kLingering, std::min(kLingerSeconds, loop.server.config.body_timeout_seconds));
+  if (io_ == Io::kRead) {  // a 408 while its read is pending: on_read drops the buffer
+    socket_.cancel(ec);
+    return;
+  }
+  buffer_.clear();
+  release_buffer();
+  readable_ = true;
   pump();
 }
 
@@ -496,6 +558,32 @@ void Connection::discard() {
       readable_ = false;
     }
   }
+  arm();
+}
+
+void Connection::park() {
+  error_code ec;
+  if (idle() && io_ == Io::kRead) socket_.cancel(ec);  // on_read frees the buffer and waits
+}
+
+void Connection::drain() {
+  if (phase_ != Phase::kIdle) return;  // mid-request: answered; lingering: ends by itself
+  if (io_ != Io::kNone) {
+    error_code ec;
+    socket_.cancel(ec);  // its handler comes back through serve_or_close()
+    return;
+  }
+  serve_or_close();
+}
+
+// The drain's look at an idle connection, whatever epoll has reported so
+// far: a request the client sent before the drain began is read and
+// answered (with Connection: close); else the connection closes.
+void Connection::serve_or_close() {
+  if (phase_ != Phase::kIdle) return;
+  readable_ = true;
+  pump();
+  if (idle()) close();
 }
 
 void Connection::expire() {
@@ -574,17 +662,18 @@ Clock::duration EventLoop::tick() const {
 }
 
 void EventLoop::arm_sweep() {
-  sweep_timer.expires_after(tick());
-  sweep_timer.async_wait([this](const error_code& ec) {
+  const auto period = tick();
+  sweep_timer.expires_after(period);
+  sweep_timer.async_wait([this, period](const error_code& ec) {
     if (ec) return;
     const auto now = Clock::now();
     for (Connection* c = first; c != nullptr;) {
       Connection* next = c->next;
+      const auto keep = c->shared_from_this();
       if (c->deadline() <= now) {
-        const auto keep = c->shared_from_this();
         c->expire();
-      } else if (c->idle()) {
-        c->release_buffer();  // kept between requests of a busy connection, not by an idle one
+      } else if (c->idle() && now - c->since() >= period) {
+        c->park();  // a busy connection keeps its buffer between requests, an idle one does not
       }
       c = next;
     }

@@ -212,8 +212,11 @@ TEST(Batcher, AnIdleWorkerTakesHalfOfABusyWorkersQueue) {
   EXPECT_EQ(f.calls, (std::vector<std::pair<std::size_t, std::size_t>>{{2, 2}}));
   EXPECT_TRUE(seen[0].outcome && seen[1].outcome);
   EXPECT_EQ(b.stats()[1].stolen, 2u);
-  b.run_turn(0);
+  // Worker 1 sleeps now: worker 0 runs one of the two left and leaves it the other.
+  EXPECT_EQ(b.run_turn(0).wake, (std::vector<std::size_t>{1}));
+  b.run_turn(1);
   EXPECT_TRUE(seen[2].outcome && seen[3].outcome);
+  EXPECT_EQ(b.stats()[1].stolen, 3u);
 }
 
 TEST(Batcher, AFailedForwardFailsEveryRequestOfItsBatch) {
