@@ -8,7 +8,8 @@
 //            forward and reply in turn on one pinned thread — what each
 //            stage costs beside the forward, and the items/s no transport
 //            can exceed
-// Each prints one JSON object on stdout.
+//   bodies   the /predict bodies `load` sends, one per line (for wrk)
+// Each prints one JSON object on stdout, but bodies.
 #include <dlfcn.h>
 
 #include <CLI/CLI.hpp>
@@ -32,6 +33,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
+
+// The requests `load` sends (and `stages` and `bodies` reproduce): this
+// many distinct bodies from this seed.
+constexpr std::size_t kLoadBodies = 256;
+constexpr std::uint64_t kLoadSeed = 2;
 
 int fail(const std::string& message) {
   std::cerr << "numaserve-bench: " << message << "\n";
@@ -172,7 +178,7 @@ int run_stages(const StagesOptions& o) {
   const auto& spec = (*model)->spec();
   auto cache = numaserve::features::ItemCache::build(spec, **store);
   if (!cache) return fail(cache.error().message);
-  auto set = numaserve::bench::make_requests(o.store, 256, o.items, 2);  // the load generator's requests
+  auto set = numaserve::bench::make_requests(o.store, kLoadBodies, o.items, kLoadSeed);  // what `load` sends
   if (!set) return fail(set.error().message);
   return print(on_pinned_thread(o.cpus, [&]() -> json {
     std::vector<double> parse, query, extract, forward, reply;
@@ -222,6 +228,18 @@ struct LoadOptions {
   std::size_t items = 200;
 };
 
+struct BodiesOptions {
+  std::string store;
+  std::size_t items = 200;
+};
+
+int run_bodies(const BodiesOptions& o) {
+  auto set = numaserve::bench::make_requests(o.store, kLoadBodies, o.items, kLoadSeed);
+  if (!set) return fail(set.error().message);
+  for (const auto& body : set->bodies) std::cout << body << "\n";
+  return 0;
+}
+
 int run_load(LoadOptions& o) {
   if (!o.cpus.empty()) {
     auto cpus = numaserve::CpuSet::parse_list(o.cpus);
@@ -229,7 +247,7 @@ int run_load(LoadOptions& o) {
     // Pins this thread before the client threads exist; they inherit it.
     if (auto bound = numaserve::placement::bind_current_thread(*cpus); !bound) return fail(bound.error().message);
   }
-  auto set = numaserve::bench::make_requests(o.store, 256, o.items, 2);
+  auto set = numaserve::bench::make_requests(o.store, kLoadBodies, o.items, kLoadSeed);
   if (!set) return fail(set.error().message);
   for (auto& body : set->bodies) {
     if (!o.model.empty()) body.insert(1, "\"model\":" + json(o.model).dump() + ",");
@@ -304,6 +322,11 @@ int main(int argc, char** argv) {
   stages->add_option("--cpus", st.cpus, "Pin to these CPUs (list form)");
   stages->add_option("--seconds", st.seconds)->capture_default_str();
 
+  BodiesOptions b;
+  auto* bodies = app.add_subcommand("bodies", "Print the /predict bodies `load` sends, one per line");
+  bodies->add_option("--feature-store", b.store, "Where request ids come from")->required();
+  bodies->add_option("--items", b.items)->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -312,5 +335,6 @@ int main(int argc, char** argv) {
   if (forward->parsed()) return run_forward(f);
   if (sgemm->parsed()) return run_sgemm(g);
   if (stages->parsed()) return run_stages(st);
+  if (bodies->parsed()) return run_bodies(b);
   return run_load(l);
 }

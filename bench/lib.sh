@@ -71,6 +71,27 @@ thread_cpu_seconds() {
        ({}; .[$name] += ($ticks | tonumber) / $hz)'
 }
 
+# {"requests", "parse", "query", "extract", "encode", "forward", "forwards",
+# "forward_requests"}: /predict's answered requests and the seconds the
+# server counted in each of its stages so far (forward: the workers' time in
+# forward calls), from its /metrics. A figure the server does not export is 0.
+scrape_stages() {
+  curl -sf --max-time 10 "http://127.0.0.1:$1/metrics" | awk '
+    /^numaserve_requests_total\{route="\/predict",code="200"\}/ { requests += $2 }
+    /^numaserve_stage_seconds_sum\{/ {
+      if (match($0, /stage="[a-z]+"/)) stage[substr($0, RSTART + 7, RLENGTH - 8)] += $2
+    }
+    /^numaserve_worker_forward_seconds_total\{/ { forward += $2 }
+    /^numaserve_worker_forwards_total\{/ { forwards += $2 }
+    /^numaserve_worker_forward_requests_total\{/ { forward_requests += $2 }
+    END {
+      if (forward == 0) forward = stage["forward"]  # a server without per-worker figures: no batches either
+      printf "{\"requests\":%d,\"parse\":%.9g,\"query\":%.9g,\"extract\":%.9g,\"encode\":%.9g,", requests,
+        stage["parse"], stage["query"], stage["extract"], stage["encode"]
+      printf "\"forward\":%.9g,\"forwards\":%d,\"forward_requests\":%d}\n", forward, forwards, forward_requests
+    }'
+}
+
 machine_summary() {
   echo "$(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs, $(numactl --hardware | head -1), kernel $(uname -r)"
 }

@@ -1,31 +1,37 @@
 #!/usr/bin/env bash
-# bench/serving.sh — how close serving over HTTP comes to the model's own
-# speed, measured side by side in one run on the same pinned CPU:
-#   (a) in-process forward of ranker_a, N items per call, on --server-cpus
-#   (b) POST /predict at saturation (closed loop), N items per request, the
-#       server pinned to --server-cpus and the load generator to --client-cpus
-#   (c) the same with dynamic batching on and twice the connections, so the
-#       batcher has requests to join
-#   (p) the same pipeline as /predict without HTTP: parse, query, extract,
-#       forward, reply in turn on one thread on --server-cpus — the most any
-#       transport could serve, and what each stage costs beside the forward
-# Prints items/s of each, the ratios b/a, c/a and p/a, p50/p99, where (b)
-# spends the server's CPU (HTTP threads vs inference workers, per request),
-# and writes a JSON results file. Not a test: numbers for a person (and the
-# README) to read.
+# bench/serving.sh — what serving over HTTP costs beside the model, measured
+# side by side in one run, the server on the same pinned CPU throughout:
+#   (a)   in-process forward of ranker_a, N items per call, on --server-cpus
+#   (b)   POST /predict at saturation (closed loop), N items per request,
+#         --connections connections, the load generator on --client-cpus
+#   (b16) the same with 4x the connections: requests arrive together and
+#         share a forward (natural batching), so per item it can beat (a)
+#   (p)   the /predict pipeline without HTTP — parse, query, extract,
+#         forward, reply in turn on one thread: the most a transport could
+#         serve one request at a time
+#   (w)   Debian's wrk (a Lua script posting the same bodies) with (b)'s
+#         connections: a second, independent load generator
+# Prints items/s, the ratios b/a, b16/a, p/a and w/b (each taken within its
+# round, median over rounds), p50/p99, the mean batch, and the server's CPU
+# per request: the stages it measures itself (parse, query, extract,
+# forward, encode) and the transport, what is left (socket reads and
+# writes, HTTP framing, the loop). Writes a JSON results file. Not a test:
+# numbers for a person (and the README) to read.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 server_cpus=0 client_cpus=1 items=200 seconds=5 warmup=2 connections=4 repeats=5
-build=${BUILD_DIR:-build} models="" out=""
+build=${BUILD_DIR:-build} models="" out="" numaserve=""
 usage() {
-  cat <<EOF
+  cat <<USAGE
 Usage: bench/serving.sh [--server-cpus LIST] [--client-cpus LIST] [--items N] [--seconds S]
-                        [--connections C] [--repeats R] [--models DIR] [--out FILE]
+                        [--connections C] [--repeats R] [--models DIR] [--out FILE] [--numaserve BINARY]
 Defaults: server on CPU $server_cpus, client on CPU $client_cpus, $items items, ${seconds}s per
-measurement after ${warmup}s warm-up, $connections connections, $repeats alternating repeats
-(medians reported; a ratio is the median of the rounds' own ratios), demo models (200 MiB of embeddings) made in $build/bench-models.
-EOF
+measurement after ${warmup}s warm-up, $connections connections (and 4x for b16), $repeats rounds
+(medians; a ratio is the median of the rounds' own ratios), demo models (200 MiB of embeddings)
+made in $build/bench-models. --numaserve measures another build's server (e.g. an older
+commit's) with the same load; figures it does not export are left out.
+USAGE
 }
 while (($#)); do
   case $1 in
@@ -37,61 +43,75 @@ while (($#)); do
     --repeats) repeats=$2; shift 2 ;;
     --models) models=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
+    --numaserve) numaserve=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "bench/serving.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 
+scripts/install-deps.sh bench
 ./scripts/build.sh > /dev/null
-numaserve=$build/service/numaserve bench=$build/bench/numaserve-bench
+numaserve=${numaserve:-$build/service/numaserve} bench=$build/bench/numaserve-bench
 models=${models:-$build/bench-models}
-[[ -f $models/ranker_a/model.pt ]] || "$numaserve" make-demo-models "$models" > /dev/null
+[[ -f $models/ranker_a/model.pt ]] || "$build/service/numaserve" make-demo-models "$models" > /dev/null
 out=${out:-bench/results/serving-$(date -u +%Y%m%dT%H%M%SZ).json}
 mkdir -p "$(dirname "$out")"
+bodies=$models/bodies-$items.jsonl
+"$bench" bodies --feature-store "$models/store.jsonl" --items "$items" > "$bodies"
 
 source bench/lib.sh
-# Two servers for the whole run, each pinned like a pod with this cpuset;
-# only the one under load is busy.
 port=$(free_port)
 start_server "$port" "$server_cpus" "$models/ranker_a" "$models/store.jsonl"
-plain_pid=$server_pid
-batching_port=$(free_port)
-start_server "$batching_port" "$server_cpus" "$models/ranker_a" "$models/store.jsonl" --dynamic-batching
-batching_pid=$server_pid
 
-# load PORT PID CONNECTIONS: one closed-loop measurement, with the server's
-# CPU use, and its CPU per request by thread kind (HTTP side, workers).
+# load CONNECTIONS: one closed-loop measurement, with what the server spent
+# on it per request: CPU by thread kind, and its own stage times.
 load() {
-  local before after threads_before threads_after result
-  before=$(process_cpu_seconds "$2")
-  threads_before=$(thread_cpu_seconds "$2")
-  result=$(timeout $limit "$bench" load --port "$1" --feature-store "$models/store.jsonl" --items "$items" \
-    --connections "$3" --seconds "$seconds" --warmup "$warmup" --cpus "$client_cpus")
-  after=$(process_cpu_seconds "$2")
-  threads_after=$(thread_cpu_seconds "$2")
-  # The load generator counts requests after its warm-up; the threads' CPU
-  # covers warm-up too, so it is spread over the requests of the whole span.
-  jq -c --argjson before "$before" --argjson after "$after" --argjson span "$((seconds + warmup))" \
-    --argjson t0 "$threads_before" --argjson t1 "$threads_after" '
-    (.rps * $span) as $all
-    | . + {server_cpu_utilisation: (($after - $before) / $span),
-           cpu_us_per_request: ($t1 | with_entries(.value = ((.value - ($t0[.key] // 0)) / $all * 1e6 | round)))}' <<< "$result"
+  local m0 m1 t0 t1 result
+  m0=$(scrape_stages "$port")
+  t0=$(thread_cpu_seconds "$server_pid")
+  result=$(timeout $limit "$bench" load --port "$port" --feature-store "$models/store.jsonl" --items "$items" \
+    --connections "$1" --seconds "$seconds" --warmup "$warmup" --cpus "$client_cpus")
+  t1=$(thread_cpu_seconds "$server_pid")
+  m1=$(scrape_stages "$port")
+  jq -c --argjson t0 "$t0" --argjson t1 "$t1" --argjson m0 "$m0" --argjson m1 "$m1" '
+    ($m1.requests - $m0.requests) as $n
+    | def per_request($key): (($m1[$key] - $m0[$key]) / $n * 1e6);
+    . + {served_requests: $n,
+         cpu_us_per_request: ($t1 | with_entries(.value = ((.value - ($t0[.key] // 0)) / $n * 1e6 | round))),
+         stages_us: {parse: per_request("parse"), query: per_request("query"), extract: per_request("extract"),
+                      forward: per_request("forward"), encode: per_request("encode")},
+         mean_batch_requests: (if $m1.forwards > $m0.forwards
+                               then ($m1.forward_requests - $m0.forward_requests) / ($m1.forwards - $m0.forwards)
+                               else null end)}
+    | .transport_us = ((.cpu_us_per_request | [.[]] | add) - (.stages_us | [.[]] | add))' <<< "$result"
+}
+
+# wrk CONNECTIONS: requests/s and non-200 answers from wrk, same bodies.
+wrk_load() {
+  local text
+  text=$(timeout $limit taskset -c "$client_cpus" wrk -t1 -c"$1" -d"${seconds}s" --timeout 10s \
+    -s bench/wrk_predict.lua "http://127.0.0.1:$port/predict" -- "$bodies")
+  jq -nc --arg text "$text" --argjson items "$items" '
+    ($text | capture("Requests/sec:\\s+(?<rps>[0-9.]+)").rps | tonumber) as $rps
+    | {rps: $rps, items_per_s: ($rps * $items),
+       non_200: (($text | capture("Non-2xx or 3xx responses: (?<n>[0-9]+)").n // "0") | tonumber)}'
 }
 
 limit=$((seconds * 3 + 60))
-forward=() served=() batched=() stages=()
+forward=() served=() batched=() stages=() wrks=()
 for ((r = 1; r <= repeats; r++)); do
-  # Interleave (a), (b), (p) and (c), each ratio taken within its round:
-  # this machine's speed drifts by tens of percent over a minute, less over
-  # the seconds one round takes.
+  # Interleaved, each ratio within its round: this machine's speed drifts by
+  # tens of percent over a minute, less over the seconds a round takes.
   forward+=("$(timeout $limit "$bench" forward --model-dir "$models/ranker_a" --feature-store "$models/store.jsonl" \
     --items "$items" --cpus "$server_cpus" --seconds "$seconds" --warmup "$warmup")")
-  served+=("$(load "$port" "$plain_pid" "$connections")")
+  served+=("$(load "$connections")")
+  wrks+=("$(wrk_load "$connections")")
   stages+=("$(timeout $limit "$bench" stages --model-dir "$models/ranker_a" --feature-store "$models/store.jsonl" \
     --items "$items" --cpus "$server_cpus" --seconds "$seconds")")
-  batched+=("$(load "$batching_port" "$batching_pid" $((connections * 2)))")
+  batched+=("$(load $((connections * 4)))")
   echo "round $r: forward $(jq .items_per_s <<< "${forward[-1]}"), /predict $(jq .items_per_s <<< "${served[-1]}")," \
-       "batched $(jq .items_per_s <<< "${batched[-1]}"), pipeline $(jq .items_per_s <<< "${stages[-1]}") items/s" >&2
+       "wrk $(jq .items_per_s <<< "${wrks[-1]}"), $((connections * 4)) connections $(jq .items_per_s <<< "${batched[-1]}")," \
+       "pipeline $(jq .items_per_s <<< "${stages[-1]}") items/s" >&2
 done
 stop_servers
 
@@ -99,48 +119,46 @@ jq -n --argjson forward "$(printf '%s\n' "${forward[@]}" | jq -s .)" \
   --argjson served "$(printf '%s\n' "${served[@]}" | jq -s .)" \
   --argjson batched "$(printf '%s\n' "${batched[@]}" | jq -s .)" \
   --argjson stages "$(printf '%s\n' "${stages[@]}" | jq -s .)" \
-  --arg machine "$(machine_summary)" --arg server_cpus "$server_cpus" --arg client_cpus "$client_cpus" '
-  def median: sort | .[(length / 2 | floor)];
-  # The median over rounds of (this measurement / the forward of its round).
-  def per_round_ratio($of): [range(0; $of | length) as $i | $of[$i].items_per_s / $forward[$i].items_per_s] | median;
-  {machine: $machine, server_cpus: $server_cpus, client_cpus: $client_cpus,
-   forward_items_per_s: ([$forward[].items_per_s] | median),
-   forward_p50_ms: ([$forward[].p50_ms] | median),
-   predict_items_per_s: ([$served[].items_per_s] | median),
-   predict_rps: ([$served[].rps] | median),
-   predict_p50_ms: ([$served[].p50_ms] | median),
-   predict_p99_ms: ([$served[].p99_ms] | median),
-   predict_errors: ([$served[].errors] | add),
-   server_cpu_utilisation: ([$served[].server_cpu_utilisation] | median),
-   ratio: per_round_ratio($served),
-   batched_items_per_s: ([$batched[].items_per_s] | median),
-   batched_p50_ms: ([$batched[].p50_ms] | median),
-   batched_p99_ms: ([$batched[].p99_ms] | median),
-   batched_errors: ([$batched[].errors] | add),
-   batched_ratio: per_round_ratio($batched),
-   predict_cpu_us_per_request: ([$served[].cpu_us_per_request] | map(keys) | add | unique
-     | map({key: ., value: ([$served[].cpu_us_per_request[.] // 0] | median)}) | from_entries),
-   # The share of the server CPU that the inference workers used under (b):
-   # what b/a would be if the forward cost inside the server what it costs
-   # alone. Measured within each round, it moves less with the speed of this
-   # machine than b/a, whose (a) and (b) run seconds apart.
-   predict_forward_share: ([$served[].cpu_us_per_request | (."ns-worker" // 0) / ([.[]] | add)] | median),
-   pipeline_items_per_s: ([$stages[].items_per_s] | median),
-   pipeline_ratio: per_round_ratio($stages),
-   stages_us: {parse: ([$stages[].parse_us] | median), query: ([$stages[].query_us] | median),
-                extract: ([$stages[].extract_us] | median), forward: ([$stages[].forward_us] | median),
-                reply: ([$stages[].reply_us] | median)},
-   rounds: {forward: $forward, predict: $served, batched: $batched, stages: $stages}}' > "$out"
+  --argjson wrks "$(printf '%s\n' "${wrks[@]}" | jq -s .)" \
+  --arg machine "$(machine_summary)" --arg server_cpus "$server_cpus" --arg client_cpus "$client_cpus" \
+  --arg numaserve "$numaserve" --argjson connections "$connections" '
+  def median: map(select(. != null)) | sort | if length == 0 then null else .[(length / 2 | floor)] end;
+  # The median over rounds of (this measurement / that one of the same round).
+  def per_round_ratio($of; $to): [range(0; $of | length) as $i | $of[$i].items_per_s / $to[$i].items_per_s] | median;
+  def summary($runs): {items_per_s: ([$runs[].items_per_s] | median), rps: ([$runs[].rps] | median),
+    p50_ms: ([$runs[].p50_ms] | median), p99_ms: ([$runs[].p99_ms] | median), errors: ([$runs[].errors] | add),
+    mean_batch_requests: ([$runs[].mean_batch_requests] | median),
+    cpu_us_per_request: ([$runs[].cpu_us_per_request] | map(keys) | add | unique
+      | map({key: ., value: ([$runs[].cpu_us_per_request[.] // 0] | median)}) | from_entries),
+    stages_us: ($runs[0].stages_us | keys | map({key: ., value: ([$runs[].stages_us[.]] | median)}) | from_entries),
+    transport_us: ([$runs[].transport_us] | median)};
+  {machine: $machine, numaserve: $numaserve, server_cpus: $server_cpus, client_cpus: $client_cpus,
+   connections: $connections,
+   forward: {items_per_s: ([$forward[].items_per_s] | median), p50_ms: ([$forward[].p50_ms] | median)},
+   predict: summary($served), batched: summary($batched),
+   wrk: {items_per_s: ([$wrks[].items_per_s] | median), non_200: ([$wrks[].non_200] | add)},
+   pipeline: {items_per_s: ([$stages[].items_per_s] | median),
+              stages_us: {parse: ([$stages[].parse_us] | median), query: ([$stages[].query_us] | median),
+                          extract: ([$stages[].extract_us] | median), forward: ([$stages[].forward_us] | median),
+                          reply: ([$stages[].reply_us] | median)}},
+   ratios: {b_a: per_round_ratio($served; $forward), b16_a: per_round_ratio($batched; $forward),
+            p_a: per_round_ratio($stages; $forward), w_b: per_round_ratio($wrks; $served)},
+   rounds: {forward: $forward, predict: $served, batched: $batched, stages: $stages, wrk: $wrks}}' > "$out"
 
-jq -r '"machine: \(.machine)",
-  "server CPUs \(.server_cpus), load generator CPUs \(.client_cpus); medians of \(.rounds.forward | length) rounds",
-  "(a) forward in-process: \(.forward_items_per_s | floor) items/s (p50 \(.forward_p50_ms * 1000 | round / 1000) ms per call)",
-  "(b) POST /predict:      \(.predict_items_per_s | floor) items/s, \(.predict_rps | floor) req/s, p50 \(.predict_p50_ms * 100 | round / 100) ms, p99 \(.predict_p99_ms * 100 | round / 100) ms, errors \(.predict_errors), server CPU \(.server_cpu_utilisation * 100 | round)%",
-  "(c) /predict, batching:  \(.batched_items_per_s | floor) items/s, p50 \(.batched_p50_ms * 100 | round / 100) ms, p99 \(.batched_p99_ms * 100 | round / 100) ms, errors \(.batched_errors)",
-  "ratio b/a:              \(.ratio * 1000 | round / 1000)",
-  "ratio c/a:              \(.batched_ratio * 1000 | round / 1000)",
-  "(p) pipeline, no HTTP:  \(.pipeline_items_per_s | floor) items/s, p/a \(.pipeline_ratio * 1000 | round / 1000) (the most any transport could serve)",
-  "workers share of server CPU under (b): \(.predict_forward_share * 1000 | round / 1000) (b/a if the forward cost in the server what it costs alone)",
-  "where (b) spends the server CPU, per request: \(.predict_cpu_us_per_request | to_entries | map(select(.value > 0)) | map("\(.key) \(.value) us") | join(", ")) (forward alone: \(1000 * .forward_p50_ms | round) us)",
-  "stages of (p), each beside the forward: parse \(.stages_us.parse | round) us, query \(.stages_us.query | round) us, extract \(.stages_us.extract | round) us, forward \(.stages_us.forward | round) us, reply \(.stages_us.reply | round) us"' "$out"
+jq -r '
+  def r3: . * 1000 | round / 1000;
+  def r2: . * 100 | round / 100;
+  def breakdown: "\(.cpu_us_per_request | [.[]] | add) us: " +
+    (.stages_us | to_entries | map("\(.key) \(.value | round)") | join(", ")) + ", transport \(.transport_us // 0 | round)";
+  "machine: \(.machine)", "server: \(.numaserve), CPUs \(.server_cpus); load generator CPUs \(.client_cpus); medians of \(.rounds.forward | length) rounds",
+  "(a)   forward in-process:  \(.forward.items_per_s | floor) items/s (p50 \(.forward.p50_ms | r3) ms per call)",
+  "(b)   POST /predict, \(.connections) conn: \(.predict.items_per_s | floor) items/s, \(.predict.rps | floor) req/s, p50 \(.predict.p50_ms | r2) ms, p99 \(.predict.p99_ms | r2) ms, errors \(.predict.errors), mean batch \(.predict.mean_batch_requests // "n/a" | tostring | .[0:4]) requests",
+  "(b16) POST /predict, \(.connections * 4) conn: \(.batched.items_per_s | floor) items/s, p50 \(.batched.p50_ms | r2) ms, p99 \(.batched.p99_ms | r2) ms, errors \(.batched.errors), mean batch \(.batched.mean_batch_requests // "n/a" | tostring | .[0:4]) requests",
+  "(w)   wrk, \(.connections) conn:       \(.wrk.items_per_s | floor) items/s, non-200 \(.wrk.non_200)",
+  "(p)   pipeline, no HTTP:   \(.pipeline.items_per_s | floor) items/s",
+  "ratios: b/a \(.ratios.b_a | r3), b16/a \(.ratios.b16_a | r3), p/a \(.ratios.p_a | r3), wrk/b \(.ratios.w_b | r3)",
+  "server CPU per request in (b), by thread: \(.predict.cpu_us_per_request | to_entries | map(select(.value > 0)) | map("\(.key) \(.value) us") | join(", "))",
+  "  where it goes (b):   \(.predict | breakdown) us",
+  "  where it goes (b16): \(.batched | breakdown) us",
+  "stages of (p), each beside the forward: \(.pipeline.stages_us | to_entries | map("\(.key) \(.value | round) us") | join(", "))"' "$out"
 echo "results: $out"

@@ -23,15 +23,22 @@ function(numaserve_target_defaults target)
   endif()
 endfunction()
 
-# numaserve_add_test(NAME SOURCES a.cpp ... LIBS x ... [LABELS l ...] [DEFINITIONS D=v ...])
+# numaserve_add_test(NAME SOURCES a.cpp ... LIBS x ... [LABELS l ...] [DEFINITIONS D=v ...]
+#                    [TIMEOUT seconds] [SERIAL])
 # Builds one GoogleTest binary and registers each of its cases as a CTest
-# test, so ctest reports (and -R selects) individual cases.
+# test, so ctest reports (and -R selects) individual cases. SERIAL: its
+# cases run alone, for those whose bounds on latency another test's load
+# would break.
 function(numaserve_add_test name)
-  cmake_parse_arguments(T "" "" "SOURCES;LIBS;LABELS;DEFINITIONS" ${ARGN})
+  cmake_parse_arguments(T "SERIAL" "TIMEOUT" "SOURCES;LIBS;LABELS;DEFINITIONS" ${ARGN})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 60)
+  endif()
   add_executable(${name} ${T_SOURCES})
   numaserve_target_defaults(${name})
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main)
   target_compile_definitions(${name} PRIVATE ${T_DEFINITIONS})
   # A hung case fails on its own instead of stalling the whole run.
-  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 30 PROPERTIES LABELS "${T_LABELS}" TIMEOUT 60)
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 30
+    PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT} RUN_SERIAL ${T_SERIAL})
 endfunction()

@@ -3,11 +3,11 @@
 // once per test binary with the same code as `numaserve make-demo-models`.
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 
 #include "model/demo_models.h"
+#include "served.h"
 
 namespace numaserve::testing {
 
@@ -18,12 +18,6 @@ inline numaserve::model::DemoConfig tiny_demo(std::uint64_t seed = 42) {
   config.items = 200;
   config.seed = seed;
   return config;
-}
-
-inline std::filesystem::path make_temp_dir(const std::string& stem) {
-  std::string pattern = (std::filesystem::temp_directory_path() / (stem + "-XXXXXX")).string();
-  if (mkdtemp(pattern.data()) == nullptr) ADD_FAILURE() << "mkdtemp " << pattern;
-  return pattern;
 }
 
 // The directory holding ranker_a/, ranker_b/ and store.jsonl.

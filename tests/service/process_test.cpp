@@ -4,22 +4,11 @@
 // clear error.
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <signal.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
 #include <atomic>
-#include <chrono>
-#include <fstream>
-#include <regex>
 #include <set>
-#include <sstream>
-#include <thread>
 
 #include "demo_dir.h"
 
@@ -27,52 +16,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using numaserve::testing::demo_dir;
+using numaserve::testing::free_port;
+using numaserve::testing::Served;
+using numaserve::testing::slurp;
+using numaserve::testing::start_served;
+using numaserve::testing::wait_exit;
+using numaserve::testing::wait_for_log;
 
-struct Served {
-  pid_t pid = -1;
-  int port = 0;
-  std::filesystem::path log;
-};
-
-std::string slurp(const std::filesystem::path& file) {
-  std::ifstream in(file);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// Starts `numaserve ARGS...` with stderr in a file and waits until the log
-// shows `ready_marker` (and a port).
 Served start(std::vector<std::string> args, const std::string& ready_marker) {
-  Served s;
-  s.log = numaserve::testing::make_temp_dir("numaserve-process") / "stderr.log";
-  args.insert(args.begin(), NUMASERVE_BINARY);
-  s.pid = fork();
-  if (s.pid == 0) {
-    const int fd = ::open(s.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 2);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  const std::regex port(R"(port=(\d+))");
-  for (auto deadline = Clock::now() + std::chrono::seconds(60); Clock::now() < deadline;) {
-    const std::string text = slurp(s.log);
-    std::smatch m;
-    if (text.find(ready_marker) != std::string::npos && std::regex_search(text, m, port)) {
-      s.port = std::stoi(m[1]);
-      return s;
-    }
-    if (waitpid(s.pid, nullptr, WNOHANG) == s.pid) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ADD_FAILURE() << "service did not become ready:\n" << slurp(s.log);
-  kill(s.pid, SIGKILL);
-  waitpid(s.pid, nullptr, 0);
-  s.pid = -1;
-  return s;
+  return start_served(NUMASERVE_BINARY, std::move(args), ready_marker);
 }
 
 Served start_service(const std::vector<std::string>& extra) {
@@ -81,18 +33,6 @@ Served start_service(const std::vector<std::string>& extra) {
                                    "127.0.0.1", "--workers", "2", "--warmup-rounds", "1"};
   args.insert(args.end(), extra.begin(), extra.end());
   return start(args, "msg=ready");
-}
-
-// Waits for the process; -1 when it did not end within `seconds`.
-int wait_exit(pid_t pid, int seconds) {
-  for (auto deadline = Clock::now() + std::chrono::seconds(seconds); Clock::now() < deadline;) {
-    int status = 0;
-    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  kill(pid, SIGKILL);
-  waitpid(pid, nullptr, 0);
-  return -1;
 }
 
 TEST(Shutdown, InFlightRequestsAreAnsweredThenExitZero) {
@@ -149,26 +89,6 @@ TEST(Shutdown, InFlightRequestsAreAnsweredThenExitZero) {
   const std::string log = slurp(s.log);
   EXPECT_NE(log.find("msg=draining signal=SIGTERM"), std::string::npos) << log;
   EXPECT_NE(log.find("msg=stopped"), std::string::npos) << log;
-}
-
-int free_port() {
-  const int sock = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  getsockname(sock, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(sock);
-  return ntohs(addr.sin_port);
-}
-
-bool wait_for_log(const std::filesystem::path& log, const std::string& text, int seconds) {
-  for (auto deadline = Clock::now() + std::chrono::seconds(seconds); Clock::now() < deadline;) {
-    if (slurp(log).find(text) != std::string::npos) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
 }
 
 // The supervisor with `replicas` unbound workers of ranker_b on `port`,

@@ -1,0 +1,463 @@
+// The real binary in a hostile world, over loopback only, every phase
+// bounded in time: ten thousand idle connections and a thousand slowloris
+// clients at once, connections beyond --max-connections, all the load on
+// one worker's connections, and an open-loop flood at three times
+// saturation. Torch-free: the demo models are made by the binary itself.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <map>
+#include <thread>
+
+#include "raw_http.h"
+#include "served.h"
+
+namespace numaserve::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+// Tiny demo models and their store (200 items "i0".."i199"), made once.
+const std::filesystem::path& models() {
+  static const std::filesystem::path dir = [] {
+    const auto d = make_temp_dir("numaserve-hostile");
+    const std::string command = std::string(NUMASERVE_BINARY) + " make-demo-models " + d.string() +
+                                " --embedding-mb 1 --users 50 --items 200 > /dev/null";
+    EXPECT_EQ(std::system(command.c_str()), 0);
+    return d;
+  }();
+  return dir;
+}
+
+Served serve(std::vector<std::string> extra, int cpu = -1) {
+  std::vector<std::string> args = {"serve",       "--model-dir", (models() / "ranker_a").string(), "--feature-store",
+                                   (models() / "store.jsonl").string(), "--port", "0", "--listen-address",
+                                   "127.0.0.1", "--warmup-rounds", "1"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return start_served(NUMASERVE_BINARY, args, "msg=ready", cpu);
+}
+
+struct Stop {
+  pid_t pid;
+  ~Stop() {
+    if (pid > 0) {
+      kill(pid, SIGTERM);
+      wait_exit(pid, 30);
+    }
+  }
+};
+
+std::string predict_body(int items) {
+  std::string body = R"({"user": {"id": "u1"}, "items": [)";
+  for (int i = 0; i < items; ++i) body += (i ? "," : "") + std::string(R"({"id": "i)") + std::to_string(i % 200) + "\"}";
+  return body + "]}";
+}
+
+// The service's /metrics as series -> value ("name{labels}" as written).
+std::map<std::string, double> scrape(RawConnection& c) {
+  std::map<std::string, double> out;
+  if (!c.send(get("/metrics"))) return out;
+  auto response = c.read_response();
+  if (!response) return out;
+  std::istringstream lines(response->body);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const auto space = line.rfind(' ');
+    out[line.substr(0, space)] = std::stod(line.substr(space + 1));
+  }
+  return out;
+}
+
+double worker_metric(const std::map<std::string, double>& m, const std::string& name, int worker) {
+  const auto it = m.find(name + "{worker=\"" + std::to_string(worker) + "\"}");
+  return it == m.end() ? 0 : it->second;
+}
+
+std::size_t resident_bytes(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoul(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size())))];
+}
+
+// Room for this many more descriptors in this process, raising the soft
+// limit to the hard one; false when even that is too low.
+bool descriptors_for(std::size_t wanted) {
+  rlimit limit{};
+  getrlimit(RLIMIT_NOFILE, &limit);
+  limit.rlim_cur = limit.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &limit);
+  return limit.rlim_cur == RLIM_INFINITY || limit.rlim_cur >= wanted + 256;
+}
+
+// Waits until every socket in `fds` is closed by the server (readable with
+// nothing, or a reply and then nothing); their close times, in the order of `fds`.
+std::vector<Clock::time_point> closes(const std::vector<int>& fds, Clock::time_point deadline) {
+  std::vector<Clock::time_point> when(fds.size(), Clock::time_point::max());
+  const int ep = epoll_create1(EPOLL_CLOEXEC);
+  for (std::size_t i = 0; i < fds.size(); ++i) {
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.u64 = i;
+    epoll_ctl(ep, EPOLL_CTL_ADD, fds[i], &ev);
+  }
+  std::size_t open = fds.size();
+  std::vector<epoll_event> events(1024);
+  char sink[4096];
+  while (open > 0 && Clock::now() < deadline) {
+    const int n = epoll_wait(ep, events.data(), static_cast<int>(events.size()), 50);
+    for (int k = 0; k < n; ++k) {
+      const auto i = events[k].data.u64;
+      ssize_t got = 0;
+      while ((got = recv(fds[i], sink, sizeof sink, MSG_DONTWAIT)) > 0) {
+      }
+      if (got == 0 || (got < 0 && errno != EAGAIN)) {
+        when[i] = Clock::now();
+        epoll_ctl(ep, EPOLL_CTL_DEL, fds[i], nullptr);
+        --open;
+      }
+    }
+  }
+  ::close(ep);
+  return when;
+}
+
+TEST(Hostile, TenThousandIdleAndAThousandSlowConnectionsLeaveHealthAndPredictServed) {
+  constexpr std::size_t kIdle = 10000, kSlow = 1000;
+  if (!descriptors_for(kIdle + kSlow + 16)) GTEST_SKIP() << "the descriptor limit here is below " << kIdle + kSlow;
+  const Served s = serve({"--workers", "2", "--header-timeout", "3s", "--idle-timeout", "10s"});
+  ASSERT_GT(s.pid, 0);
+  Stop stop{s.pid};
+  RawConnection probe(s.port);
+  ASSERT_TRUE(probe.send(get("/healthz")) && probe.read_response());
+  const std::size_t rss_before = resident_bytes(s.pid);
+
+  // The idle flood: connected, never a byte.
+  std::vector<RawConnection> idle;
+  idle.reserve(kIdle);
+  const auto idle_opened = Clock::now();
+  for (std::size_t i = 0; i < kIdle; ++i) {
+    idle.emplace_back(s.port);
+    ASSERT_TRUE(idle.back().connected()) << i;
+  }
+  double open = 0;
+  for (auto until = Clock::now() + 20s; Clock::now() < until && open < kIdle + 1;) {
+    const auto m = scrape(probe);
+    open = worker_metric(m, "numaserve_worker_connections", 0) + worker_metric(m, "numaserve_worker_connections", 1);
+    std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_GE(open, kIdle + 1.0) << "the server did not take every connection";
+  const double per_connection = static_cast<double>(resident_bytes(s.pid) - rss_before) / kIdle;
+  std::cout << "RSS growth per idle connection: " << per_connection << " bytes\n";
+  RecordProperty("rss_bytes_per_idle_connection", std::to_string(per_connection));
+  EXPECT_LT(per_connection, 10 * 1024);
+
+  // The slow flood: a request line, then one header byte a second each.
+  std::vector<RawConnection> slow;
+  slow.reserve(kSlow);
+  const auto slow_opened = Clock::now();
+  for (std::size_t i = 0; i < kSlow; ++i) {
+    slow.emplace_back(s.port);
+    ASSERT_TRUE(slow.back().send("GET /healthz HTTP/1.1\r\nX-Slow: "));
+  }
+  std::atomic<bool> dribbling{true};
+  std::thread dribbler([&] {
+    while (dribbling) {
+      std::this_thread::sleep_for(1s);
+      for (auto& c : slow) ::send(c.fd(), "a", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+  });
+
+  // Meanwhile: /healthz on a fresh connection, and /predict.
+  std::vector<double> health_ms;
+  RawConnection client(s.port);
+  for (int i = 0; i < 200; ++i) {
+    const auto t = Clock::now();
+    ASSERT_TRUE(client.send(get("/healthz")));
+    auto response = client.read_response(5s);
+    ASSERT_TRUE(response) << i;
+    EXPECT_EQ(response->status, 200);
+    health_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t).count());
+    if (i % 10 == 0) {
+      ASSERT_TRUE(client.send(post("/predict", predict_body(50))));
+      auto predicted = client.read_response(5s);
+      ASSERT_TRUE(predicted);
+      EXPECT_EQ(predicted->status, 200) << predicted->body;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  const double p99 = percentile(health_ms, 0.99);
+  std::cout << "/healthz beside " << kIdle << " idle and " << kSlow << " slow connections: p50 "
+            << percentile(health_ms, 0.5) << " ms, p99 " << p99 << " ms\n";
+  EXPECT_LT(p99, 50.0);
+
+  // The slow ones end at their header deadline (3 s, swept every 0.3 s) with a 408.
+  std::vector<int> slow_fds;
+  for (auto& c : slow) slow_fds.push_back(c.fd());
+  const auto slow_closed = closes(slow_fds, slow_opened + 8s);
+  dribbling = false;
+  dribbler.join();
+  for (std::size_t i = 0; i < kSlow; ++i) {
+    ASSERT_NE(slow_closed[i], Clock::time_point::max()) << "slow connection " << i << " still open";
+    EXPECT_GE(slow_closed[i] - slow_opened, 2900ms) << i;
+    EXPECT_LT(slow_closed[i] - slow_opened, 6s) << i;
+  }
+  // The idle ones at their idle timeout (10 s), not before.
+  std::vector<int> idle_fds;
+  for (auto& c : idle) idle_fds.push_back(c.fd());
+  const auto idle_closed = closes(idle_fds, idle_opened + 16s);
+  std::size_t early = 0, never = 0;
+  auto first_close = Clock::time_point::max();
+  for (const auto& t : idle_closed) {
+    never += t == Clock::time_point::max();
+    early += t != Clock::time_point::max() && t - idle_opened < 9500ms;
+    first_close = std::min(first_close, t);
+  }
+  EXPECT_EQ(never, 0u);
+  EXPECT_EQ(early, 0u) << "the first idle connection closed "
+                       << std::chrono::duration<double>(first_close - idle_opened).count() << " s after the flood began";
+  RawConnection last(s.port);
+  const auto m = scrape(last);
+  EXPECT_GE(m.at("numaserve_http_connections_closed_total{reason=\"idle\"}"), kIdle);
+  EXPECT_GE(m.at("numaserve_http_connections_closed_total{reason=\"timeout\"}"), kSlow);
+}
+
+TEST(Hostile, AConnectionBeyondMaxConnectionsGets503AndIsClosed) {
+  const Served s = serve({"--workers", "1", "--max-connections", "4"});
+  ASSERT_GT(s.pid, 0);
+  Stop stop{s.pid};
+  std::vector<RawConnection> held;
+  for (int i = 0; i < 4; ++i) {
+    held.emplace_back(s.port);
+    ASSERT_TRUE(held.back().send(get("/healthz")));
+    ASSERT_EQ(held.back().read_response()->status, 200);
+  }
+  RawConnection beyond(s.port);
+  beyond.send(get("/healthz"));
+  auto refused = beyond.read_response();
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 503);
+  EXPECT_EQ(refused->header("connection"), "close");
+  EXPECT_NE(refused->body.find("too many connections"), std::string::npos) << refused->body;
+  EXPECT_TRUE(beyond.wait_closed(2s));
+  EXPECT_EQ(scrape(held[0]).at("numaserve_http_connections_refused_total"), 1);
+}
+
+// Which worker owns `c`: the one whose read counter moves when `c` asks
+// something. `metrics` is a connection of worker `metrics_owner`, whose
+// counter moves by the scrape itself.
+int owner(RawConnection& c, RawConnection& metrics, int metrics_owner) {
+  const auto before = scrape(metrics);
+  if (c.send(get("/healthz"))) c.read_response();
+  const auto after = scrape(metrics);
+  for (int w = 0; w < 2; ++w) {
+    const double moved = worker_metric(after, "numaserve_worker_requests_read_total", w) -
+                         worker_metric(before, "numaserve_worker_requests_read_total", w) - (w == metrics_owner);
+    if (moved == 1) return w;
+  }
+  return -1;
+}
+
+TEST(Balance, LoadOnOneWorkersConnectionsStillUsesEveryWorker) {
+  const Served s = serve({"--workers", "2"});
+  ASSERT_GT(s.pid, 0);
+  Stop stop{s.pid};
+  RawConnection metrics(s.port);
+  // The scrapes' own worker: the one whose counter moves between two of them.
+  const auto first = scrape(metrics), second = scrape(metrics);
+  int metrics_owner = -1;
+  for (int w = 0; w < 2; ++w) {
+    if (worker_metric(second, "numaserve_worker_requests_read_total", w) -
+            worker_metric(first, "numaserve_worker_requests_read_total", w) ==
+        1) {
+      metrics_owner = w;
+    }
+  }
+  ASSERT_GE(metrics_owner, 0);
+  // Keep four connections owned by worker 0.
+  std::vector<RawConnection> mine;
+  for (int i = 0; i < 40 && mine.size() < 4; ++i) {
+    RawConnection c(s.port);
+    if (owner(c, metrics, metrics_owner) == 0) mine.push_back(std::move(c));
+  }
+  ASSERT_EQ(mine.size(), 4u);
+  const auto before = scrape(metrics);
+  // Each request about a forward's worth of rows (--max-batch-items 1024):
+  // while worker 0 runs one, the others wait in its queue.
+  const std::string body = predict_body(1000);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> clients;
+  for (auto& c : mine) {
+    clients.emplace_back([&c, &body, &failures] {
+      for (auto until = Clock::now() + 3s; Clock::now() < until;) {
+        c.send(post("/predict", body));
+        auto r = c.read_response();
+        if (!r || r->status != 200) ++failures;
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(failures, 0);
+  const auto after = scrape(metrics);
+  auto delta = [&](const char* name, int w) { return worker_metric(after, name, w) - worker_metric(before, name, w); };
+  const double read0 = delta("numaserve_worker_requests_read_total", 0);
+  const double ran0 = delta("numaserve_worker_forward_requests_total", 0);
+  const double ran1 = delta("numaserve_worker_forward_requests_total", 1);
+  std::cout << "worker 0 read " << read0 << " requests and ran " << ran0 << "; worker 1 read "
+            << delta("numaserve_worker_requests_read_total", 1) << " (the scrapes) and ran " << ran1 << ", stole "
+            << delta("numaserve_worker_stolen_requests_total", 1) << "\n";
+  EXPECT_GT(read0, 100);
+  EXPECT_GE(ran1, 0.2 * (ran0 + ran1)) << "worker 1 stood idle while worker 0's connections were busy";
+  EXPECT_EQ(delta("numaserve_worker_stolen_requests_total", 1), ran1);
+}
+
+// An open-loop client: requests due at a constant rate, whatever the
+// server does, each on a free connection of a pool, latency from when the
+// request was due. One thread, epoll.
+struct OpenLoop {
+  struct Result {
+    int status;
+    double ms;
+  };
+  static std::vector<Result> run(int port, const std::string& request, double rate, std::chrono::seconds length,
+                                 std::size_t pool, std::size_t& late) {
+    struct Conn {
+      RawConnection c;
+      Clock::time_point due;
+      bool busy = false;
+      std::string in;
+    };
+    std::vector<Conn> conns;
+    conns.reserve(pool);
+    const int ep = epoll_create1(EPOLL_CLOEXEC);
+    for (std::size_t i = 0; i < pool; ++i) {
+      conns.push_back({RawConnection(port), {}, false, {}});
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u64 = i;
+      epoll_ctl(ep, EPOLL_CTL_ADD, conns.back().c.fd(), &ev);
+    }
+    std::vector<Result> results;
+    const auto start = Clock::now();
+    const auto interval = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(1.0 / rate));
+    std::size_t sent = 0, next_free = 0;
+    std::vector<epoll_event> events(256);
+    char chunk[65536];
+    while (true) {
+      const auto now = Clock::now();
+      const auto due = start + interval * static_cast<long>(sent);
+      if (due < start + length && due <= now) {
+        std::size_t i = 0;
+        for (; i < pool && conns[(next_free + i) % pool].busy; ++i) {
+        }
+        if (i == pool) {
+          ++late;  // every connection busy: the client, not the server, fell behind
+        } else {
+          auto& conn = conns[(next_free + i) % pool];
+          next_free = (next_free + i + 1) % pool;
+          conn.busy = true;
+          conn.due = due;
+          conn.c.send(request);
+        }
+        ++sent;
+        continue;
+      }
+      const bool pending = std::any_of(conns.begin(), conns.end(), [](const Conn& c) { return c.busy; });
+      if (due >= start + length && !pending) break;
+      if (now > start + length + 10s) break;  // the server stopped answering
+      const int wait_ms = due < start + length ? static_cast<int>(std::max<long>(
+                                                     0, std::chrono::duration_cast<std::chrono::milliseconds>(due - now).count()))
+                                               : 50;
+      const int n = epoll_wait(ep, events.data(), static_cast<int>(events.size()), wait_ms);
+      for (int k = 0; k < n; ++k) {
+        auto& conn = conns[events[k].data.u64];
+        const ssize_t got = recv(conn.c.fd(), chunk, sizeof chunk, MSG_DONTWAIT);
+        if (got <= 0) continue;
+        conn.in.append(chunk, static_cast<std::size_t>(got));
+        // Whole responses: status line, headers, Content-Length bytes.
+        while (true) {
+          const auto end = conn.in.find("\r\n\r\n");
+          if (end == std::string::npos) break;
+          const auto cl = conn.in.find("Content-Length: ");
+          const std::size_t length_of = std::stoul(conn.in.substr(cl + 16));
+          if (conn.in.size() < end + 4 + length_of) break;
+          results.push_back({std::stoi(conn.in.substr(9, 3)),
+                             std::chrono::duration<double, std::milli>(Clock::now() - conn.due).count()});
+          conn.in.erase(0, end + 4 + length_of);
+          conn.busy = false;
+        }
+      }
+    }
+    ::close(ep);
+    return results;
+  }
+};
+
+TEST(Overload, ThreeTimesSaturationGets200Or503AndThe503sAreFast) {
+  // One worker on CPU 0, this client on the other CPU where there is one.
+  const int server_cpu = 0;
+  const Served s = serve({"--workers", "1", "--queue-capacity", "16", "--max-queue-delay", "50ms"}, server_cpu);
+  ASSERT_GT(s.pid, 0);
+  Stop stop{s.pid};
+  if (std::thread::hardware_concurrency() > 1) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(1, &set);
+    sched_setaffinity(0, sizeof set, &set);
+  }
+  const std::string request = post("/predict", predict_body(1000));
+  // Saturation, closed loop.
+  std::atomic<int> answered{0};
+  std::vector<std::thread> closed;
+  for (int i = 0; i < 8; ++i) {
+    closed.emplace_back([&] {
+      RawConnection c(s.port);
+      for (auto until = Clock::now() + 2s; Clock::now() < until;) {
+        c.send(request);
+        auto r = c.read_response();
+        if (r && r->status == 200) ++answered;
+      }
+    });
+  }
+  for (auto& t : closed) t.join();
+  const double saturation = answered / 2.0;
+  ASSERT_GT(saturation, 10);
+
+  std::size_t late = 0;
+  const auto results = OpenLoop::run(s.port, request, 3 * saturation, 10s, 512, late);
+  std::vector<double> ok_ms, refused_ms;
+  std::map<int, int> statuses;
+  for (const auto& r : results) {
+    ++statuses[r.status];
+    (r.status == 200 ? ok_ms : refused_ms).push_back(r.ms);
+  }
+  const double sent = 3 * saturation * 10;
+  std::cout << "saturation " << saturation << " req/s; at 3x: " << statuses[200] << " x 200 (max "
+            << percentile(ok_ms, 1.0) << " ms), " << statuses[503] << " x 503 (p99 " << percentile(refused_ms, 0.99)
+            << " ms), " << late << " not sent (client behind)\n";
+  EXPECT_LT(static_cast<double>(late), 0.01 * sent);
+  EXPECT_EQ(statuses[200] + statuses[503], static_cast<int>(results.size())) << "a status other than 200 or 503";
+  EXPECT_GE(static_cast<double>(results.size()), 0.98 * (sent - static_cast<double>(late))) << "requests unanswered";
+  EXPECT_GT(statuses[503], 0);
+  EXPECT_GT(statuses[200], 0);
+  EXPECT_LT(percentile(refused_ms, 0.99), 5.0);
+  // A 200 waited at most the queue delay (50 ms), plus its own forward and
+  // what the loop ran before it: well under 50 + 50 ms.
+  EXPECT_LT(percentile(ok_ms, 1.0), 100.0);
+}
+
+}  // namespace
+}  // namespace numaserve::testing
