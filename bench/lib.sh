@@ -59,7 +59,7 @@ process_cpu_seconds() {
   awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat" 2> /dev/null || echo 0
 }
 
-# {"ns-http": seconds, "ns-worker": seconds, ...}: user + system CPU of a
+# {"ns-worker": seconds, "ns-accept": seconds, ...}: user + system CPU of a
 # process's threads so far, summed by thread name (numbers stripped), so the
 # HTTP side and the inference workers can be told apart.
 thread_cpu_seconds() {
@@ -90,6 +90,31 @@ scrape_stages() {
         stage["parse"], stage["query"], stage["extract"], stage["encode"]
       printf "\"forward\":%.9g,\"forwards\":%d,\"forward_requests\":%d}\n", forward, forwards, forward_requests
     }'
+}
+
+# syscall_profile PID SECONDS: where the process's CPU went over SECONDS,
+# from perf's kernel call stacks (1 kHz), as seconds of CPU: {"send", and of
+# it "loopback_receive" (the kernel delivering the bytes sent into the peer's
+# socket on this CPU and waking its reader: on a real network, the client
+# machine's work), "recv", "epoll", "other_kernel", "user"}. Needs perf.
+syscall_profile() {
+  local data
+  data=$(mktemp)
+  perf record -q -e cpu-clock -F 1000 -g -p "$1" -o "$data" -- sleep "$2" > /dev/null 2>&1 || true
+  perf script -i "$data" -F ip,sym 2> /dev/null | awk -v hz=1000 '
+    BEGIN { RS = ""; FS = "\n" }
+    {
+      if ($1 !~ /^[ \t]*ffffffff/) { user++; next }
+      if ($0 ~ /__sys_sendmsg/) { send++; if ($0 ~ /process_backlog|__netif_receive_skb/) loopback++ }
+      else if ($0 ~ /__sys_recvfrom|__sys_recvmsg/) recv++
+      else if ($0 ~ /do_epoll_wait|do_epoll_ctl/) epoll++
+      else other++
+    }
+    END {
+      printf "{\"send\":%g,\"loopback_receive\":%g,\"recv\":%g,\"epoll\":%g,\"other_kernel\":%g,\"user\":%g}\n",
+        send / hz, loopback / hz, recv / hz, epoll / hz, other / hz, user / hz
+    }'
+  rm -f "$data"
 }
 
 machine_summary() {

@@ -17,16 +17,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-seconds=8 warmup=2 load=0.6 items=200 k=2 peer=1 server_cpus="" client_cpus=""
-build=${BUILD_DIR:-build} models="" out=""
+seconds=8 warmup=2 load=0.7 items=200 k=2 peer=1 server_cpus="" client_cpus=""
+build=${BUILD_DIR:-build} models="" out="" numaserve="" only_modes=""
 usage() {
   cat <<EOF
 Usage: bench/modes.sh [--seconds S] [--warmup S] [--load F] [--items N] [--per-node-k K]
                       [--server-cpus LIST] [--client-cpus LIST] [--models DIR] [--out DIR] [--no-peer]
+                      [--modes single,bound,...] [--numaserve BINARY]
 Defaults: ${seconds}s per measurement after ${warmup}s warm-up; fixed load = $load x single's
 saturation; $items items per request; the load generator on the last allowed CPU and the
 servers on the others (all of them when only one is allowed); demo models in $build/bench-models;
-results in bench/results/modes-<time>/.
+results in bench/results/modes-<time>/. --modes runs only those modes, --numaserve another
+build's server (an older commit's, to compare).
 EOF
 }
 while (($#)); do
@@ -41,6 +43,8 @@ while (($#)); do
     --models) models=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --no-peer) peer=0; shift ;;
+    --modes) only_modes=$2; shift 2 ;;
+    --numaserve) numaserve=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "bench/modes.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -48,9 +52,9 @@ done
 
 scripts/install-deps.sh bench
 ./scripts/build.sh > /dev/null
-numaserve=$build/service/numaserve bench=$build/bench/numaserve-bench
+numaserve=${numaserve:-$build/service/numaserve} bench=$build/bench/numaserve-bench
 models=${models:-$build/bench-models}
-[[ -f $models/ranker_a/model.pt ]] || "$numaserve" make-demo-models "$models" > /dev/null
+[[ -f $models/ranker_a/model.pt ]] || "$build/service/numaserve" make-demo-models "$models" > /dev/null
 out=${out:-bench/results/modes-$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$out"
 source bench/lib.sh
@@ -111,6 +115,7 @@ for node in "${nodes[@]}"; do
   ((n >= 2 * k)) || can_k=0
 done
 if ((can_k)); then modes+=(k-bound); else echo "k-bound skipped: a node has fewer than $k cores among the server CPUs" >&2; fi
+if [[ -n $only_modes ]]; then read -ra modes <<< "${only_modes//,/ }"; fi
 
 # The arithmetic limit of the server CPUs: BLAS sgemm, one pinned process per CPU.
 for cpu in "${server_list[@]}"; do "$bench" sgemm --cpus "$cpu" --seconds 3 > "$out/sgemm-$cpu.json" & done
@@ -187,8 +192,8 @@ jq -r '"model,mode,rps,items_per_s,p50_ms,p90_ms,p99_ms,cpu_utilisation,fixed_rp
 bench/plot.sh "$out"
 
 jq -r '"machine: \(.machine); server CPUs \(.server_cpus), load generator \(.client_cpus)",
-  "model     mode          req/s  items/s  p99 sat  p99 @\(.fixed_load * 100 | floor)%  CPU   local  of forward limit",
-  (.results[] | "\(.model)  \(.mode | .[0:12] + "            " | .[0:12])  \(.saturation.rps | floor | tostring | ("      " + .)[-6:])  \(.saturation.items_per_s | floor | tostring | ("       " + .)[-7:])  \(.saturation.p99_ms * 10 | round / 10 | tostring | ("     " + .)[-6:]) ms  \((.fixed_load.p99_ms // 0) * 10 | round / 10 | tostring | ("     " + .)[-6:]) ms  \(.saturation.cpu_utilisation * 100 | round | tostring | ("   " + .)[-3:])%  \(.locality.local_fraction // "" | tostring | .[0:5] | ("     " + .)[-5:])  \(.fraction_of_forward_limit * 100 | round)%")' "$out/results.json"
+  "model     mode          req/s  items/s  p99 sat  p50 / p99 @\(.fixed_load * 100 | floor)%  p99/p50  CPU   local  of forward limit",
+  (.results[] | "\(.model)  \(.mode | .[0:12] + "            " | .[0:12])  \(.saturation.rps | floor | tostring | ("      " + .)[-6:])  \(.saturation.items_per_s | floor | tostring | ("       " + .)[-7:])  \(.saturation.p99_ms * 10 | round / 10 | tostring | ("     " + .)[-6:]) ms  \((.fixed_load.p50_ms // 0) * 100 | round / 100 | tostring | ("     " + .)[-5:]) / \((.fixed_load.p99_ms // 0) * 100 | round / 100 | tostring | ("     " + .)[-5:]) ms  \(if .fixed_load.p50_ms then (.fixed_load.p99_ms / .fixed_load.p50_ms * 100 | round / 100 | tostring | ("     " + .)[-5:]) else "    -" end)  \(.saturation.cpu_utilisation * 100 | round | tostring | ("   " + .)[-3:])%  \(.locality.local_fraction // "" | tostring | .[0:5] | ("     " + .)[-5:])  \(.fraction_of_forward_limit * 100 | round)%")' "$out/results.json"
 peer_ratio=$(jq -r '[.results[] | select(.mode == "single" or .mode == "peer-fastapi")] | group_by(.model)[] |
   "\(.[0].model): numaserve/peer = \((map(select(.mode == "single"))[0].saturation.rps) / (map(select(.mode == "peer-fastapi"))[0].saturation.rps // 1) * 100 | round / 100)"' "$out/results.json" 2> /dev/null || true)
 echo "$peer_ratio"

@@ -20,17 +20,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-server_cpus=0 client_cpus=1 items=200 seconds=5 warmup=2 connections=4 repeats=5
+server_cpus=0 client_cpus=1 items=200 seconds=5 warmup=2 connections=4 repeats=5 profile=0
 build=${BUILD_DIR:-build} models="" out="" numaserve=""
 usage() {
   cat <<USAGE
 Usage: bench/serving.sh [--server-cpus LIST] [--client-cpus LIST] [--items N] [--seconds S]
                         [--connections C] [--repeats R] [--models DIR] [--out FILE] [--numaserve BINARY]
+                        [--profile]
 Defaults: server on CPU $server_cpus, client on CPU $client_cpus, $items items, ${seconds}s per
 measurement after ${warmup}s warm-up, $connections connections (and 4x for b16), $repeats rounds
 (medians; a ratio is the median of the rounds' own ratios), demo models (200 MiB of embeddings)
 made in $build/bench-models. --numaserve measures another build's server (e.g. an older
-commit's) with the same load; figures it does not export are left out.
+commit's) with the same load; figures it does not export are left out. --profile samples
+the server's kernel stacks with perf during (b) and splits its CPU per request into the
+socket system calls (the send into the loopback delivery to the client) and the rest.
 USAGE
 }
 while (($#)); do
@@ -44,6 +47,7 @@ while (($#)); do
     --models) models=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --numaserve) numaserve=$2; shift 2 ;;
+    --profile) profile=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "bench/serving.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -63,17 +67,28 @@ source bench/lib.sh
 port=$(free_port)
 start_server "$port" "$server_cpus" "$models/ranker_a" "$models/store.jsonl"
 
-# load CONNECTIONS: one closed-loop measurement, with what the server spent
-# on it per request: CPU by thread kind, and its own stage times.
+# load CONNECTIONS [PROFILE]: one closed-loop measurement, with what the
+# server spent on it per request: CPU by thread kind, its own stage times,
+# and with PROFILE=1 the system calls' share (syscall_profile).
 load() {
-  local m0 m1 t0 t1 result
+  local m0 m1 t0 t1 result kernel='null' profiled
   m0=$(scrape_stages "$port")
   t0=$(thread_cpu_seconds "$server_pid")
+  if [[ ${2:-0} == 1 ]]; then
+    profiled=$(mktemp)
+    (sleep "$warmup"; syscall_profile "$server_pid" $((seconds - 1)) > "$profiled") &
+  fi
   result=$(timeout $limit "$bench" load --port "$port" --feature-store "$models/store.jsonl" --items "$items" \
     --connections "$1" --seconds "$seconds" --warmup "$warmup" --cpus "$client_cpus")
   t1=$(thread_cpu_seconds "$server_pid")
   m1=$(scrape_stages "$port")
-  jq -c --argjson t0 "$t0" --argjson t1 "$t1" --argjson m0 "$m0" --argjson m1 "$m1" '
+  if [[ ${2:-0} == 1 ]]; then
+    wait
+    kernel=$(jq -c --argjson rps "$(jq .rps <<< "$result")" --argjson s $((seconds - 1)) \
+      'with_entries(.value = (.value / ($rps * $s) * 1e6 * 10 | round / 10))' "$profiled")
+    rm -f "$profiled"
+  fi
+  jq -c --argjson t0 "$t0" --argjson t1 "$t1" --argjson m0 "$m0" --argjson m1 "$m1" --argjson kernel "$kernel" '
     ($m1.requests - $m0.requests) as $n
     | def per_request($key): (($m1[$key] - $m0[$key]) / $n * 1e6);
     . + {served_requests: $n,
@@ -83,7 +98,8 @@ load() {
          mean_batch_requests: (if $m1.forwards > $m0.forwards
                                then ($m1.forward_requests - $m0.forward_requests) / ($m1.forwards - $m0.forwards)
                                else null end)}
-    | .transport_us = ((.cpu_us_per_request | [.[]] | add) - (.stages_us | [.[]] | add))' <<< "$result"
+    | .transport_us = ((.cpu_us_per_request | [.[]] | add) - (.stages_us | [.[]] | add))
+    | if $kernel then .profile_us = $kernel else . end' <<< "$result"
 }
 
 # wrk CONNECTIONS: requests/s and non-200 answers from wrk, same bodies.
@@ -104,7 +120,7 @@ for ((r = 1; r <= repeats; r++)); do
   # tens of percent over a minute, less over the seconds a round takes.
   forward+=("$(timeout $limit "$bench" forward --model-dir "$models/ranker_a" --feature-store "$models/store.jsonl" \
     --items "$items" --cpus "$server_cpus" --seconds "$seconds" --warmup "$warmup")")
-  served+=("$(load "$connections")")
+  served+=("$(load "$connections" $((profile && r == 1)))")
   wrks+=("$(wrk_load "$connections")")
   stages+=("$(timeout $limit "$bench" stages --model-dir "$models/ranker_a" --feature-store "$models/store.jsonl" \
     --items "$items" --cpus "$server_cpus" --seconds "$seconds")")
@@ -136,6 +152,7 @@ jq -n --argjson forward "$(printf '%s\n' "${forward[@]}" | jq -s .)" \
    connections: $connections,
    forward: {items_per_s: ([$forward[].items_per_s] | median), p50_ms: ([$forward[].p50_ms] | median)},
    predict: summary($served), batched: summary($batched),
+   profile_us: ($served[0].profile_us // null),
    wrk: {items_per_s: ([$wrks[].items_per_s] | median), non_200: ([$wrks[].non_200] | add)},
    pipeline: {items_per_s: ([$stages[].items_per_s] | median),
               stages_us: {parse: ([$stages[].parse_us] | median), query: ([$stages[].query_us] | median),
@@ -160,5 +177,6 @@ jq -r '
   "server CPU per request in (b), by thread: \(.predict.cpu_us_per_request | to_entries | map(select(.value > 0)) | map("\(.key) \(.value) us") | join(", "))",
   "  where it goes (b):   \(.predict | breakdown) us",
   "  where it goes (b16): \(.batched | breakdown) us",
+  (if .profile_us then "  (b) by perf, per request: send \(.profile_us.send) us (of it \(.profile_us.loopback_receive) us delivering into the client on this CPU), recv \(.profile_us.recv) us, epoll \(.profile_us.epoll) us, other kernel \(.profile_us.other_kernel) us, user space \(.profile_us.user) us" else empty end),
   "stages of (p), each beside the forward: \(.pipeline.stages_us | to_entries | map("\(.key) \(.value | round) us") | join(", "))"' "$out"
 echo "results: $out"

@@ -31,9 +31,9 @@ TEST_PACKAGES=(
 
 # The deployment-mode benchmark: its peer (FastAPI + uvicorn + PyTorch, run
 # by Debian's /usr/bin/python3) and its plots; wrk, the second load
-# generator the serving benchmark checks its own against.
+# generator the serving benchmark checks its own against; perf for its --profile.
 BENCH_PACKAGES=(
-  python3-fastapi python3-uvicorn python3-torch python3-xxhash python3-yaml gnuplot-nox wrk
+  python3-fastapi python3-uvicorn python3-torch python3-xxhash python3-yaml gnuplot-nox wrk linux-perf
 )
 
 case ${1:-} in

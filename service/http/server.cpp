@@ -37,8 +37,8 @@ Clock::duration duration(double seconds) {
 
 // Counters have one writer, their loop's thread: a plain load and store
 // instead of a locked read-modify-write on the hot path.
-void bump(std::atomic<std::uint64_t>& counter, std::int64_t by = 1) {
-  counter.store(counter.load(std::memory_order_relaxed) + static_cast<std::uint64_t>(by), std::memory_order_relaxed);
+void bump(std::atomic<std::uint64_t>& counter) {
+  counter.store(counter.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
 // Handlers a loop runs before giving the application its turn: enough to
@@ -106,6 +106,8 @@ std::string reply_head(const Reply& reply, bool keep_alive, bool http10) {
   return head;
 }
 
+// What the transport refuses by itself: the status is HTTP's own (400, 408,
+// 413, 431, 503), the body the service's error format.
 Reply error_reply(int status, const std::string& message, const std::string& field) {
   Reply reply;
   reply.status = status;

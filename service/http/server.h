@@ -57,7 +57,7 @@ class Connection;  // server.cpp
 class Responder {
  public:
   Responder(Responder&&) noexcept = default;
-  Responder& operator=(Responder&&) noexcept = default;
+  Responder& operator=(Responder&&) = delete;  // would drop the reply it holds
   Responder(const Responder&) = delete;
   Responder& operator=(const Responder&) = delete;
   ~Responder();
