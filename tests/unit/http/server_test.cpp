@@ -217,7 +217,9 @@ TEST(Server, LimitsAnswerWithTheirStatusAndAJsonBodyThenClose) {
     EXPECT_EQ(response->status, k.status);
     EXPECT_EQ(response->header("connection"), "close");
     EXPECT_NE(response->body.find("\"error\""), std::string::npos) << response->body;
-    if (!k.field.empty()) EXPECT_NE(response->body.find("\"field\":\"" + k.field + "\""), std::string::npos);
+    if (!k.field.empty()) {
+      EXPECT_NE(response->body.find("\"field\":\"" + k.field + "\""), std::string::npos);
+    }
     EXPECT_TRUE(c.wait_closed(2s));
   }
   EXPECT_EQ(r.server.stats()[0].rejected, 3u);
