@@ -74,6 +74,7 @@ struct ForwardOptions {
   std::size_t items = 200;
   unsigned threads = 1;
   double seconds = 10, warmup = 2;
+  double rate = 0;  // calls/s, each due at its time (the thread sleeps between); 0: back to back
   bool with_extraction = false;
 };
 
@@ -94,8 +95,16 @@ int run_forward(const ForwardOptions& o) {
     const auto start = Clock::now();
     const auto measure = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.warmup));
     const auto end = measure + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
+    const auto interval = o.rate > 0 ? std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(1 / o.rate))
+                                     : Clock::duration{};
     for (std::size_t i = 0;; ++i) {
-      const auto t0 = Clock::now();
+      // Paced, a call's latency counts from when it was due, as a server's
+      // does from when its request came: the thread's wake-up included.
+      auto t0 = Clock::now();
+      if (o.rate > 0) {
+        t0 = start + interval * static_cast<long>(i);
+        std::this_thread::sleep_until(t0);
+      }
       if (t0 >= end) break;
       if (o.with_extraction) {
         const auto& request = set->requests[i % set->requests.size()];
@@ -113,6 +122,7 @@ int run_forward(const ForwardOptions& o) {
     std::sort(ms.begin(), ms.end());
     const double seconds = o.seconds;
     return {{"what", o.with_extraction ? "extract+forward" : "forward"},
+           {"rate", o.rate},
            {"model", (*model)->spec().name},
            {"cpus", o.cpus},
            {"intra_op_threads", o.threads},
@@ -293,6 +303,8 @@ int main(int argc, char** argv) {
   forward->add_option("--seconds", f.seconds)->capture_default_str();
   forward->add_option("--warmup", f.warmup)->capture_default_str();
   forward->add_flag("--with-extraction", f.with_extraction, "Extract features from the store on each call too");
+  forward->add_option("--rate", f.rate, "Calls per second, each at its due time (latency from then); 0: back to back")
+      ->capture_default_str();
 
   LoadOptions l;
   auto* load = app.add_subcommand("load", "HTTP load: closed loop, or open loop at --rate");

@@ -5,7 +5,8 @@
 //   open loop:   requests are due at a constant `rate`, whether or not the
 //                server keeps up; latency counts from when a request was due,
 //                so a stalled server cannot hide its queue (no coordinated
-//                omission).
+//                omission). One busy-polling thread sends each request when
+//                it is due on a free one of `connections` connections.
 
 #include <cstddef>
 #include <map>
@@ -33,6 +34,7 @@ struct LoadResult {
   double requests_per_second = 0;
   double p50_ms = 0, p90_ms = 0, p99_ms = 0, max_ms = 0;
   std::size_t late = 0;  // open loop: requests sent more than 1 ms after they were due
+                         // (or not at all: every connection busy, counted as status 0)
 };
 
 LoadResult run_load(const LoadConfig& config);

@@ -134,7 +134,7 @@ for model in ranker_a ranker_b; do
   wait
   forward=$(cat "$out"/forward-$model-*.json | jq -s 'map(.items_per_s) | add')
   echo "$model: forward limit $forward items/s" >&2
-  saturation_single=""
+  saturation_single="" paced=""
   for mode in "${modes[@]}"; do
     port=$(free_port)
     # shellcheck disable=SC2046
@@ -144,6 +144,16 @@ for model in ranker_a ranker_b; do
     saturation_single=${saturation_single:-$(jq .rps <<< "$sat")}
     rate=$(awk -v r="$saturation_single" -v f="$load" 'BEGIN { print r * f }')
     fixed=$(measure "$port" "$rate" 64 "$model")
+    if [[ -z ${paced:-} ]]; then
+      # The floor for the fixed load's tail: the forward alone, in process,
+      # one call due every 1/rate s per server CPU (the thread sleeping in
+      # between, as an idle worker does), latency from when each was due.
+      stop_servers
+      paced=$(timeout $limit "$bench" forward --model-dir "$models/$model" --feature-store "$models/store.jsonl" \
+        --items "$items" --cpus "${server_list[0]}" --seconds "$seconds" --warmup 1 \
+        --rate "$(awk -v r="$rate" -v n="${#server_list[@]}" 'BEGIN { print r / n }')" | jq -c '{rate, p50_ms, p99_ms}')
+      start_server "$port" "$server_cpus" "$models/$model" "$models/store.jsonl" $(mode_flags "$mode")
+    fi
     where=$( [[ $mode == single ]] && echo '{}' || locality "$port")
     curve='[]'
     if [[ $model == ranker_a && ($mode == single || $mode == bound) ]]; then
@@ -155,8 +165,9 @@ for model in ranker_a ranker_b; do
     stop_servers
     rows+=("$(jq -nc --arg model "$model" --arg mode "$mode" --argjson sat "$sat" --argjson fixed "$fixed" \
       --argjson where "$where" --argjson curve "$curve" --argjson forward "$forward" --argjson gflops "$gflops" \
+      --argjson paced "$paced" \
       '{model: $model, mode: $mode, saturation: $sat, fixed_load: $fixed, locality: $where, curve: $curve,
-        forward_limit_items_per_s: $forward, sgemm_gflops: $gflops,
+        forward_limit_items_per_s: $forward, sgemm_gflops: $gflops, paced_forward: $paced,
         fraction_of_forward_limit: ($sat.items_per_s / $forward)}')")
     echo "$model $mode: $(jq -r '"\(.saturation.rps | floor) req/s at saturation (\(.fraction_of_forward_limit * 100 | floor)% of the forward limit), p99 \(.fixed_load.p99_ms * 10 | round / 10) ms at fixed load"' <<< "${rows[-1]}")" >&2
   done
@@ -194,6 +205,8 @@ bench/plot.sh "$out"
 jq -r '"machine: \(.machine); server CPUs \(.server_cpus), load generator \(.client_cpus)",
   "model     mode          req/s  items/s  p99 sat  p50 / p99 @\(.fixed_load * 100 | floor)%  p99/p50  CPU   local  of forward limit",
   (.results[] | "\(.model)  \(.mode | .[0:12] + "            " | .[0:12])  \(.saturation.rps | floor | tostring | ("      " + .)[-6:])  \(.saturation.items_per_s | floor | tostring | ("       " + .)[-7:])  \(.saturation.p99_ms * 10 | round / 10 | tostring | ("     " + .)[-6:]) ms  \((.fixed_load.p50_ms // 0) * 100 | round / 100 | tostring | ("     " + .)[-5:]) / \((.fixed_load.p99_ms // 0) * 100 | round / 100 | tostring | ("     " + .)[-5:]) ms  \(if .fixed_load.p50_ms then (.fixed_load.p99_ms / .fixed_load.p50_ms * 100 | round / 100 | tostring | ("     " + .)[-5:]) else "    -" end)  \(.saturation.cpu_utilisation * 100 | round | tostring | ("   " + .)[-3:])%  \(.locality.local_fraction // "" | tostring | .[0:5] | ("     " + .)[-5:])  \(.fraction_of_forward_limit * 100 | round)%")' "$out/results.json"
+jq -r '.results | group_by(.model)[] | .[0] | select(.paced_forward) |
+  "\(.model): the forward alone, in process, paced at \(.paced_forward.rate | floor)/s per CPU: p50 \(.paced_forward.p50_ms * 100 | round / 100) / p99 \(.paced_forward.p99_ms * 100 | round / 100) ms"' "$out/results.json"
 peer_ratio=$(jq -r '[.results[] | select(.mode == "single" or .mode == "peer-fastapi")] | group_by(.model)[] |
   "\(.[0].model): numaserve/peer = \((map(select(.mode == "single"))[0].saturation.rps) / (map(select(.mode == "peer-fastapi"))[0].saturation.rps // 1) * 100 | round / 100)"' "$out/results.json" 2> /dev/null || true)
 echo "$peer_ratio"
