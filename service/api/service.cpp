@@ -135,34 +135,37 @@ Result<std::size_t> Service::find_model(const std::optional<std::string>& name, 
   return index;
 }
 
+// What a queued request's completion needs; shared, because the batcher's
+// callbacks are copyable and the responder is not.
+struct Service::Pending {
+  http::Responder responder;
+  std::string_view route;
+  std::size_t model;
+  Clock::time_point start;
+  Encoder encode;
+};
+
 void Service::enqueue(Call& call, std::size_t model, features::Batch batch, Clock::time_point start, Encoder encode) {
-  // What the completion needs; shared because the batcher's callbacks are
-  // copyable and the responder is not.
-  struct Pending {
-    http::Responder responder;
-    std::string_view route;
-    std::size_t model;
-    Clock::time_point start;
-    Encoder encode;
-  };
   auto pending = std::make_shared<Pending>(Pending{std::move(call.responder), call.route, model, start, std::move(encode)});
   batcher_.submit(call.worker, batching::Job{model, std::move(batch), [this, pending](batching::Outcome&& outcome) {
-                                               const std::string& name = models_[pending->model]->spec().name;
-                                               if (!outcome.scores) {
-                                                 // 503: aged out in the queue; 500: the forward failed.
-                                                 finish(pending->route, pending->responder,
-                                                        error_reply(outcome.scores.error()));
-                                                 return;
-                                               }
-                                               metrics_.observe(metrics::Stage::kQueue, name, outcome.timing.queue_seconds);
-                                               metrics_.observe(metrics::Stage::kForward, name,
-                                                                outcome.timing.forward_seconds);
-                                               const auto encoding = Clock::now();
-                                               http::Reply reply = pending->encode(std::move(*outcome.scores));
-                                               metrics_.observe(metrics::Stage::kEncode, name, since(encoding));
-                                               metrics_.observe(metrics::Stage::kTotal, name, since(pending->start));
-                                               finish(pending->route, pending->responder, std::move(reply));
+                                               complete(*pending, std::move(outcome));
                                              }});
+}
+
+// On the worker that ran the forward (or refused the request for its age).
+void Service::complete(Pending& pending, batching::Outcome&& outcome) {
+  if (!outcome.scores) {  // 503: aged out in the queue; 500: the forward failed
+    finish(pending.route, pending.responder, error_reply(outcome.scores.error()));
+    return;
+  }
+  const std::string& name = models_[pending.model]->spec().name;
+  metrics_.observe(metrics::Stage::kQueue, name, outcome.timing.queue_seconds);
+  metrics_.observe(metrics::Stage::kForward, name, outcome.timing.forward_seconds);
+  const auto encoding = Clock::now();
+  http::Reply reply = pending.encode(std::move(*outcome.scores));
+  metrics_.observe(metrics::Stage::kEncode, name, since(encoding));
+  metrics_.observe(metrics::Stage::kTotal, name, since(pending.start));
+  finish(pending.route, pending.responder, std::move(reply));
 }
 
 void Service::finish(std::string_view route, http::Responder& responder, http::Reply reply) {

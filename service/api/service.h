@@ -126,6 +126,8 @@ class Service final : public http::Handler {
   using Encoder = std::function<http::Reply(std::vector<float>&& scores)>;
   void enqueue(Call& call, std::size_t model, features::Batch batch, batching::Clock::time_point start,
                Encoder encode);
+  struct Pending;
+  void complete(Pending& pending, batching::Outcome&& outcome);
   void warm_up_step(std::size_t worker);
   void worker_warm(std::optional<Error> failure);
   std::string not_ready_reason() const;

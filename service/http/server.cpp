@@ -5,6 +5,7 @@
 
 #include <array>
 #include <atomic>
+#include <limits>
 #include <mutex>
 #include <thread>
 
@@ -417,7 +418,8 @@ bool Connection::read() {
 void Connection::parse() {
   if (!parser_) {
     parser_.emplace();
-    parser_->header_limit(static_cast<std::uint32_t>(loop.server.config.max_header_bytes));
+    parser_->header_limit(static_cast<std::uint32_t>(
+        std::min<std::size_t>(loop.server.config.max_header_bytes, std::numeric_limits<std::uint32_t>::max())));
     parser_->body_limit(loop.server.config.max_body_bytes);
   }
   error_code ec;
