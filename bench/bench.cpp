@@ -266,6 +266,10 @@ int run_load(LoadOptions& o) {
   const auto r = numaserve::bench::run_load(o.config);
   json statuses = json::object();
   for (const auto& [status, n] : r.statuses) statuses[std::to_string(status)] = n;
+  json latencies = json::object();
+  for (const auto& [status, l] : r.latencies) {
+    latencies[std::to_string(status)] = {{"p50_ms", l.p50_ms}, {"p99_ms", l.p99_ms}, {"max_ms", l.max_ms}};
+  }
   std::cout << json{{"what", o.config.rate > 0 ? "open-loop" : "closed-loop"},
                     {"connections", o.config.connections},
                     {"offered_rps", o.config.rate},
@@ -273,6 +277,7 @@ int run_load(LoadOptions& o) {
                     {"requests", r.requests},
                     {"errors", r.errors},
                     {"statuses", statuses},
+                    {"latencies_by_status", latencies},
                     {"seconds", r.seconds},
                     {"rps", r.requests_per_second},
                     {"items_per_s", r.requests_per_second * static_cast<double>(o.items)},

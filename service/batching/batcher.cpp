@@ -27,6 +27,8 @@ struct alignas(64) Batcher::Worker {
   std::atomic<bool> idle{false};      // its last turn left it nothing to run: its loop sleeps
   std::atomic<bool> busy{false};      // in a forward
   std::size_t share = 0;              // what its owner left each idle worker to take; under the lock
+  std::size_t queued_rows = 0;        // under the lock
+  std::atomic<double> seconds_per_row{0};  // its recent forwards', a moving average
   // Counters: one writer, the worker's own thread.
   std::atomic<std::uint64_t> forwards{0}, rows{0}, requests{0}, stolen{0};
   std::atomic<double> forward_seconds{0};
@@ -49,13 +51,23 @@ Status Batcher::admit(std::size_t worker) const {
   }
   if (depth == 0) return {};
   std::lock_guard lock(w.mutex);
-  if (!w.queue.empty()) {
-    const auto waited = Clock::now() - w.queue.front().submitted;
-    if (waited > config_.max_queue_delay) {
-      return make_error(Error::Code::kUnavailable, "overloaded: the oldest request of worker " + std::to_string(worker) +
-                                                       " has waited " + millis(waited) + ", longer than the limit of " +
-                                                       millis(config_.max_queue_delay));
-    }
+  if (w.queue.empty()) return {};
+  const auto waited = Clock::now() - w.queue.front().submitted;
+  if (waited > config_.max_queue_delay) {
+    return make_error(Error::Code::kUnavailable, "overloaded: the oldest request of worker " + std::to_string(worker) +
+                                                     " has waited " + millis(waited) + ", longer than the limit of " +
+                                                     millis(config_.max_queue_delay));
+  }
+  // A request admitted now waits for the rows queued before it: refused at
+  // once when that takes longer than it may wait, rather than refused after
+  // waiting (a 503 should come back at once).
+  const auto ahead = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+      static_cast<double>(w.queued_rows) * w.seconds_per_row.load(std::memory_order_relaxed)));
+  if (ahead > config_.max_queue_delay) {
+    return make_error(Error::Code::kUnavailable, "overloaded: worker " + std::to_string(worker) + " has " +
+                                                     std::to_string(w.queued_rows) + " rows queued, about " +
+                                                     millis(ahead) + " of forwards, more than the limit of " +
+                                                     millis(config_.max_queue_delay));
   }
   return {};
 }
@@ -63,12 +75,14 @@ Status Batcher::admit(std::size_t worker) const {
 void Batcher::submit(std::size_t worker, Job job) {
   Worker& w = *workers_[worker];
   std::lock_guard lock(w.mutex);
+  w.queued_rows += job.batch.rows;
   w.queue.push_back({std::move(job), Clock::now()});
   w.depth.store(w.queue.size(), std::memory_order_relaxed);
 }
 
 void Batcher::expire(Worker& w, Clock::time_point now, std::vector<Queued>& aged) const {
   while (!w.queue.empty() && now - w.queue.front().submitted > config_.max_queue_delay) {
+    w.queued_rows -= w.queue.front().job.batch.rows;
     aged.push_back(std::move(w.queue.front()));
     w.queue.pop_front();
   }
@@ -76,7 +90,8 @@ void Batcher::expire(Worker& w, Clock::time_point now, std::vector<Queued>& aged
 
 // Up to `most` requests of the front request's model, in order, within
 // max_batch_items rows; the front one always, however large.
-void Batcher::take(std::deque<Queued>& queue, std::size_t most, std::vector<Queued>& out) const {
+void Batcher::take(Worker& w, std::size_t most, std::vector<Queued>& out) const {
+  auto& queue = w.queue;
   if (queue.empty()) return;
   const std::size_t model = queue.front().job.model;
   std::size_t rows = 0;
@@ -87,6 +102,7 @@ void Batcher::take(std::deque<Queued>& queue, std::size_t most, std::vector<Queu
       continue;
     }
     rows += r;
+    w.queued_rows -= r;
     out.push_back(std::move(*it));
     it = queue.erase(it);
     if (rows >= config_.max_batch_items) break;
@@ -106,7 +122,10 @@ void Batcher::share(std::size_t worker, std::vector<Queued>& jobs, Turn& turn) {
   if (jobs.size() >= 2) {
     const std::size_t keep = (jobs.size() + idle.size()) / (idle.size() + 1);
     w.share = (jobs.size() - keep + idle.size() - 1) / idle.size();
-    for (std::size_t i = jobs.size(); i-- > keep;) w.queue.push_front(std::move(jobs[i]));
+    for (std::size_t i = jobs.size(); i-- > keep;) {
+      w.queued_rows += jobs[i].job.batch.rows;
+      w.queue.push_front(std::move(jobs[i]));
+    }
     jobs.resize(keep);
   }
   for (std::size_t i = 0; i < idle.size() && i < w.queue.size(); ++i) {
@@ -124,7 +143,7 @@ bool Batcher::steal(std::size_t thief, Clock::time_point now, std::vector<Queued
     if (victim.depth.load(std::memory_order_relaxed) == 0) continue;
     std::lock_guard lock(victim.mutex);
     expire(victim, now, aged);
-    take(victim.queue, victim.share != 0 ? victim.share : (victim.queue.size() + 1) / 2, jobs);
+    take(victim, victim.share != 0 ? victim.share : (victim.queue.size() + 1) / 2, jobs);
     victim.depth.store(victim.queue.size(), std::memory_order_relaxed);
     if (!jobs.empty()) return true;
   }
@@ -149,7 +168,7 @@ Turn Batcher::run_turn(std::size_t worker) {
     }
     if (!turn.wake_at) {
       w.share = 0;
-      take(w.queue, w.queue.size(), jobs);
+      take(w, w.queue.size(), jobs);
       share(worker, jobs, turn);
     }
     w.depth.store(w.queue.size(), std::memory_order_relaxed);
@@ -195,6 +214,9 @@ void Batcher::run(Worker& w, std::vector<Queued>& jobs, bool stolen) {
   bump(w.requests, static_cast<std::uint64_t>(jobs.size()));
   if (stolen) bump(w.stolen, static_cast<std::uint64_t>(jobs.size()));
   bump(w.forward_seconds, seconds(end - start));
+  const double per_row = seconds(end - start) / static_cast<double>(std::max<std::size_t>(rows, 1));
+  const double average = w.seconds_per_row.load(std::memory_order_relaxed);
+  w.seconds_per_row.store(average == 0 ? per_row : 0.8 * average + 0.2 * per_row, std::memory_order_relaxed);
 
   std::size_t first = 0;
   for (auto& q : jobs) {

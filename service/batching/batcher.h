@@ -91,7 +91,8 @@ class Batcher {
 
   // On `worker`'s thread, before the request is parsed, so an overloaded
   // worker refuses at the cost of a check: kUnavailable when its queue is
-  // full or its oldest request waited longer than max_queue_delay.
+  // full, its oldest request waited longer than max_queue_delay, or the
+  // rows queued would take longer than that to run (at its recent speed).
   Status admit(std::size_t worker) const;
   // On `worker`'s thread, after admit().
   void submit(std::size_t worker, Job job);
@@ -112,7 +113,7 @@ class Batcher {
   struct Worker;
 
   void expire(Worker& w, Clock::time_point now, std::vector<Queued>& aged) const;
-  void take(std::deque<Queued>& queue, std::size_t most, std::vector<Queued>& out) const;
+  void take(Worker& w, std::size_t most, std::vector<Queued>& out) const;
   void share(std::size_t worker, std::vector<Queued>& jobs, Turn& turn);
   bool steal(std::size_t thief, Clock::time_point now, std::vector<Queued>& jobs, std::vector<Queued>& aged);
   void run(Worker& w, std::vector<Queued>& jobs, bool stolen);

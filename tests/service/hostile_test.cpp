@@ -4,16 +4,15 @@
 // one worker's connections, and an open-loop flood at three times
 // saturation. Torch-free: the demo models are made by the binary itself.
 #include <gtest/gtest.h>
-#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <map>
 #include <thread>
 
+#include "loadgen.h"
 #include "raw_http.h"
 #include "served.h"
 
@@ -324,92 +323,13 @@ TEST(Balance, LoadOnOneWorkersConnectionsStillUsesEveryWorker) {
   EXPECT_EQ(delta("numaserve_worker_stolen_requests_total", 1), ran1);
 }
 
-// An open-loop client: requests due at a constant rate, whatever the
-// server does, each on a free connection of a pool, latency from when the
-// request was due. One thread, epoll.
-struct OpenLoop {
-  struct Result {
-    int status;
-    double ms;
-  };
-  static std::vector<Result> run(int port, const std::string& request, double rate, std::chrono::seconds length,
-                                 std::size_t pool, std::size_t& late) {
-    struct Conn {
-      RawConnection c;
-      Clock::time_point due;
-      bool busy = false;
-      std::string in;
-    };
-    std::vector<Conn> conns;
-    conns.reserve(pool);
-    const int ep = epoll_create1(EPOLL_CLOEXEC);
-    for (std::size_t i = 0; i < pool; ++i) {
-      conns.push_back({RawConnection(port), {}, false, {}});
-      epoll_event ev{};
-      ev.events = EPOLLIN;
-      ev.data.u64 = i;
-      epoll_ctl(ep, EPOLL_CTL_ADD, conns.back().c.fd(), &ev);
-    }
-    std::vector<Result> results;
-    const auto start = Clock::now();
-    const auto interval = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(1.0 / rate));
-    std::size_t sent = 0, next_free = 0;
-    std::vector<epoll_event> events(256);
-    char chunk[65536];
-    while (true) {
-      const auto now = Clock::now();
-      const auto due = start + interval * static_cast<long>(sent);
-      if (due < start + length && due <= now) {
-        std::size_t i = 0;
-        for (; i < pool && conns[(next_free + i) % pool].busy; ++i) {
-        }
-        if (i == pool) {
-          ++late;  // every connection busy: the client, not the server, fell behind
-        } else {
-          auto& conn = conns[(next_free + i) % pool];
-          next_free = (next_free + i + 1) % pool;
-          conn.busy = true;
-          conn.due = due;
-          conn.c.send(request);
-        }
-        ++sent;
-        continue;
-      }
-      const bool pending = std::any_of(conns.begin(), conns.end(), [](const Conn& c) { return c.busy; });
-      if (due >= start + length && !pending) break;
-      if (now > start + length + 10s) break;  // the server stopped answering
-      const int wait_ms = due < start + length ? static_cast<int>(std::max<long>(
-                                                     0, std::chrono::duration_cast<std::chrono::milliseconds>(due - now).count()))
-                                               : 50;
-      const int n = epoll_wait(ep, events.data(), static_cast<int>(events.size()), wait_ms);
-      for (int k = 0; k < n; ++k) {
-        auto& conn = conns[events[k].data.u64];
-        const ssize_t got = recv(conn.c.fd(), chunk, sizeof chunk, MSG_DONTWAIT);
-        if (got <= 0) continue;
-        conn.in.append(chunk, static_cast<std::size_t>(got));
-        // Whole responses: status line, headers, Content-Length bytes.
-        while (true) {
-          const auto end = conn.in.find("\r\n\r\n");
-          if (end == std::string::npos) break;
-          const auto cl = conn.in.find("Content-Length: ");
-          const std::size_t length_of = std::stoul(conn.in.substr(cl + 16));
-          if (conn.in.size() < end + 4 + length_of) break;
-          results.push_back({std::stoi(conn.in.substr(9, 3)),
-                             std::chrono::duration<double, std::milli>(Clock::now() - conn.due).count()});
-          conn.in.erase(0, end + 4 + length_of);
-          conn.busy = false;
-        }
-      }
-    }
-    ::close(ep);
-    return results;
-  }
-};
-
 TEST(Overload, ThreeTimesSaturationGets200Or503AndThe503sAreFast) {
-  // One worker on CPU 0, this client on the other CPU where there is one.
-  const int server_cpu = 0;
-  const Served s = serve({"--workers", "1", "--queue-capacity", "16", "--max-queue-delay", "50ms"}, server_cpu);
+  // One worker on CPU 0, the load (the benchmark's generator) on the other
+  // CPU where there is one.
+  // Forwards of one 500-item request each: a 503 waits at most for the
+  // forward that runs when it arrives.
+  const Served s =
+      serve({"--workers", "1", "--queue-capacity", "16", "--max-queue-delay", "50ms", "--max-batch-items", "500"}, 0);
   ASSERT_GT(s.pid, 0);
   Stop stop{s.pid};
   if (std::thread::hardware_concurrency() > 1) {
@@ -418,45 +338,34 @@ TEST(Overload, ThreeTimesSaturationGets200Or503AndThe503sAreFast) {
     CPU_SET(1, &set);
     sched_setaffinity(0, sizeof set, &set);
   }
-  const std::string request = post("/predict", predict_body(1000));
-  // Saturation, closed loop.
-  std::atomic<int> answered{0};
-  std::vector<std::thread> closed;
-  for (int i = 0; i < 8; ++i) {
-    closed.emplace_back([&] {
-      RawConnection c(s.port);
-      for (auto until = Clock::now() + 2s; Clock::now() < until;) {
-        c.send(request);
-        auto r = c.read_response();
-        if (r && r->status == 200) ++answered;
-      }
-    });
-  }
-  for (auto& t : closed) t.join();
-  const double saturation = answered / 2.0;
+  bench::LoadConfig load;
+  load.port = s.port;
+  load.bodies = {predict_body(500)};
+  load.connections = 8;
+  load.warmup_seconds = 0.5;
+  load.seconds = 2;
+  const double saturation = bench::run_load(load).requests_per_second;  // closed loop
   ASSERT_GT(saturation, 10);
 
-  std::size_t late = 0;
-  const auto results = OpenLoop::run(s.port, request, 3 * saturation, 10s, 512, late);
-  std::vector<double> ok_ms, refused_ms;
-  std::map<int, int> statuses;
-  for (const auto& r : results) {
-    ++statuses[r.status];
-    (r.status == 200 ? ok_ms : refused_ms).push_back(r.ms);
-  }
-  const double sent = 3 * saturation * 10;
-  std::cout << "saturation " << saturation << " req/s; at 3x: " << statuses[200] << " x 200 (max "
-            << percentile(ok_ms, 1.0) << " ms), " << statuses[503] << " x 503 (p99 " << percentile(refused_ms, 0.99)
-            << " ms), " << late << " not sent (client behind)\n";
-  EXPECT_LT(static_cast<double>(late), 0.01 * sent);
-  EXPECT_EQ(statuses[200] + statuses[503], static_cast<int>(results.size())) << "a status other than 200 or 503";
-  EXPECT_GE(static_cast<double>(results.size()), 0.98 * (sent - static_cast<double>(late))) << "requests unanswered";
-  EXPECT_GT(statuses[503], 0);
-  EXPECT_GT(statuses[200], 0);
-  EXPECT_LT(percentile(refused_ms, 0.99), 5.0);
+  load.rate = 3 * saturation;
+  load.connections = 512;
+  load.warmup_seconds = 0;
+  load.seconds = 10;
+  const auto r = bench::run_load(load);
+  const auto count = [&r](int status) { return r.statuses.count(status) ? r.statuses.at(status) : 0; };
+  std::size_t answered = 0;
+  for (const auto& [status, n] : r.statuses) answered += n;
+  std::cout << "saturation " << saturation << " req/s; at 3x: " << count(200) << " x 200 (max "
+            << r.latencies.at(200).max_ms << " ms), " << count(503) << " x 503 (p99 " << r.latencies.at(503).p99_ms
+            << " ms), " << count(0) << " not sent or not answered\n";
+  EXPECT_LT(static_cast<double>(count(0)), 0.01 * static_cast<double>(answered)) << "requests unanswered";
+  EXPECT_EQ(count(200) + count(503) + count(0), answered) << "a status other than 200 or 503";
+  EXPECT_GT(count(503), 0u);
+  EXPECT_GT(count(200), 0u);
+  EXPECT_LT(r.latencies.at(503).p99_ms, 5.0);
   // A 200 waited at most the queue delay (50 ms), plus its own forward and
   // what the loop ran before it: well under 50 + 50 ms.
-  EXPECT_LT(percentile(ok_ms, 1.0), 100.0);
+  EXPECT_LT(r.latencies.at(200).max_ms, 100.0);
 }
 
 }  // namespace

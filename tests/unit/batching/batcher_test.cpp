@@ -149,6 +149,25 @@ TEST(Batcher, RequestsOlderThanTheQueueDelayAreRefusedNotRun) {
   EXPECT_GE(old.outcome->timing.queue_seconds, 0.02);
 }
 
+TEST(Batcher, RowsThatWouldOutlastTheQueueDelayAreRefusedAtOnce) {
+  // A forward of 1 ms per row, a queue delay of 30 ms.
+  auto c = config();
+  c.max_queue_delay = std::chrono::milliseconds(30);
+  Batcher b(c, [](std::size_t, const features::Batch& batch, std::size_t) -> Result<std::vector<float>> {
+    std::this_thread::sleep_for(std::chrono::milliseconds(batch.rows));
+    return std::vector<float>(batch.rows, 0);
+  });
+  Seen first, ten, more;
+  b.submit(0, job(0, rows({1, 1, 1, 1, 1}), first));
+  b.run_turn(0);  // the worker learns its speed
+  b.submit(0, job(0, rows({1, 1, 1, 1, 1, 1, 1, 1, 1, 1}), ten));
+  EXPECT_TRUE(b.admit(0).has_value());  // ~10 ms of forwards ahead of it
+  b.submit(0, job(0, features::Batch{25, 1, std::vector<float>(25, 1), {}}, more));
+  const auto refused = b.admit(0);  // ~35 ms ahead: more than it may wait
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_NE(refused.error().message.find("35 rows queued"), std::string::npos) << refused.error().message;
+}
+
 TEST(Batcher, ABatchDelayWaitsForMoreUntilItsDeadline) {
   Forwards f;
   auto c = config();

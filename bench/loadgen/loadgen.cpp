@@ -37,28 +37,28 @@ double percentile(std::vector<double>& sorted, double p) {
 struct Recorder {
   Clock::time_point measure_from, end;
   LoadResult result;
-  std::vector<double> latencies_ms;
+  std::map<int, std::vector<double>> latencies_ms;  // per status
 
   void record(Clock::time_point due, Clock::time_point sent, Clock::time_point done, int status) {
     if (due < measure_from || done > end) return;
     ++result.statuses[status];
-    if (status == 200) {
-      ++result.requests;
-      latencies_ms.push_back(std::chrono::duration<double, std::milli>(done - due).count());
-    } else {
-      ++result.errors;
-    }
+    (status == 200 ? result.requests : result.errors) += 1;
+    latencies_ms[status].push_back(std::chrono::duration<double, std::milli>(done - due).count());
     if (sent - due > std::chrono::milliseconds(1)) ++result.late;
   }
 
   LoadResult finish(double window_seconds) {
     result.seconds = window_seconds;
     result.requests_per_second = static_cast<double>(result.requests) / window_seconds;
-    std::sort(latencies_ms.begin(), latencies_ms.end());
-    result.p50_ms = percentile(latencies_ms, 0.50);
-    result.p90_ms = percentile(latencies_ms, 0.90);
-    result.p99_ms = percentile(latencies_ms, 0.99);
-    result.max_ms = latencies_ms.empty() ? 0 : latencies_ms.back();
+    for (auto& [status, ms] : latencies_ms) {
+      std::sort(ms.begin(), ms.end());
+      result.latencies[status] = {ms.size(), percentile(ms, 0.50), percentile(ms, 0.90), percentile(ms, 0.99), ms.back()};
+    }
+    const Latencies ok = result.latencies.count(200) ? result.latencies[200] : Latencies{};
+    result.p50_ms = ok.p50_ms;
+    result.p90_ms = ok.p90_ms;
+    result.p99_ms = ok.p99_ms;
+    result.max_ms = ok.max_ms;
     return result;
   }
 };

@@ -26,13 +26,20 @@ struct LoadConfig {
   double seconds = 10;
 };
 
+// Latencies of the answers with one status, in milliseconds.
+struct Latencies {
+  std::size_t count = 0;
+  double p50_ms = 0, p90_ms = 0, p99_ms = 0, max_ms = 0;
+};
+
 struct LoadResult {
   std::size_t requests = 0;  // answered 200 in the measured window
-  std::size_t errors = 0;    // other statuses and transport errors
+  std::size_t errors = 0;    // other statuses and transport errors (status 0)
   std::map<int, std::size_t> statuses;
+  std::map<int, Latencies> latencies;  // per status; 0: not sent, or no answer
   double seconds = 0;
   double requests_per_second = 0;
-  double p50_ms = 0, p90_ms = 0, p99_ms = 0, max_ms = 0;
+  double p50_ms = 0, p90_ms = 0, p99_ms = 0, max_ms = 0;  // of the 200s
   std::size_t late = 0;  // open loop: requests sent more than 1 ms after they were due
                          // (or not at all: every connection busy, counted as status 0)
 };
