@@ -106,7 +106,8 @@ std::vector<OptionSpec> serve_options(ServeOptions& o) {
       {"queue_capacity", "N", "Requests waiting for a forward, per worker, before 503 + Retry-After", "64",
        [&o](const std::string& t) { return set_unsigned("queue_capacity", t, o.queue_capacity); }},
       {"max_queue_delay", "DURATION",
-       "Longest wait for a forward: older requests get 503, and a worker whose oldest waited longer refuses new ones",
+       "Longest wait for a forward: older requests get 503, and a worker refuses new ones at once when its oldest "
+       "waited longer or its queued rows would take longer",
        "1s", [&o](const std::string& t) { return numaserve::set_seconds("max_queue_delay", t, o.max_queue_delay); }},
       {"max_batch_items", "N",
        "Most rows in one forward: requests that arrived together are joined up to it (1: one request per forward)",
