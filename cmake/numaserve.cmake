@@ -21,6 +21,13 @@ function(numaserve_target_defaults target)
     target_compile_options(${target} PRIVATE -fsanitize=${NUMASERVE_SANITIZE_LIST} -fno-omit-frame-pointer -fno-sanitize-recover=all)
     target_link_options(${target} PRIVATE -fsanitize=${NUMASERVE_SANITIZE_LIST})
   endif()
+  if(NUMASERVE_FUZZ)
+    # Coverage for libFuzzer in every library; the fuzz executables add the
+    # driver (-fsanitize=fuzzer) themselves.
+    target_compile_options(${target} PRIVATE -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all
+      -fno-omit-frame-pointer)
+    target_link_options(${target} PRIVATE -fsanitize=address,undefined)
+  endif()
 endfunction()
 
 # numaserve_add_test(NAME SOURCES a.cpp ... LIBS x ... [LABELS l ...] [DEFINITIONS D=v ...]

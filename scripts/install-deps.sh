@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages numaserve needs, only those missing; safe to
-# run again and again. Usage: scripts/install-deps.sh build|test|bench
+# run again and again. Usage: scripts/install-deps.sh build|test|bench|fuzz
 set -euo pipefail
 
 # Compiler, CMake and the libraries the code links.
@@ -29,6 +29,12 @@ TEST_PACKAGES=(
   podman buildah runc debootstrap
 )
 
+# The fuzz targets (scripts/fuzz.sh, and the fuzz smoke of the tests):
+# clang with libFuzzer and the sanitizer runtimes.
+FUZZ_PACKAGES=(
+  clang-14 libfuzzer-14-dev libclang-rt-14-dev jq
+)
+
 # The deployment-mode benchmark: its peer (FastAPI + uvicorn + PyTorch, run
 # by Debian's /usr/bin/python3) and its plots; wrk, the second load
 # generator the serving benchmark checks its own against; perf for its --profile.
@@ -39,12 +45,13 @@ BENCH_PACKAGES=(
 case ${1:-} in
   build) wanted=("${BUILD_PACKAGES[@]}") ;;
   bench) wanted=("${BUILD_PACKAGES[@]}" "${BENCH_PACKAGES[@]}") ;;
+  fuzz) wanted=("${BUILD_PACKAGES[@]}" "${FUZZ_PACKAGES[@]}") ;;
   test)
-    wanted=("${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}")
+    wanted=("${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}" "${FUZZ_PACKAGES[@]}")
     # Node.js runs the offline Kubernetes schema checks; any install will do.
     command -v node >/dev/null && command -v npm >/dev/null || wanted+=(nodejs npm)
     ;;
-  *) echo "usage: $0 build|test|bench" >&2; exit 2 ;;
+  *) echo "usage: $0 build|test|bench|fuzz" >&2; exit 2 ;;
 esac
 
 # The deployment checks' npm packages, pinned by tests/k8s/package-lock.json

@@ -17,6 +17,7 @@
 #include "http/server.h"
 #include "model/demo_models.h"
 #include "model/model.h"
+#include "options/serve_options.h"
 #include "numaserve/common/log.h"
 #include "numaserve/common/options.h"
 #include "numaserve/common/placement.h"
@@ -28,150 +29,11 @@
 namespace {
 
 using numaserve::LogLevel;
-using numaserve::OptionSpec;
 using numaserve::Status;
+using numaserve::serve::ServeOptions;
 
 constexpr const char* kProgram = "numaserve";
 constexpr const char* kVersion = "0.1.0";
-
-struct ServeOptions {
-  std::vector<std::string> model_dirs;
-  std::string feature_store;
-  std::string listen_address = "0.0.0.0";
-  unsigned port = 8080;
-  numaserve::placement::ThreadConfig threads;
-  unsigned queue_capacity = 64;
-  double max_queue_delay = 1;
-  unsigned max_batch_items = 1024;
-  unsigned max_batch_delay_us = 0;
-  unsigned max_items = 2000;
-  std::uint64_t max_body_bytes = 8u << 20;
-  std::uint64_t max_header_bytes = 16u << 10;
-  unsigned max_connections = 0;
-  double header_timeout = 10;
-  double body_timeout = 30;
-  double idle_timeout = 60;
-  bool memory_bind = true;
-  unsigned warmup_rounds = 3;
-  double shutdown_delay = 0;
-  double shutdown_grace = 30;
-  bool reuse_port = false;
-  numaserve::supervisor::ReplicaConfig replicas;
-  unsigned max_restarts = 5;
-  std::string log_level = "info";
-  std::string log_format = "text";
-};
-
-Status set_string(std::string& target, const std::string& text) {
-  target = text;
-  return {};
-}
-
-Status set_quantity(const std::string& name, const std::string& text, std::uint64_t& target) {
-  auto bytes = numaserve::parse_quantity(text);
-  if (!bytes) return Status(tl::unexpected(std::move(bytes.error()).with_context(name)));
-  target = *bytes;
-  return {};
-}
-
-Status set_list(std::vector<std::string>& target, const std::string& text) {
-  target.clear();
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const auto comma = text.find(',', start);
-    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (!item.empty()) target.push_back(std::move(item));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return {};
-}
-
-std::vector<OptionSpec> serve_options(ServeOptions& o) {
-  using numaserve::set_bool;
-  using numaserve::set_unsigned;
-  std::vector<OptionSpec> rows = {
-      {"model_dir", "DIR", "A model directory (model.pt + model.yaml); the first is the default model", "",
-       [&o](const std::string& t) { return set_list(o.model_dirs, t); }, true},
-      {"feature_store", "FILE", "JSON Lines file of user and item features, loaded at start (none: inline features only)",
-       "", [&o](const std::string& t) { return set_string(o.feature_store, t); }},
-      {"listen_address", "ADDR", "Address to listen on", "0.0.0.0",
-       [&o](const std::string& t) { return set_string(o.listen_address, t); }},
-      {"port", "N", "HTTP port; 0 picks a free one (logged)", "8080",
-       [&o](const std::string& t) { return set_unsigned("port", t, o.port); }},
-      {"workers", "N", "Inference workers; 0: one per physical core of the cpuset", "0",
-       [&o](const std::string& t) { return set_unsigned("workers", t, o.threads.workers); }},
-      {"intra_op_threads", "N", "LibTorch threads per worker; 0: the worker's CPUs (workers x threads <= cpuset)", "0",
-       [&o](const std::string& t) { return set_unsigned("intra_op_threads", t, o.threads.intra_op_threads); }},
-      {"queue_capacity", "N", "Requests waiting for a forward, per worker, before 503 + Retry-After", "64",
-       [&o](const std::string& t) { return set_unsigned("queue_capacity", t, o.queue_capacity); }},
-      {"max_queue_delay", "DURATION",
-       "Longest wait for a forward: older requests get 503, and a worker refuses new ones at once when its oldest "
-       "waited longer or its queued rows would take longer",
-       "1s", [&o](const std::string& t) { return numaserve::set_seconds("max_queue_delay", t, o.max_queue_delay); }},
-      {"max_batch_items", "N",
-       "Most rows in one forward: requests that arrived together are joined up to it (1: one request per forward)",
-       "1024", [&o](const std::string& t) { return set_unsigned("max_batch_items", t, o.max_batch_items); }},
-      {"max_batch_delay_us", "N",
-       "Wait this long after a worker's first queued request for more to join it, in microseconds (0: never wait)",
-       "0", [&o](const std::string& t) { return set_unsigned("max_batch_delay_us", t, o.max_batch_delay_us); }},
-      {"max_items", "N", "Most items in one /predict request (400 beyond)", "2000",
-       [&o](const std::string& t) { return set_unsigned("max_items", t, o.max_items); }},
-      {"max_body_bytes", "QUANTITY", "Largest request body, chunked or not (413 beyond)", "8Mi",
-       [&o](const std::string& t) { return set_quantity("max_body_bytes", t, o.max_body_bytes); }},
-      {"max_header_bytes", "QUANTITY", "Largest request line and header (431 beyond)", "16Ki",
-       [&o](const std::string& t) { return set_quantity("max_header_bytes", t, o.max_header_bytes); }},
-      {"max_connections", "N",
-       "Open connections before a new one gets 503 and is closed; 0: the file-descriptor limit less 256", "0",
-       [&o](const std::string& t) { return set_unsigned("max_connections", t, o.max_connections); }},
-      {"header_timeout", "DURATION", "From a request's first byte to the end of its header, else 408 and close", "10s",
-       [&o](const std::string& t) { return numaserve::set_seconds("header_timeout", t, o.header_timeout); }},
-      {"body_timeout", "DURATION", "From the end of a header to the end of its body, and the longest send of a reply",
-       "30s", [&o](const std::string& t) { return numaserve::set_seconds("body_timeout", t, o.body_timeout); }},
-      {"idle_timeout", "DURATION", "A keep-alive connection without a request is closed after this", "60s",
-       [&o](const std::string& t) { return numaserve::set_seconds("idle_timeout", t, o.idle_timeout); }},
-      {"memory_bind", "", "Bind memory to the cpuset's nodes with set_mempolicy where the kernel allows it", "true",
-       [&o](const std::string& t) { return set_bool("memory_bind", t, o.memory_bind); }},
-      {"warmup_rounds", "N", "Forwards per model and worker before turning ready", "3",
-       [&o](const std::string& t) { return set_unsigned("warmup_rounds", t, o.warmup_rounds); }},
-      {"shutdown_delay", "DURATION", "After SIGTERM, keep serving (not ready) this long before closing the port", "0s",
-       [&o](const std::string& t) { return numaserve::set_seconds("shutdown_delay", t, o.shutdown_delay); }},
-      {"shutdown_grace", "DURATION", "Longest drain after SIGTERM; then exit 1 with what was left", "30s",
-       [&o](const std::string& t) { return numaserve::set_seconds("shutdown_grace", t, o.shutdown_grace); }},
-      {"reuse_port", "", "Share the port with other processes (SO_REUSEPORT)", "false",
-       [&o](const std::string& t) { return set_bool("reuse_port", t, o.reuse_port); }},
-      {"replicas_per_numa_node", "N",
-       "Run a supervisor and N worker processes per NUMA node of the cpuset, each pinned to its node's CPUs "
-       "and memory, sharing the port",
-       "0", [&o](const std::string& t) { return set_unsigned("replicas_per_numa_node", t, o.replicas.per_node); }},
-      {"replicas", "N", "Run a supervisor and N worker processes (spread evenly over the nodes with --bind numa)", "0",
-       [&o](const std::string& t) { return set_unsigned("replicas", t, o.replicas.replicas); }},
-      {"bind", "numa|none", "With replicas: pin each worker to one NUMA node, or let all use the whole cpuset", "numa",
-       [&o](const std::string& t) {
-         if (t != "numa" && t != "none") {
-           return Status(numaserve::make_error(numaserve::Error::Code::kInvalidArgument,
-                                               "bind: '" + t + "' is not numa or none", "bind"));
-         }
-         o.replicas.bind = t == "numa" ? numaserve::supervisor::Bind::kNuma : numaserve::supervisor::Bind::kNone;
-         return Status();
-       }},
-      {"max_restarts", "N", "With replicas: restarts of one worker within 5 minutes before the group stops", "5",
-       [&o](const std::string& t) { return set_unsigned("max_restarts", t, o.max_restarts); }},
-      {"log_level", "LEVEL", "debug, info, warning or error", "info",
-       [&o](const std::string& t) {
-         if (auto level = numaserve::parse_log_level(t); !level) return Status(tl::unexpected(level.error()));
-         o.log_level = t;
-         return Status();
-       }},
-      {"log_format", "FORMAT", "text or json", "text",
-       [&o](const std::string& t) {
-         if (auto format = numaserve::parse_log_format(t); !format) return Status(tl::unexpected(format.error()));
-         o.log_format = t;
-         return Status();
-       }},
-  };
-  return rows;
-}
 
 int fail(const std::string& message) {
   numaserve::log(LogLevel::kError, message);
@@ -348,7 +210,7 @@ int main(int argc, char** argv) {
   ServeOptions options;
 
   auto* serve_cmd = app.add_subcommand("serve", "Serve models over HTTP: POST /predict, KServe v2, /placement, /metrics");
-  numaserve::OptionTable table(serve_options(options));
+  numaserve::OptionTable table(numaserve::serve::serve_options(options));
   table.add_to(*serve_cmd);
 
   auto* demo_cmd = app.add_subcommand("make-demo-models", "Write DIR/ranker_a, DIR/ranker_b and DIR/store.jsonl");

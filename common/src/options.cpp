@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "numaserve/common/quantity.h"
 #include "numaserve/common/text_file.h"
 #include "numaserve/common/yaml_file.h"
 
@@ -140,13 +141,39 @@ std::string OptionTable::markdown() const {
   return out.str();
 }
 
-Status set_unsigned(const std::string& name, const std::string& text, unsigned& target) {
+Status set_string(std::string& target, const std::string& text) {
+  target = text;
+  return {};
+}
+
+Status set_list(std::vector<std::string>& target, const std::string& text) {
+  target.clear();
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const auto comma = text.find(',', start);
+    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!item.empty()) target.push_back(std::move(item));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return {};
+}
+
+Status set_unsigned(const std::string& name, const std::string& text, unsigned& target, unsigned max) {
   unsigned value = 0;
   const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (text.empty() || ec != std::errc() || ptr != text.data() + text.size()) {
     return tl::unexpected(bad_value(name, text, "a whole number"));
   }
+  if (value > max) return tl::unexpected(bad_value(name, text, "a whole number up to " + std::to_string(max)));
   target = value;
+  return {};
+}
+
+Status set_quantity(const std::string& name, const std::string& text, std::uint64_t& target) {
+  auto bytes = parse_quantity(text);
+  if (!bytes) return tl::unexpected(std::move(bytes.error()).with_context(name));
+  target = *bytes;
   return {};
 }
 
@@ -182,8 +209,8 @@ Status set_seconds(const std::string& name, const std::string& text, double& tar
     }
   }
   double value = 0;
-  if (!set_double(name, number, value) || value < 0) {
-    return tl::unexpected(bad_value(name, text, "a duration (30, 30s, 5m, 250ms)"));
+  if (!set_double(name, number, value) || value < 0 || value * scale > kMaxSeconds) {
+    return tl::unexpected(bad_value(name, text, "a duration (30, 30s, 5m, 250ms) up to 1e9 s"));
   }
   target = value * scale;
   return {};

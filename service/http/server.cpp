@@ -5,6 +5,7 @@
 
 #include <array>
 #include <atomic>
+#include <cstring>
 #include <limits>
 #include <mutex>
 #include <thread>
@@ -116,6 +117,98 @@ Reply error_reply(int status, const std::string& message, const std::string& fie
   return reply;
 }
 
+// Beast's request parser over one connection's bytes, with the
+// transport's limits: what a Connection reads requests with, and what
+// frame_requests() runs without a socket (the fuzz target's entry).
+class RequestFramer {
+ public:
+  enum class Step {
+    kNeedMore,    // nothing more without more bytes
+    kProgress,    // consumed some: step again
+    kHeaderDone,  // a request's header is whole; its body follows
+    kRequest,     // a whole request: take() it
+    kRefused,     // refusal(): answer it, then close
+  };
+  struct Refusal {
+    int status = 0;
+    std::string message, field;
+  };
+  struct Taken {
+    Request request;
+    bool keep_alive = true;
+    bool head = false;
+    bool http10 = false;
+  };
+
+  explicit RequestFramer(const ServerConfig& config) : config_(config) {}
+
+  Step step(boost::beast::flat_buffer& buffer) {
+    if (!parser_) {
+      parser_.emplace();
+      parser_->header_limit(static_cast<std::uint32_t>(
+          std::min<std::size_t>(config_.max_header_bytes, std::numeric_limits<std::uint32_t>::max())));
+      parser_->body_limit(config_.max_body_bytes);
+      header_reported_ = false;
+    }
+    error_code ec;
+    const std::size_t used = parser_->put(buffer.data(), ec);
+    buffer.consume(used);
+    if (ec == bhttp::error::need_more) return Step::kNeedMore;
+    if (ec) {
+      if (ec == bhttp::error::header_limit) {
+        refusal_ = {431, "request header larger than the limit of " + std::to_string(config_.max_header_bytes) + " bytes",
+                    "headers"};
+      } else if (ec == bhttp::error::body_limit) {
+        refusal_ = {413, "request body larger than the limit of " + std::to_string(config_.max_body_bytes) + " bytes",
+                    "body"};
+      } else {
+        refusal_ = {400, "malformed HTTP request: " + ec.message(), ""};
+      }
+      parser_.reset();
+      return Step::kRefused;
+    }
+    if (parser_->is_done()) return Step::kRequest;
+    if (parser_->is_header_done() && !header_reported_) {
+      header_reported_ = true;
+      return Step::kHeaderDone;
+    }
+    return used == 0 ? Step::kNeedMore : Step::kProgress;
+  }
+
+  Taken take() {
+    auto message = parser_->release();
+    parser_.reset();
+    Taken taken;
+    taken.keep_alive = message.keep_alive();
+    taken.head = message.method() == bhttp::verb::head;
+    taken.http10 = message.version() < 11;
+    taken.request.method = std::string(message.method_string());
+    taken.request.path = decode_path(message.target());
+    taken.request.body = std::move(message.body());
+    return taken;
+  }
+
+  // After kHeaderDone: the client waits for "100 Continue" before its body.
+  bool expects_continue() const {
+    const auto& message = parser_->get();
+    return message.version() >= 11 && boost::beast::iequals(message[bhttp::field::expect], "100-continue");
+  }
+  std::optional<std::uint64_t> body_remaining() const {
+    if (!parser_) return std::nullopt;
+    const auto remaining = parser_->content_length_remaining();  // a boost::optional
+    return remaining ? std::optional(*remaining) : std::nullopt;
+  }
+  bool mid_request() const { return parser_.has_value(); }
+  const Refusal& refusal() const { return refusal_; }
+  void reset() { parser_.reset(); }
+
+ private:
+  const ServerConfig& config_;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  bool header_reported_ = false;
+  Refusal refusal_;
+};
+
 }  // namespace
 
 class EventLoop;
@@ -177,7 +270,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   tcp::socket socket_;
   boost::beast::flat_buffer buffer_;
-  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  RequestFramer framer_;
   std::string out_head_, out_body_;
   Phase phase_ = Phase::kIdle;
   Clock::time_point since_ = Clock::now();
@@ -265,7 +358,7 @@ class EventLoop {
 // --- Connection ---
 
 Connection::Connection(EventLoop& owner, tcp::socket socket, bool counted)
-    : loop(owner), socket_(std::move(socket)), counted_(counted) {
+    : loop(owner), socket_(std::move(socket)), framer_(owner.server.config), counted_(counted) {
   loop.link(this);
 }
 
@@ -371,9 +464,8 @@ void Connection::got(std::size_t bytes, std::size_t wanted) {
 }
 
 std::size_t Connection::read_size() const {
-  if (phase_ == Phase::kBody && parser_ && parser_->content_length_remaining()) {
-    return std::clamp<std::size_t>(*parser_->content_length_remaining(), kReadBytes, kMaxReadBytes);
-  }
+  const auto remaining = framer_.body_remaining();
+  if (phase_ == Phase::kBody && remaining) return std::clamp<std::size_t>(*remaining, kReadBytes, kMaxReadBytes);
   return kReadBytes;
 }
 
@@ -416,39 +508,22 @@ bool Connection::read() {
 }
 
 void Connection::parse() {
-  if (!parser_) {
-    parser_.emplace();
-    parser_->header_limit(static_cast<std::uint32_t>(
-        std::min<std::size_t>(loop.server.config.max_header_bytes, std::numeric_limits<std::uint32_t>::max())));
-    parser_->body_limit(loop.server.config.max_body_bytes);
-  }
-  error_code ec;
-  const std::size_t used = parser_->put(buffer_.data(), ec);
-  buffer_.consume(used);
-  if (ec == bhttp::error::need_more) {
-    needs_more_ = true;
-  } else if (ec == bhttp::error::header_limit) {
-    reject(431, "request header larger than the limit of " + std::to_string(loop.server.config.max_header_bytes) +
-                    " bytes", "headers");
-  } else if (ec == bhttp::error::body_limit) {
-    reject(413, "request body larger than the limit of " + std::to_string(loop.server.config.max_body_bytes) + " bytes",
-           "body");
-  } else if (ec) {
-    reject(400, "malformed HTTP request: " + ec.message(), "");
-  } else if (parser_->is_done()) {
-    dispatch();
-  } else if (parser_->is_header_done() && phase_ == Phase::kHeader) {
-    header_done();
-  } else if (used == 0) {
-    needs_more_ = true;
+  switch (framer_.step(buffer_)) {
+    case RequestFramer::Step::kNeedMore: needs_more_ = true; break;
+    case RequestFramer::Step::kProgress: break;
+    case RequestFramer::Step::kHeaderDone: header_done(); break;
+    case RequestFramer::Step::kRequest: dispatch(); break;
+    case RequestFramer::Step::kRefused: {
+      const auto& refusal = framer_.refusal();
+      reject(refusal.status, refusal.message, refusal.field);
+      break;
+    }
   }
 }
 
 void Connection::header_done() {
   enter(Phase::kBody, loop.server.config.body_timeout_seconds);
-  const auto& message = parser_->get();
-  if (message.version() >= 11 && buffer_.size() == 0 &&
-      boost::beast::iequals(message[bhttp::field::expect], "100-continue")) {
+  if (buffer_.size() == 0 && framer_.expects_continue()) {
     // The client waits for this before it sends the body. Sent at once: the
     // socket's buffer is empty between a reply and the next request, so a
     // non-blocking write of 25 bytes does not fall short.
@@ -459,19 +534,14 @@ void Connection::header_done() {
 }
 
 void Connection::dispatch() {
-  auto message = parser_->release();
-  parser_.reset();
-  keep_alive_ = message.keep_alive() && !loop.draining;
-  head_ = message.method() == bhttp::verb::head;
-  http10_ = message.version() < 11;
-  Request request;
-  request.method = std::string(message.method_string());
-  request.path = decode_path(message.target());
-  request.body = std::move(message.body());
+  auto taken = framer_.take();
+  keep_alive_ = taken.keep_alive && !loop.draining;
+  head_ = taken.head;
+  http10_ = taken.http10;
   enter(Phase::kHandling, 0);
   bump(loop.counters.requests);
   try {
-    loop.server.handler->on_request(loop.index, std::move(request), Responder(shared_from_this()));
+    loop.server.handler->on_request(loop.index, std::move(taken.request), Responder(shared_from_this()));
   } catch (const std::exception& e) {
     // The Responder it took answered 500 as it unwound.
     log(LogLevel::kError, "request handler failed", {{"error", e.what()}});
@@ -486,7 +556,7 @@ void Connection::send(Reply reply) {
 
 void Connection::reject(int status, const std::string& message, const std::string& field) {
   bump(status == 408 ? loop.counters.timed_out : loop.counters.rejected);
-  parser_.reset();
+  framer_.reset();
   keep_alive_ = false;
   head_ = false;
   http10_ = false;
@@ -625,7 +695,7 @@ void Connection::close() {
   if (phase_ == Phase::kClosed) return;
   phase_ = Phase::kClosed;
   deadline_ = Clock::time_point::max();
-  parser_.reset();
+  framer_.reset();
   error_code ec;
   socket_.close(ec);  // cancels the pending wait, whose handler drops the last reference
   if (counted_) {
@@ -874,5 +944,39 @@ std::vector<LoopStats> Server::stats() const {
 }
 
 std::uint64_t Server::refused_connections() const { return impl_->refused.load(std::memory_order_relaxed); }
+
+Framing frame_requests(std::string_view bytes, const ServerConfig& config, const std::vector<std::size_t>& cuts) {
+  RequestFramer framer(config);
+  boost::beast::flat_buffer buffer;
+  Framing out;
+  std::size_t from = 0;
+  for (std::size_t piece = 0; piece <= cuts.size() && from < bytes.size(); ++piece) {
+    const std::size_t to = piece < cuts.size() ? std::clamp(cuts[piece], from, bytes.size()) : bytes.size();
+    const auto chunk = bytes.substr(from, to - from);
+    from = to;
+    auto room = buffer.prepare(chunk.size());
+    std::memcpy(room.data(), chunk.data(), chunk.size());
+    buffer.commit(chunk.size());
+    for (bool more = true; more;) {
+      switch (framer.step(buffer)) {
+        case RequestFramer::Step::kNeedMore: more = false; break;
+        case RequestFramer::Step::kProgress:
+        case RequestFramer::Step::kHeaderDone: break;
+        case RequestFramer::Step::kRequest: {
+          auto taken = framer.take();
+          out.requests.push_back(std::move(taken.request));
+          if (!taken.keep_alive) return out;  // the connection closes after its reply
+          break;
+        }
+        case RequestFramer::Step::kRefused:
+          out.refusal = framer.refusal().status;
+          out.refusal_field = framer.refusal().field;
+          return out;
+      }
+    }
+  }
+  out.incomplete = framer.mid_request() || buffer.size() > 0;
+  return out;
+}
 
 }  // namespace numaserve::http

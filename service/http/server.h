@@ -24,6 +24,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "http/message.h"
@@ -125,5 +126,18 @@ class Server {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// The transport's request framing without a socket, for tests and fuzzing:
+// the requests a connection reads from `bytes` when they arrive in pieces
+// ending at `cuts` (ascending offsets; none: all at once), with `config`'s
+// limits. It stops where a connection stops reading: at a refusal, after a
+// request that does not keep the connection alive, or where the bytes end.
+struct Framing {
+  std::vector<Request> requests;
+  int refusal = 0;  // 400, 413 or 431: the reply before the close
+  std::string refusal_field;
+  bool incomplete = false;  // bytes of a request not yet whole
+};
+Framing frame_requests(std::string_view bytes, const ServerConfig& config, const std::vector<std::size_t>& cuts = {});
 
 }  // namespace numaserve::http

@@ -12,16 +12,15 @@ namespace {
 
 bool transient(int status) { return status == 429 || status >= 500; }
 
-// The API server explains a refusal in a Status object's message.
-std::string reason(const http::Response& response) {
-  const auto body = nlohmann::json::parse(response.body, nullptr, false);
-  if (body.is_object() && body.contains("message") && body["message"].is_string()) {
-    return body["message"].get<std::string>();
-  }
-  return response.body.substr(0, 200);
-}
-
 }  // namespace
+
+std::string refusal_reason(const std::string& body) {
+  const auto status = nlohmann::json::parse(body, nullptr, false);
+  if (status.is_object() && status.contains("message") && status["message"].is_string()) {
+    return status["message"].get<std::string>();
+  }
+  return body.substr(0, 200);
+}
 
 std::optional<ApiServerConfig> in_cluster_config(const std::filesystem::path& service_account_dir) {
   const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
@@ -77,7 +76,7 @@ Status ApiServer::apply(const std::string& path, const nlohmann::json& object) {
       continue;
     }
     if (response->status >= 200 && response->status < 300) return {};
-    last_error = "PATCH " + path + ": HTTP " + std::to_string(response->status) + ": " + reason(*response);
+    last_error = "PATCH " + path + ": HTTP " + std::to_string(response->status) + ": " + refusal_reason(response->body);
     if (!transient(response->status)) {
       return make_error(Error::Code::kUnavailable, last_error, path);
     }

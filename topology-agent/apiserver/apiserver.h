@@ -34,6 +34,10 @@ struct ApiServerConfig {
 std::optional<ApiServerConfig> in_cluster_config(
     const std::filesystem::path& service_account_dir = "/var/run/secrets/kubernetes.io/serviceaccount");
 
+// What the API server said when it refused: the message of the Status object
+// in `body`, else the first 200 bytes of it.
+std::string refusal_reason(const std::string& body);
+
 class ApiServer {
  public:
   explicit ApiServer(ApiServerConfig config);

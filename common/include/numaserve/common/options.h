@@ -5,7 +5,9 @@
 // environment, the YAML config file, --help and the README's option table,
 // so the four can never disagree. Precedence: default < YAML < env < flag.
 
+#include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -64,9 +66,18 @@ class OptionTable {
 };
 
 // Value parsers for rows, each with an error naming the option.
-Status set_unsigned(const std::string& name, const std::string& text, unsigned& target);
+Status set_string(std::string& target, const std::string& text);
+// A comma-separated list; empty items are dropped.
+Status set_list(std::vector<std::string>& target, const std::string& text);
+Status set_unsigned(const std::string& name, const std::string& text, unsigned& target,
+                    unsigned max = std::numeric_limits<unsigned>::max());
 Status set_double(const std::string& name, const std::string& text, double& target);
 Status set_bool(const std::string& name, const std::string& text, bool& target);
-Status set_seconds(const std::string& name, const std::string& text, double& target);  // "30", "30s", "5m", "250ms"
+// "30", "30s", "5m", "250ms"; at most kMaxSeconds, so that any duration
+// converts to the clocks' integer ticks.
+inline constexpr double kMaxSeconds = 1e9;
+Status set_seconds(const std::string& name, const std::string& text, double& target);
+// A Kubernetes quantity of bytes: "8Mi", "1G", "4096".
+Status set_quantity(const std::string& name, const std::string& text, std::uint64_t& target);
 
 }  // namespace numaserve
