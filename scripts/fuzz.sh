@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# scripts/fuzz.sh — builds numaserve's libFuzzer targets (tests/fuzz/) with
+# clang under ASan and UBSan, in $FUZZ_BUILD_DIR (default build-fuzz/), and
+# runs them. Prints, per target: executions, seconds, edges covered, corpus
+# size, findings; writes $FUZZ_BUILD_DIR/fuzz-results.json. Exit status 1
+# when anything was found: the inputs are in $FUZZ_BUILD_DIR/findings/<target>/
+# (add each to tests/fuzz/regressions/<target>/ with its fix).
+#
+# Usage: scripts/fuzz.sh [TARGET...] [--seconds N | --runs N] [--build-only] [--no-build] [--merge]
+#   --seconds N   run each target for N seconds (default 60)
+#   --runs N      run each target for N executions instead
+#   --build-only  build, run nothing
+#   --no-build    run what is built
+#   --merge       minimize the checked-in seed corpora with what the runs found
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+seconds=60 runs="" build=1 run=1 merge=0 targets=()
+while (($#)); do
+  case $1 in
+    --seconds) seconds=$2; shift 2 ;;
+    --runs) runs=$2; shift 2 ;;
+    --build-only) run=0; shift ;;
+    --no-build) build=0; shift ;;
+    --merge) merge=1; shift ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "scripts/fuzz.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+    *) targets+=("$1"); shift ;;
+  esac
+done
+all=()
+for harness in tests/fuzz/*.cpp; do
+  name=$(basename "$harness" .cpp)
+  [[ $name == replay_main ]] || all+=("$name")
+done
+((${#targets[@]})) || targets=("${all[@]}")
+for t in "${targets[@]}"; do
+  [[ " ${all[*]} " == *" $t "* ]] || { echo "scripts/fuzz.sh: no target $t (targets: ${all[*]})" >&2; exit 2; }
+done
+
+dir=${FUZZ_BUILD_DIR:-build-fuzz}
+if ((build)); then
+  scripts/install-deps.sh fuzz
+  CC=clang-14 CXX=clang++-14 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNUMASERVE_FUZZ=ON \
+    -DNUMASERVE_WITH_TORCH=OFF -DNUMASERVE_BUILD_TESTS=OFF > /dev/null
+  cmake --build "$dir" --parallel "$(nproc)" --target "${targets[@]/#/fuzz_}"
+fi
+((run)) || exit 0
+
+# Seeds kept elsewhere in the tree than tests/fuzz/corpus/<target>.
+extra_seeds() {
+  case $1 in
+    hwloc_xml) echo tests/fixtures/topologies/xml ;;
+  esac
+}
+max_len() {
+  case $1 in
+    hwloc_xml) echo 262144 ;;
+    *) echo 65536 ;;
+  esac
+}
+
+results=()
+found=0
+for t in "${targets[@]}"; do
+  work=$dir/corpus/$t findings=$dir/findings/$t log=$dir/logs/$t.log
+  mkdir -p "$work" "$findings" "$(dirname "$log")"
+  limit=(-max_total_time="$seconds")
+  [[ -n $runs ]] && limit=(-runs="$runs")
+  # The work corpus first: new inputs go there, the checked-in seeds stay as they are.
+  # shellcheck disable=SC2046
+  "$dir/tests/fuzz/fuzz_$t" "${limit[@]}" -timeout=2 -rss_limit_mb=2048 -max_len="$(max_len "$t")" \
+    -print_final_stats=1 -artifact_prefix="$findings/" "$work" "tests/fuzz/corpus/$t" $(extra_seeds "$t") \
+    > "$log" 2>&1 || true
+  executed=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  took=$(sed -n 's/.*Done [0-9]* runs in \([0-9]*\) second.*/\1/p' "$log" | tail -1)
+  edges=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+  corpus=$(find "$work" -type f | wc -l)
+  crashes=$(find "$findings" -type f | wc -l)
+  ((crashes == 0)) || found=1
+  printf '%-20s %10s runs %6ss  %6s edges  %6s inputs  %s\n' "$t" "${executed:-?}" "${took:-?}" "${edges:-?}" \
+    "$corpus" "$( ((crashes)) && echo "$crashes FOUND: $findings (log $log)" || echo "no finding")"
+  results+=("$(jq -nc --arg t "$t" --arg runs "${executed:-0}" --arg secs "${took:-0}" --arg edges "${edges:-0}" \
+    --argjson corpus "$corpus" --argjson findings "$crashes" \
+    '{target: $t, runs: ($runs | tonumber), seconds: ($secs | tonumber), edges: ($edges | tonumber),
+      corpus: $corpus, findings: $findings}')")
+  if ((merge)); then
+    minimal=$(mktemp -d)
+    "$dir/tests/fuzz/fuzz_$t" -merge=1 -max_len="$(max_len "$t")" "$minimal" "tests/fuzz/corpus/$t" "$work" \
+      >> "$log" 2>&1
+    rm -rf "tests/fuzz/corpus/$t"
+    mv "$minimal" "tests/fuzz/corpus/$t"
+  fi
+done
+printf '%s\n' "${results[@]}" | jq -s . > "$dir/fuzz-results.json"
+echo "results: $dir/fuzz-results.json"
+exit "$found"

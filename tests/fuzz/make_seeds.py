@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Writes the fuzz targets' seed corpora (tests/fuzz/corpus/<target>/) from
+the repository's own fixtures and the requests the API tests send, so every
+seed says where it came from. Run once; afterwards `scripts/fuzz.sh --merge`
+keeps each corpus minimal. Usage: tests/fuzz/make_seeds.py"""
+import json
+import pathlib
+
+HERE = pathlib.Path(__file__).resolve().parent
+FIXTURES = HERE.parent / "fixtures"
+
+
+def seeds(target, items):
+    out = HERE / "corpus" / target
+    out.mkdir(parents=True, exist_ok=True)
+    for name, data in items:
+        (out / name).write_bytes(data if isinstance(data, bytes) else data.encode())
+
+
+def http_request(method, path, body=b"", extra=""):
+    head = f"{method} {path} HTTP/1.1\r\nHost: numaserve\r\n{extra}"
+    if body:
+        head += f"Content-Length: {len(body)}\r\n"
+    return head.encode() + b"\r\n" + body
+
+
+# The service: the API tests' /predict bodies.
+predict = {"request_id": "r-1", "user": {"id": "u3", "features": {"age": 40}},
+           "context": {"hour": 21, "device": "android"},
+           "items": [{"id": "i1"}, {"id": "i42", "features": {"price": 9.5, "tags": ["t1", "t2"]}},
+                     {"id": "not-in-store"}]}
+seeds("predict_body", [
+    ("full.json", json.dumps(predict)),
+    ("model.json", '{"model": "ranker_b", "user": {"id": "u1"}, "items": [{"id": "i1"}]}'),
+    ("numbers.json", '{"user": {"id": 7}, "items": [{"id": 2, "features": {"price": 1e-3, "hour": -3}}]}'),
+    ("bad-type.json", '{"user": {"id": [1]}, "items": [{"id": "i1"}]}'),
+    ("escapes.json", '{"user": {"id": "\\u00e9\\ud83d\\ude00"}, "items": [{"id": "a\\"b"}]}'),
+])
+
+# An infer body for tests/fixtures/features/model.yaml: dense [2, 3] (age,
+# price, hour) and an embedding bag per id feature.
+bags = [("user_id", [3, 7], [0, 1]), ("user_country", [1, 2], [0, 1]), ("item_id", [10, 4999], [0, 1]),
+        ("item_tags", [1, 2, 63], [0, 2])]
+inputs = [{"name": "dense", "datatype": "FP32", "shape": [2, 3], "data": [40, 9.5, 12, 31, 0, 7]}]
+for stem, indices, offsets in bags:
+    inputs.append({"name": stem + "_indices", "datatype": "INT64", "shape": [len(indices)], "data": indices})
+    inputs.append({"name": stem + "_offsets", "datatype": "INT64", "shape": [2], "data": offsets})
+seeds("infer_body", [("two-rows.json", json.dumps({"id": "v2-1", "inputs": inputs}))])
+
+# The transport: a cut byte, then requests as clients send them.
+body = json.dumps(predict).encode()
+seeds("http_framing", [
+    ("pipelined", b"\x07" + http_request("POST", "/predict", body) + http_request("GET", "/healthz") +
+     http_request("GET", "/v2/models/ranker_a%2Fx?verbose=1")),
+    ("chunked", b"\x03" + b"POST /predict HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"),
+    ("expect", b"\x01" + http_request("POST", "/predict", b"{}", "Expect: 100-continue\r\n")),
+    ("http10", b"\x05GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET / HTTP/1.0\r\n\r\n"),
+])
+
+seeds("model_spec", [("tiny_ranker.yaml", (FIXTURES / "features" / "model.yaml").read_bytes())])
+seeds("store_line", [("store.jsonl", (FIXTURES / "features" / "store.jsonl").read_bytes())])
+seeds("service_options", [
+    ("demo.yaml", (HERE.parent.parent / "docker" / "demo.yaml").read_bytes()),
+    ("many.yaml", "port: 8080\nworkers: 2\nqueue_capacity: 128\nmax_queue_delay: 250ms\nmax_body_bytes: 8Mi\n"
+                  "header_timeout: 10s\nidle_timeout: 1m\nbind: numa\nlog_format: json\nmodel_dir: [a, b]\n"),
+])
+
+# The agent: the kubelet fixtures, behind the byte that picks the decoder.
+kubelet = []
+for case in sorted((FIXTURES / "kubelet").iterdir()):
+    for selector, name in ((0, "config.yaml"), (1, "cpu_manager_state"), (2, "memory_manager_state")):
+        if (case / name).exists():
+            kubelet.append((f"{case.name}-{name}", bytes([selector]) + (case / name).read_bytes()))
+seeds("kubelet_files", kubelet)
+seeds("apiserver_response", [
+    ("status.json", '{"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "noderesourcetopologies.topology.node.k8s.io is forbidden", "reason": "Forbidden", "code": 403}'),
+    ("html.txt", "<html><body>502 Bad Gateway</body></html>"),
+])
+seeds("agent_options", [("agent.yaml", "interval: 30s\nport: 9300\nhints_dir: /hints\nreserved_cores_per_node: 1\n"
+                                       "kube_reserved_memory: 1Gi\npod_memory_fraction: 0.9\noneshot: false\n")])
+
+# Common: what /sys, /proc and hwloc say.
+seeds("cpu_set", [(f"s{i}", s) for i, s in enumerate(
+    ["0-3,8,10-11", "0", "", "\n", "ff,00000001", "0x3,0xffffffff", "1-0", "0-65535", "00000000,00000000,00000010"])])
+seeds("quantity", [(f"q{i}", s) for i, s in enumerate(["8Mi", "1.5G", "100e6", "1Ki", "0", "12345", "2Ei", "1m"])])
+seeds("numa_maps", [("linux-6.1", "55d0c5a00000 default file=/usr/bin/numaserve mapped=12 N0=12 kernelpagesize_kB=4\n"
+                                  "7f3a40000000 bind:1 anon=16384 dirty=16384 N1=16384 kernelpagesize_kB=4\n"
+                                  "7f3b00000000 default file=/dev/hugepages/w huge dirty=2 N0=2 kernelpagesize_kB=2048\n")])
+trees = []
+for case in sorted((FIXTURES / "cgroup").iterdir()):
+    if case.is_dir():
+        records = [str(f.relative_to(case)).encode() + b"\x1f" + f.read_bytes()
+                   for f in sorted(case.rglob("*")) if f.is_file()]
+        trees.append((case.name, b"\x1e".join(records)))
+seeds("placement", trees)
+# hwloc_xml's seeds are tests/fixtures/topologies/xml itself (scripts/fuzz.sh
+# and the replay test read them there), not copies.
