@@ -17,6 +17,17 @@ std::string default_node_name() {
 
 namespace {
 
+// A share: more than 0, at most 1.
+Status set_fraction(const std::string& name, const std::string& text, double& target) {
+  double value = 0;
+  if (auto parsed = set_double(name, text, value); !parsed) return parsed;
+  if (!(value > 0 && value <= 1)) {
+    return make_error(Error::Code::kInvalidArgument, name + ": '" + text + "' is not a share (0 < F <= 1)", name);
+  }
+  target = value;
+  return {};
+}
+
 // Every option of the agent, once, with the groups that take it.
 struct Row {
   int groups;
@@ -46,7 +57,7 @@ std::vector<Row> agent_options(AgentOptions& o) {
       {kPlan, {"eviction_hard_memory", "QUANTITY", "evictionHard memory.available", format_quantity(p.eviction_hard_memory),
                [&p](const std::string& t) { return numaserve::set_quantity("eviction_hard_memory", t, p.eviction_hard_memory); }}},
       {kPlan, {"pod_memory_fraction", "F", "Share of a NUMA node's allocatable memory one replica requests", "0.9",
-               [&p](const std::string& t) { return numaserve::set_double("pod_memory_fraction", t, p.pod_memory_fraction); }}},
+               [&p](const std::string& t) { return set_fraction("pod_memory_fraction", t, p.pod_memory_fraction); }}},
       {kPlan, {"replicas_per_numa_node", "N", "Replicas sharing one NUMA node", "1",
                [&p](const std::string& t) { return numaserve::set_unsigned("replicas_per_numa_node", t, p.replicas_per_node); }}},
       {kPlan | kRun, {"node_name", "NAME", "Kubernetes node name (NUMASERVE_NODE_NAME or NODE_NAME; default the host name)",
