@@ -149,6 +149,20 @@ class RequestFramer {
           std::min<std::size_t>(config_.max_header_bytes, std::numeric_limits<std::uint32_t>::max())));
       parser_->body_limit(config_.max_body_bytes);
       header_reported_ = false;
+      scanned_ = 0;
+    }
+    // A header goes to Beast whole (or once it passes the limit, to be
+    // refused): given the part that has arrived, Beast refuses a malformed
+    // line at once, but once it has asked for more it waits for the end of
+    // the header before it looks again — so the same bytes were a 400 or a
+    // wait for the deadline depending on how they were cut (fuzz_http_framing).
+    if (!header_reported_) {
+      const std::string_view bytes(static_cast<const char*>(buffer.data().data()), buffer.size());
+      if (bytes.size() < config_.max_header_bytes &&
+          bytes.find("\r\n\r\n", scanned_ >= 3 ? scanned_ - 3 : 0) == std::string_view::npos) {
+        scanned_ = bytes.size();
+        return Step::kNeedMore;
+      }
     }
     error_code ec;
     const std::size_t used = parser_->put(buffer.data(), ec);
@@ -206,6 +220,7 @@ class RequestFramer {
   const ServerConfig& config_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   bool header_reported_ = false;
+  std::size_t scanned_ = 0;  // bytes of the header searched for its end so far
   Refusal refusal_;
 };
 
