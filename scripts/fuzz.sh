@@ -64,6 +64,7 @@ results=()
 found=0
 for t in "${targets[@]}"; do
   work=$dir/corpus/$t findings=$dir/findings/$t log=$dir/logs/$t.log
+  rm -rf "$findings"  # this run's findings only; the work corpus carries over
   mkdir -p "$work" "$findings" "$(dirname "$log")"
   limit=(-max_total_time="$seconds")
   [[ -n $runs ]] && limit=(-runs="$runs")
@@ -74,7 +75,7 @@ for t in "${targets[@]}"; do
     > "$log" 2>&1 || true
   executed=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   took=$(sed -n 's/.*Done [0-9]* runs in \([0-9]*\) second.*/\1/p' "$log" | tail -1)
-  edges=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+  edges=$(sed -n 's/.*cov: \([0-9]*\).*/\1/p' "$log" | tail -1)
   corpus=$(find "$work" -type f | wc -l)
   crashes=$(find "$findings" -type f | wc -l)
   ((crashes == 0)) || found=1

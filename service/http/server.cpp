@@ -167,6 +167,13 @@ class RequestFramer {
     error_code ec;
     const std::size_t used = parser_->put(buffer.data(), ec);
     buffer.consume(used);
+    // The whole header is here and Beast wants more of it: it is malformed
+    // in a way Beast cannot tell before more bytes come (a request line
+    // ending in a version shorter than "HTTP/1.1"), and would wait for the
+    // deadline for a header end that has already passed.
+    if (ec == bhttp::error::need_more && !header_reported_ && !parser_->is_header_done()) {
+      ec = bhttp::error::bad_version;
+    }
     if (ec == bhttp::error::need_more) return Step::kNeedMore;
     if (ec) {
       if (ec == bhttp::error::header_limit) {
