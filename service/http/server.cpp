@@ -145,21 +145,30 @@ class RequestFramer {
   Step step(boost::beast::flat_buffer& buffer) {
     if (!parser_) {
       parser_.emplace();
-      parser_->header_limit(static_cast<std::uint32_t>(
-          std::min<std::size_t>(config_.max_header_bytes, std::numeric_limits<std::uint32_t>::max())));
+      // The framer enforces the header limit itself (below): Beast counts
+      // it from where a put() starts, so its own limit depends on the cuts.
+      parser_->header_limit(std::numeric_limits<std::uint32_t>::max());
       parser_->body_limit(config_.max_body_bytes);
       header_reported_ = false;
       scanned_ = 0;
     }
-    // A header goes to Beast whole (or once it passes the limit, to be
-    // refused): given the part that has arrived, Beast refuses a malformed
-    // line at once, but once it has asked for more it waits for the end of
-    // the header before it looks again — so the same bytes were a 400 or a
-    // wait for the deadline depending on how they were cut (fuzz_http_framing).
+    // A header goes to Beast whole: given the part that has arrived, Beast
+    // refuses a malformed line at once, but once it has asked for more it
+    // waits for the end of the header before it looks again — so the same
+    // bytes were a 400 or a wait for the deadline depending on how they were
+    // cut (fuzz_http_framing). The limit counts the whole header, request
+    // line and final blank line included.
     if (!header_reported_) {
       const std::string_view bytes(static_cast<const char*>(buffer.data().data()), buffer.size());
-      if (bytes.size() < config_.max_header_bytes &&
-          bytes.find("\r\n\r\n", scanned_ >= 3 ? scanned_ - 3 : 0) == std::string_view::npos) {
+      const auto end = bytes.find("\r\n\r\n", scanned_ >= 3 ? scanned_ - 3 : 0);
+      const std::size_t header_bytes = end == std::string_view::npos ? bytes.size() : end + 4;
+      if (header_bytes > config_.max_header_bytes) {
+        refusal_ = {431, "request header larger than the limit of " + std::to_string(config_.max_header_bytes) + " bytes",
+                    "headers"};
+        parser_.reset();
+        return Step::kRefused;
+      }
+      if (end == std::string_view::npos) {
         scanned_ = bytes.size();
         return Step::kNeedMore;
       }
@@ -176,10 +185,7 @@ class RequestFramer {
     }
     if (ec == bhttp::error::need_more) return Step::kNeedMore;
     if (ec) {
-      if (ec == bhttp::error::header_limit) {
-        refusal_ = {431, "request header larger than the limit of " + std::to_string(config_.max_header_bytes) + " bytes",
-                    "headers"};
-      } else if (ec == bhttp::error::body_limit) {
+      if (ec == bhttp::error::body_limit) {
         refusal_ = {413, "request body larger than the limit of " + std::to_string(config_.max_body_bytes) + " bytes",
                     "body"};
       } else {
