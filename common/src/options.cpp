@@ -103,7 +103,9 @@ Status OptionTable::apply_yaml(const std::string& yaml, const std::string& file)
   if (root.IsNull()) return {};
   if (!root.IsMap()) return make_error(Error::Code::kInvalidArgument, file + ": want a map of options", file);
   for (const auto& entry : root) {
-    const std::string key = entry.first.as<std::string>();
+    auto name = yaml_key(file, entry.first);
+    if (!name) return tl::unexpected(name.error());
+    const std::string& key = *name;
     const std::string where = yaml_location(file, entry.first);
     const auto row = std::find_if(rows_.begin(), rows_.end(), [&](const OptionSpec& r) { return r.name == key; });
     if (row == rows_.end()) {

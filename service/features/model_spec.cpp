@@ -44,7 +44,11 @@ Result<FeatureValue> default_for(const YAML::Node& node, Kind kind, const std::s
   if (kind == Kind::kId && node.IsScalar()) return FeatureValue(node.as<std::string>());
   if (kind == Kind::kIdList && node.IsSequence()) {
     std::vector<std::string> ids;
-    for (const auto& id : node) ids.push_back(id.as<std::string>());
+    for (const auto& id : node) {
+      auto text = yaml_text(id);
+      if (!text) return tl::unexpected(bad(file, id, field, "want a list of ids"));
+      ids.push_back(std::move(*text));
+    }
     return FeatureValue(ids);
   }
   return tl::unexpected(bad(file, node, field, kind == Kind::kId ? "want an id" : "want a list of ids"));
@@ -56,8 +60,9 @@ Result<FeatureSpec> parse_feature(const YAML::Node& node, const ModelSpec& model
                                               "mean", "std", "clip", "default"};
   if (!node.IsMap()) return tl::unexpected(bad(file, node, field, "want a map"));
   for (const auto& entry : node) {
-    const auto key = entry.first.as<std::string>();
-    if (!kKeys.contains(key)) return tl::unexpected(bad(file, entry.first, field + "." + key, "unknown key"));
+    auto key = yaml_key(file, entry.first);
+    if (!key) return tl::unexpected(key.error());
+    if (!kKeys.contains(*key)) return tl::unexpected(bad(file, entry.first, field + "." + *key, "unknown key"));
   }
   FeatureSpec f;
   if (!node["name"] || !node["name"].IsScalar() || node["name"].as<std::string>().empty()) {
@@ -103,11 +108,12 @@ Result<FeatureSpec> parse_feature(const YAML::Node& node, const ModelSpec& model
       f.clip_high = *high;
     }
   } else {
-    if (!node["table"] || !model.tables.contains(node["table"].as<std::string>())) {
+    const auto table = yaml_text(node["table"]);
+    if (!table || !model.tables.contains(*table)) {
       return tl::unexpected(bad(file, node["table"] ? node["table"] : node, field + ".table",
                                 "want one of the model's tables"));
     }
-    f.table = node["table"].as<std::string>();
+    f.table = *table;
     if (node["max_len"]) {
       if (f.kind != Kind::kIdList) {
         return tl::unexpected(bad(file, node["max_len"], field + ".max_len", "only id_list features have one"));
@@ -168,8 +174,9 @@ Result<ModelSpec> parse_model_spec(const std::string& yaml, const std::string& f
   if (!root.IsMap()) return make_error(Error::Code::kInvalidArgument, file + ": want a map", file);
   static const std::set<std::string> kKeys = {"name", "version", "hash_seed", "tables", "features", "output"};
   for (const auto& entry : root) {
-    const auto key = entry.first.as<std::string>();
-    if (!kKeys.contains(key)) return tl::unexpected(bad(file, entry.first, key, "unknown key"));
+    auto key = yaml_key(file, entry.first);
+    if (!key) return tl::unexpected(key.error());
+    if (!kKeys.contains(*key)) return tl::unexpected(bad(file, entry.first, *key, "unknown key"));
   }
   ModelSpec model;
   for (auto [key, target] : {std::pair{"name", &model.name}, std::pair{"version", &model.version}}) {
@@ -190,7 +197,9 @@ Result<ModelSpec> parse_model_spec(const std::string& yaml, const std::string& f
   if (tables && !tables.IsMap()) return tl::unexpected(bad(file, tables, "tables", "want a map of name: rows"));
   if (tables) {
     for (const auto& entry : tables) {
-      const std::string name = entry.first.as<std::string>();
+      auto key = yaml_key(file, entry.first);
+      if (!key) return tl::unexpected(key.error());
+      const std::string& name = *key;
       std::uint64_t rows = 0;
       try {
         rows = entry.second.as<std::uint64_t>();

@@ -67,7 +67,9 @@ Result<std::map<std::string, std::string>> string_map(const YAML::Node& map, con
       return make_error(Error::Code::kInvalidArgument,
                         yaml_location(file, entry.second) + ": " + key + " values must be strings", key);
     }
-    out[entry.first.as<std::string>()] = entry.second.as<std::string>();
+    auto name = yaml_key(file, entry.first);
+    if (!name) return tl::unexpected(name.error());
+    out[*name] = entry.second.as<std::string>();
   }
   return out;
 }
@@ -99,7 +101,9 @@ Result<KubeletConfig> parse_kubelet_config(std::string_view yaml, const std::str
   }
   KubeletConfig out;
   for (const auto& entry : root) {
-    const std::string key = entry.first.as<std::string>();
+    auto name = yaml_key(file, entry.first);
+    if (!name) return tl::unexpected(name.error());
+    const std::string& key = *name;
     if (std::find(std::begin(kKnownFields), std::end(kKnownFields), key) == std::end(kKnownFields)) {
       out.unknown_fields.push_back(key + " (line " + std::to_string(entry.first.Mark().line + 1) + ")");
     }

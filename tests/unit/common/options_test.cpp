@@ -136,6 +136,10 @@ TEST(Options, BadValuesNameOptionAndSource) {
   EXPECT_FALSE(table.apply_yaml("workers: [1, 2]\n", "a.yaml").has_value());
   EXPECT_FALSE(table.apply_yaml("- workers\n", "a.yaml").has_value());
   EXPECT_FALSE(table.apply_yaml("workers: 1\n  bad indent: [\n", "a.yaml").has_value());
+  // YAML allows a list or a map as a key; yaml-cpp throws when it is read as text.
+  auto complex_key = table.apply_yaml("workers: 1\n? [a, b]\n: 2\n", "a.yaml");
+  ASSERT_FALSE(complex_key.has_value());
+  EXPECT_EQ(complex_key.error().message, "a.yaml line 2: a key must be a name, not a list or a map");
 }
 
 TEST(Options, Durations) {
