@@ -42,5 +42,23 @@ TEST(NumaMaps, BadLinesNameTheLineAndToken) {
   EXPECT_EQ(bad_counter.error().field, "N1=x");
 }
 
+// What the kernel cannot have written: refused rather than turned into a
+// byte count that is zero or wraps (found by fuzz_numa_maps).
+TEST(NumaMaps, ImpossibleSizesAndCountsAreRefused) {
+  for (const char* line : {"7f00 default N0=1 kernelpagesize_kB=0\n", "7f00 default N0=1 kernelpagesize_kB=x\n",
+                           "7f00 default N0=1 kernelpagesize_kB=33554432\n", "7f00 default N0=1 N0=2\n",
+                           "7f00 default N0=36028797018963968 kernelpagesize_kB=4\n",
+                           "7f00 default N0=9007199254740992 N1=9007199254740992 kernelpagesize_kB=4\n"}) {
+    const auto maps = parse_numa_maps(line);
+    ASSERT_FALSE(maps.has_value()) << line;
+    EXPECT_NE(maps.error().message.find("line 1"), std::string::npos) << maps.error().message;
+  }
+  // Each line fits; together they would not.
+  std::string many;
+  for (int i = 0; i < 3; ++i) many += "7f00 default N0=17592186044416 kernelpagesize_kB=4\n";
+  EXPECT_FALSE(parse_numa_maps(many).has_value());
+  EXPECT_TRUE(parse_numa_maps("7f00 default N0=17592186044416 kernelpagesize_kB=4\n").has_value());
+}
+
 }  // namespace
 }  // namespace numaserve
