@@ -47,8 +47,10 @@ if ((build)); then
 fi
 ((run)) || exit 0
 
-# Seeds kept elsewhere in the tree than tests/fuzz/corpus/<target>.
-extra_seeds() {
+# Seed directories: tests/fuzz/corpus/<target> where it exists, and seeds
+# kept elsewhere in the tree (the topology fixtures).
+seeds() {
+  [[ -d tests/fuzz/corpus/$1 ]] && echo "tests/fuzz/corpus/$1"
   case $1 in
     hwloc_xml) echo tests/fixtures/topologies/xml ;;
   esac
@@ -71,7 +73,7 @@ for t in "${targets[@]}"; do
   # The work corpus first: new inputs go there, the checked-in seeds stay as they are.
   # shellcheck disable=SC2046
   "$dir/tests/fuzz/fuzz_$t" "${limit[@]}" -timeout=2 -rss_limit_mb=2048 -max_len="$(max_len "$t")" \
-    -print_final_stats=1 -artifact_prefix="$findings/" "$work" "tests/fuzz/corpus/$t" $(extra_seeds "$t") \
+    -print_final_stats=1 -artifact_prefix="$findings/" "$work" $(seeds "$t") \
     > "$log" 2>&1 || true
   executed=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   took=$(sed -n 's/.*Done [0-9]* runs in \([0-9]*\) second.*/\1/p' "$log" | tail -1)
@@ -87,7 +89,8 @@ for t in "${targets[@]}"; do
       corpus: $corpus, findings: $findings}')")
   if ((merge)); then
     minimal=$(mktemp -d)
-    "$dir/tests/fuzz/fuzz_$t" -merge=1 -max_len="$(max_len "$t")" "$minimal" "tests/fuzz/corpus/$t" "$work" \
+    # shellcheck disable=SC2046
+    "$dir/tests/fuzz/fuzz_$t" -merge=1 -max_len="$(max_len "$t")" "$minimal" $(seeds "$t") "$work" \
       >> "$log" 2>&1
     rm -rf "tests/fuzz/corpus/$t"
     mv "$minimal" "tests/fuzz/corpus/$t"
