@@ -1,9 +1,16 @@
 #include "numaserve/common/topology.h"
 
 #include <hwloc.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <csignal>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -56,6 +63,69 @@ class ScopedFsRoot {
   std::optional<std::string> old_;
 };
 
+// hwloc 2.9's XML import (its own parser; Debian's libxml2 plugin is not
+// installed) trusts what it reads: a truncated file ("<topology version=")
+// or an object without one of its sets dereferences NULL inside
+// hwloc_topology_load (fuzz_hwloc_xml). An XML file comes from an operator
+// or a capture, not from the kernel, so it is loaded once in a child first:
+// a child that dies or hangs becomes an error naming the file, not a crash
+// of the agent, and a file hwloc refuses is refused without loading it
+// here (hwloc leaks the objects of a load that fails). Loading twice costs a
+// few milliseconds, once per file.
+Status load_xml_in_child(const std::string& file) {
+  constexpr unsigned kSeconds = 1;  // an export of thousands of CPUs loads in milliseconds
+  const pid_t child = ::fork();
+  if (child < 0) return make_error(Error::Code::kInternal, "fork to check " + file + " failed", file);
+  if (child == 0) {
+    // Die of the signal itself: a sanitizer's or fuzzer's handler would
+    // report the parent's input as its own finding.
+    for (const int sig : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL, SIGALRM}) std::signal(sig, SIG_DFL);
+    ::alarm(kSeconds);
+    // hwloc sizes its sets by the largest number in the file, and a PU
+    // without an os_index counts as number 2^32 - 1: half a GiB of set and
+    // a second of memset (fuzz_hwloc_xml). Real exports need a few MiB.
+    if (std::ifstream statm("/proc/self/statm"); statm) {
+      std::uint64_t pages = 0;
+      statm >> pages;
+      const std::uint64_t cap = pages * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE)) + (std::uint64_t{256} << 20);
+      const rlimit limit{cap, cap};
+      ::setrlimit(RLIMIT_AS, &limit);
+    }
+    hwloc_topology_t raw = nullptr;
+    const bool loaded = hwloc_topology_init(&raw) == 0 && hwloc_topology_set_xml(raw, file.c_str()) == 0 &&
+                        hwloc_topology_set_flags(raw, HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED) == 0 &&
+                        hwloc_topology_load(raw) == 0;
+    if (!loaded) ::_exit(1);
+    const auto bounded = [](hwloc_const_bitmap_t set) {
+      return hwloc_bitmap_weight(set) >= 0 && hwloc_bitmap_last(set) <= static_cast<int>(CpuSet::kMaxId);
+    };
+    const bool numbered = bounded(hwloc_topology_get_complete_cpuset(raw)) &&
+                          bounded(hwloc_topology_get_complete_nodeset(raw));
+    ::_exit(numbered ? 0 : 2);
+  }
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0) {
+    if (errno != EINTR) return make_error(Error::Code::kInternal, "waiting for the check of " + file + " failed", file);
+  }
+  if (WIFSIGNALED(status)) {
+    return make_error(Error::Code::kInvalidArgument,
+                      WTERMSIG(status) == SIGALRM
+                          ? "hwloc did not finish reading " + file + " within " + std::to_string(kSeconds) + " s"
+                          : "hwloc crashed reading " + file + " (signal " + std::to_string(WTERMSIG(status)) +
+                                "): not a well-formed hwloc XML export",
+                      file);
+  }
+  if (WEXITSTATUS(status) == 2) {
+    return make_error(Error::Code::kInvalidArgument,
+                      "hwloc XML " + file + " numbers a CPU or node above " + std::to_string(CpuSet::kMaxId), file);
+  }
+  if (WEXITSTATUS(status) != 0) {
+    return make_error(Error::Code::kInvalidArgument,
+                      "hwloc could not load hwloc XML " + file + " (not an hwloc XML topology of format 2.x?)", file);
+  }
+  return {};
+}
+
 Result<TopologyPtr> load_hwloc(const TopologySource& source) {
   hwloc_topology_t raw = nullptr;
   if (hwloc_topology_init(&raw) != 0) {
@@ -74,6 +144,7 @@ Result<TopologyPtr> load_hwloc(const TopologySource& source) {
     case TopologySource::Kind::kXml: {
       auto readable = read_text_file(source.value);
       if (!readable) return tl::unexpected(std::move(readable.error()).with_context("hwloc XML"));
+      if (auto checked = load_xml_in_child(source.value); !checked) return tl::unexpected(checked.error());
       if (hwloc_topology_set_xml(raw, source.value.c_str()) != 0) {
         return make_error(Error::Code::kInvalidArgument,
                           "cannot use " + source.value + " as an hwloc XML topology", source.value);
@@ -102,11 +173,7 @@ Result<TopologyPtr> load_hwloc(const TopologySource& source) {
       break;
   }
   if (hwloc_topology_load(raw) != 0) {
-    const char* hint = source.kind == TopologySource::Kind::kXml
-                           ? " (not an hwloc XML topology of format 2.x?)"
-                           : "";
-    return make_error(Error::Code::kInvalidArgument,
-                      "hwloc could not load " + source.describe() + hint, source.value);
+    return make_error(Error::Code::kInvalidArgument, "hwloc could not load " + source.describe(), source.value);
   }
   return topo;
 }
@@ -283,6 +350,19 @@ unsigned Topology::threads_per_core() const {
   return static_cast<unsigned>(most);
 }
 
+namespace {
+
+// The first os_index that a sorted list of nodes or packages repeats.
+template <typename Object>
+std::optional<unsigned> first_repeated(const std::vector<Object>& sorted) {
+  const auto at = std::adjacent_find(sorted.begin(), sorted.end(),
+                                     [](const Object& a, const Object& b) { return a.os_index == b.os_index; });
+  if (at == sorted.end()) return std::nullopt;
+  return at->os_index;
+}
+
+}  // namespace
+
 Result<Topology> discover_topology(const TopologySource& source) {
   auto loaded = load_hwloc(source);
   if (!loaded) return tl::unexpected(loaded.error());
@@ -335,6 +415,17 @@ Result<Topology> discover_topology(const TopologySource& source) {
   }
   std::sort(out.packages.begin(), out.packages.end(),
             [](const Package& a, const Package& b) { return a.os_index < b.os_index; });
+  // The kernel numbers its nodes and packages uniquely, and everything
+  // downstream is keyed by those numbers; only an edited or damaged XML
+  // file repeats one, and hwloc takes it as it is (fuzz_hwloc_xml).
+  if (auto repeated = first_repeated(out.nodes)) {
+    return make_error(Error::Code::kInvalidArgument,
+                      source.describe() + ": NUMA node " + std::to_string(*repeated) + " appears twice", source.value);
+  }
+  if (auto repeated = first_repeated(out.packages)) {
+    return make_error(Error::Code::kInvalidArgument,
+                      source.describe() + ": package " + std::to_string(*repeated) + " appears twice", source.value);
+  }
   out.distances = discover_distances(topo);
   if (const auto root = sysfs_root_of(source)) out.offline_nodes |= discover_offline_nodes(*root);
   return out;
