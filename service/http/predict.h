@@ -1,11 +1,12 @@
 #pragma once
 // POST /predict as plain types: what a request says and what the reply
-// carries. JSON conversion lives beside them in predict_json.cpp; the HTTP
-// server (cpp-httplib) will be the only file that sees sockets.
+// carries. JSON conversion lives beside them in predict_json.cpp; the
+// transport (server.cpp) is the only file that sees sockets.
 
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "features/extract.h"
@@ -30,5 +31,11 @@ struct RequestLimits {
   std::size_t max_features_per_entity = 256;
   std::size_t max_list_length = 1024;
 };
+
+// How a refusal names a member the client chose the key of: "parent.key",
+// or parent["key"] (JSON-quoted) when the key is empty or holds a '.', '['
+// or '"', so the field a refusal names is never empty or ambiguous. Both
+// codecs (/predict and KServe v2) name members this way.
+std::string member_field(std::string_view parent, std::string_view key);
 
 }  // namespace numaserve::http

@@ -91,10 +91,10 @@ class RequestReader {
     Frame& f = stack_.back();
     if (f.in == In::kRoot && name != "model" && name != "request_id" && name != "user" && name != "context" &&
         name != "items") {
-      return fail(bad(std::string(name), "unknown field"));
+      return fail(bad(member_field("", name), "unknown field"));
     }
     if (f.in == In::kEntity) {
-      if (name != "id" && name != "features") return fail(bad(f.entity.str() + "." + std::string(name), "unknown field"));
+      if (name != "id" && name != "features") return fail(bad(member_field(f.entity.str(), name), "unknown field"));
       if (name == "id") f.saw_id = true;
     }
     if (f.in == In::kFeatures && ++f.count > limits_.max_features_per_entity) {
@@ -179,14 +179,14 @@ class RequestReader {
     switch (kind) {
       case Kind::kInteger:
       case Kind::kFloat:
-        if (!std::isfinite(number_)) return fail(bad(f.path + "." + f.key, "want a finite number"));
+        if (!std::isfinite(number_)) return fail(bad(member_field(f.path, f.key), "want a finite number"));
         features.insert_or_assign(std::move(f.key), features::FeatureValue(number_));
         return true;
       case Kind::kString:
         features.insert_or_assign(std::move(f.key), features::FeatureValue(std::string(text_)));
         return true;
       case Kind::kArray: {
-        const std::string path = f.path + "." + f.key;
+        const std::string path = member_field(f.path, f.key);
         auto& slot = features.insert_or_assign(std::move(f.key), features::FeatureValue(std::vector<std::string>{}))
                          .first->second;
         Frame list(In::kList);
@@ -195,7 +195,7 @@ class RequestReader {
         stack_.push_back(std::move(list));
         return true;
       }
-      default: return fail(bad(f.path + "." + f.key, "want a number, a string or a list of ids"));
+      default: return fail(bad(member_field(f.path, f.key), "want a number, a string or a list of ids"));
     }
   }
 
@@ -293,6 +293,13 @@ std::string syntax_error(simdjson::error_code error) {
 }
 
 }  // namespace
+
+std::string member_field(std::string_view parent, std::string_view key) {
+  if (!key.empty() && key.find_first_of(".[\"") == std::string_view::npos) {
+    return parent.empty() ? std::string(key) : std::string(parent) + "." + std::string(key);
+  }
+  return std::string(parent) + "[" + json(std::string(key)).dump() + "]";
+}
 
 Result<PredictRequest> parse_predict_request(std::string_view body, const RequestLimits& limits) {
   // simdjson parses the body several times faster than nlohmann's lexer

@@ -45,7 +45,7 @@ Result<Tensor> tensor(const json& input, const std::string& field, const char* d
                       std::size_t max_elements) {
   for (const auto& [key, v] : input.items()) {
     if (key != "name" && key != "shape" && key != "datatype" && key != "data" && key != "parameters") {
-      return bad(field + "." + key, "unknown field");
+      return bad(member_field(field, key), "unknown field");
     }
   }
   if (!input.contains("datatype") || input["datatype"] != datatype) return bad(field + ".datatype", std::string("want ") + datatype);
@@ -105,7 +105,7 @@ Result<InferRequest> parse_infer_request(std::string_view body, const features::
   if (root.is_discarded()) return bad("body", "not valid JSON");
   if (!root.is_object()) return bad("body", "want a JSON object");
   for (const auto& [key, v] : root.items()) {
-    if (key != "id" && key != "inputs" && key != "outputs" && key != "parameters") return bad(key, "unknown field");
+    if (key != "id" && key != "inputs" && key != "outputs" && key != "parameters") return bad(member_field("", key), "unknown field");
   }
   InferRequest out;
   if (root.contains("id")) {

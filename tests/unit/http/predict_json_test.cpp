@@ -59,6 +59,10 @@ TEST(PredictJson, EveryRejectionNamesItsField) {
            {R"({"user": {}, "model": 3, "items": [{"id": "a"}]})", "model"},
            {R"({"user": {}, "items": [{"id": "a"}], "extra": true})", "extra"},
            {R"({"user": {}, "items": [{"id": "a", "features": {"p": true}}]})", "items[0].features.p"},
+           // Keys a path cannot show plainly are quoted.
+           {R"({"user": {}, "items": [{"id": "a"}], "": 1})", R"([""])"},
+           {R"({"user": {"x.y": 1}, "items": [{"id": "a"}]})", R"(user["x.y"])"},
+           {R"({"user": {}, "items": [{"id": "a", "features": {"p[0]": true}}]})", R"(items[0].features["p[0]"])"},
        }) {
     auto r = parse_predict_request(c.body, kLimits);
     ASSERT_FALSE(r.has_value()) << c.body;

@@ -73,6 +73,9 @@ TEST(V2, BadTensorsNameTheField) {
       {json{{"inputs", {tensor("nope", "FP32", {1, 1}, {1})}}}, "inputs[0].name"},
       {json{{"inputs", {tensor("dense", "FP32", {1, 1}, {1})}}}, "inputs"},  // bags missing
       {json{{"inputs", json::array()}, {"extra", 1}}, "extra"},
+      // Keys a path cannot show plainly are quoted (fuzz_infer_body: {"": 99} named no field).
+      {json{{"inputs", json::array()}, {"", 1}}, R"([""])"},
+      {json{{"inputs", {json{{"name", "dense"}, {"a.b", 1}}}}}, R"(inputs[0]["a.b"])"},
       {json::array(), "body"},
   };
   for (const auto& c : cases) {
