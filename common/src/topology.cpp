@@ -1,7 +1,7 @@
 #include "numaserve/common/topology.h"
 
+#include <fcntl.h>
 #include <hwloc.h>
-#include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "numaserve/common/text_file.h"
+#include "numaserve/common/topology_json.h"
 
 namespace numaserve {
 namespace {
@@ -63,69 +64,6 @@ class ScopedFsRoot {
   std::optional<std::string> old_;
 };
 
-// hwloc 2.9's XML import (its own parser; Debian's libxml2 plugin is not
-// installed) trusts what it reads: a truncated file ("<topology version=")
-// or an object without one of its sets dereferences NULL inside
-// hwloc_topology_load (fuzz_hwloc_xml). An XML file comes from an operator
-// or a capture, not from the kernel, so it is loaded once in a child first:
-// a child that dies or hangs becomes an error naming the file, not a crash
-// of the agent, and a file hwloc refuses is refused without loading it
-// here (hwloc leaks the objects of a load that fails). Loading twice costs a
-// few milliseconds, once per file.
-Status load_xml_in_child(const std::string& file) {
-  constexpr unsigned kSeconds = 1;  // an export of thousands of CPUs loads in milliseconds
-  const pid_t child = ::fork();
-  if (child < 0) return make_error(Error::Code::kInternal, "fork to check " + file + " failed", file);
-  if (child == 0) {
-    // Die of the signal itself: a sanitizer's or fuzzer's handler would
-    // report the parent's input as its own finding.
-    for (const int sig : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL, SIGALRM}) std::signal(sig, SIG_DFL);
-    ::alarm(kSeconds);
-    // hwloc sizes its sets by the largest number in the file, and a PU
-    // without an os_index counts as number 2^32 - 1: half a GiB of set and
-    // a second of memset (fuzz_hwloc_xml). Real exports need a few MiB.
-    if (std::ifstream statm("/proc/self/statm"); statm) {
-      std::uint64_t pages = 0;
-      statm >> pages;
-      const std::uint64_t cap = pages * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE)) + (std::uint64_t{256} << 20);
-      const rlimit limit{cap, cap};
-      ::setrlimit(RLIMIT_AS, &limit);
-    }
-    hwloc_topology_t raw = nullptr;
-    const bool loaded = hwloc_topology_init(&raw) == 0 && hwloc_topology_set_xml(raw, file.c_str()) == 0 &&
-                        hwloc_topology_set_flags(raw, HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED) == 0 &&
-                        hwloc_topology_load(raw) == 0;
-    if (!loaded) ::_exit(1);
-    const auto bounded = [](hwloc_const_bitmap_t set) {
-      return hwloc_bitmap_weight(set) >= 0 && hwloc_bitmap_last(set) <= static_cast<int>(CpuSet::kMaxId);
-    };
-    const bool numbered = bounded(hwloc_topology_get_complete_cpuset(raw)) &&
-                          bounded(hwloc_topology_get_complete_nodeset(raw));
-    ::_exit(numbered ? 0 : 2);
-  }
-  int status = 0;
-  while (::waitpid(child, &status, 0) < 0) {
-    if (errno != EINTR) return make_error(Error::Code::kInternal, "waiting for the check of " + file + " failed", file);
-  }
-  if (WIFSIGNALED(status)) {
-    return make_error(Error::Code::kInvalidArgument,
-                      WTERMSIG(status) == SIGALRM
-                          ? "hwloc did not finish reading " + file + " within " + std::to_string(kSeconds) + " s"
-                          : "hwloc crashed reading " + file + " (signal " + std::to_string(WTERMSIG(status)) +
-                                "): not a well-formed hwloc XML export",
-                      file);
-  }
-  if (WEXITSTATUS(status) == 2) {
-    return make_error(Error::Code::kInvalidArgument,
-                      "hwloc XML " + file + " numbers a CPU or node above " + std::to_string(CpuSet::kMaxId), file);
-  }
-  if (WEXITSTATUS(status) != 0) {
-    return make_error(Error::Code::kInvalidArgument,
-                      "hwloc could not load hwloc XML " + file + " (not an hwloc XML topology of format 2.x?)", file);
-  }
-  return {};
-}
-
 Result<TopologyPtr> load_hwloc(const TopologySource& source) {
   hwloc_topology_t raw = nullptr;
   if (hwloc_topology_init(&raw) != 0) {
@@ -144,7 +82,6 @@ Result<TopologyPtr> load_hwloc(const TopologySource& source) {
     case TopologySource::Kind::kXml: {
       auto readable = read_text_file(source.value);
       if (!readable) return tl::unexpected(std::move(readable.error()).with_context("hwloc XML"));
-      if (auto checked = load_xml_in_child(source.value); !checked) return tl::unexpected(checked.error());
       if (hwloc_topology_set_xml(raw, source.value.c_str()) != 0) {
         return make_error(Error::Code::kInvalidArgument,
                           "cannot use " + source.value + " as an hwloc XML topology", source.value);
@@ -173,7 +110,9 @@ Result<TopologyPtr> load_hwloc(const TopologySource& source) {
       break;
   }
   if (hwloc_topology_load(raw) != 0) {
-    return make_error(Error::Code::kInvalidArgument, "hwloc could not load " + source.describe(), source.value);
+    const char* hint = source.kind == TopologySource::Kind::kXml ? " (not an hwloc XML topology of format 2.x?)" : "";
+    return make_error(Error::Code::kInvalidArgument, "hwloc could not load " + source.describe() + hint,
+                      source.value);
   }
   return topo;
 }
@@ -361,9 +300,7 @@ std::optional<unsigned> first_repeated(const std::vector<Object>& sorted) {
   return at->os_index;
 }
 
-}  // namespace
-
-Result<Topology> discover_topology(const TopologySource& source) {
+Result<Topology> discover_with_hwloc(const TopologySource& source) {
   auto loaded = load_hwloc(source);
   if (!loaded) return tl::unexpected(loaded.error());
   hwloc_topology_t topo = loaded->get();
@@ -378,6 +315,14 @@ Result<Topology> discover_topology(const TopologySource& source) {
   out.allowed_mems = to_cpu_set(hwloc_topology_get_allowed_nodeset(topo));
 
   for (hwloc_obj_t obj = nullptr; (obj = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_NUMANODE, obj));) {
+    // Node numbers go into node sets; an XML file may say any number, or
+    // none (hwloc's unknown index, 2^32 - 1), which would size a set in GiB.
+    if (obj->os_index > CpuSet::kMaxId) {
+      return make_error(Error::Code::kInvalidArgument,
+                        source.describe() + ": a NUMA node numbered " + std::to_string(obj->os_index) + ", above " +
+                            std::to_string(CpuSet::kMaxId),
+                        source.value);
+    }
     NumaNode node;
     node.os_index = obj->os_index;
     node.local_cpus = to_cpu_set(obj->cpuset) & out.online_cpus;
@@ -429,6 +374,101 @@ Result<Topology> discover_topology(const TopologySource& source) {
   out.distances = discover_distances(topo);
   if (const auto root = sysfs_root_of(source)) out.offline_nodes |= discover_offline_nodes(*root);
   return out;
+}
+
+// hwloc 2.9's XML import (its own parser; Debian's libxml2 plugin is not
+// installed) trusts what it reads (fuzz_hwloc_xml): a truncated file
+// ("<topology version=") or an object without one of its sets dereferences
+// NULL inside hwloc_topology_load; a PU without an os_index counts as
+// number 2^32 - 1, half a GiB of set and seconds of memset; a file hwloc
+// refuses leaks what it had read. An XML file comes from an operator or a
+// capture, not from the kernel, so its whole discovery runs in a child with
+// 1 s and 256 MiB, which sends the model back as JSON: a file that crashes,
+// hangs or bloats hwloc is an error naming it, and this process never runs
+// hwloc on it. A fork and a JSON round trip cost about a millisecond, once
+// per file.
+Result<Topology> discover_in_child(const TopologySource& source) {
+  constexpr unsigned kSeconds = 1;                  // an export of thousands of CPUs loads in milliseconds
+  constexpr std::uint64_t kHeadroom = 256u << 20;  // real exports need a few MiB
+  const std::string& file = source.value;
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return make_error(Error::Code::kInternal, "pipe to read " + file + " failed", file);
+  const pid_t child = ::fork();
+  if (child < 0) {
+    ::close(pipe_fds[0]);
+    ::close(pipe_fds[1]);
+    return make_error(Error::Code::kInternal, "fork to read " + file + " failed", file);
+  }
+  if (child == 0) {
+    ::close(pipe_fds[0]);
+    // Die of the signal itself: a sanitizer's or fuzzer's handler would
+    // report the parent's input as its own finding.
+    for (const int sig : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL, SIGALRM}) std::signal(sig, SIG_DFL);
+    ::alarm(kSeconds);
+    if (std::ifstream statm("/proc/self/statm"); statm) {
+      std::uint64_t pages = 0;
+      statm >> pages;
+      const std::uint64_t cap = pages * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE)) + kHeadroom;
+      const rlimit limit{cap, cap};
+      ::setrlimit(RLIMIT_AS, &limit);
+    }
+    const auto found = discover_with_hwloc(source);
+    const nlohmann::json reply =
+        found ? nlohmann::json{{"topology", *found}}
+              : nlohmann::json{{"code", static_cast<int>(found.error().code)},
+                               {"error", found.error().message},
+                               {"field", found.error().field}};
+    const std::string text = reply.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    for (std::size_t sent = 0; sent < text.size();) {
+      const ssize_t n = ::write(pipe_fds[1], text.data() + sent, text.size() - sent);
+      if (n < 0 && errno != EINTR) ::_exit(1);
+      if (n > 0) sent += static_cast<std::size_t>(n);
+    }
+    ::_exit(0);
+  }
+  ::close(pipe_fds[1]);
+  std::string text;
+  char chunk[16384];
+  for (;;) {
+    const ssize_t n = ::read(pipe_fds[0], chunk, sizeof chunk);
+    if (n > 0) text.append(chunk, static_cast<std::size_t>(n));
+    if (n == 0 || (n < 0 && errno != EINTR)) break;
+  }
+  ::close(pipe_fds[0]);
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0) {
+    if (errno != EINTR) return make_error(Error::Code::kInternal, "waiting for the reading of " + file + " failed", file);
+  }
+  if (WIFSIGNALED(status)) {
+    return make_error(Error::Code::kInvalidArgument,
+                      WTERMSIG(status) == SIGALRM
+                          ? "hwloc did not finish reading " + file + " within " + std::to_string(kSeconds) + " s"
+                          : "hwloc crashed reading " + file + " (signal " + std::to_string(WTERMSIG(status)) +
+                                "): not a well-formed hwloc XML export",
+                      file);
+  }
+  const auto reply = nlohmann::json::parse(text, nullptr, false);
+  if (WEXITSTATUS(status) != 0 || reply.is_discarded()) {
+    return make_error(Error::Code::kInvalidArgument,
+                      "hwloc could not read " + file + " within " + std::to_string(kHeadroom >> 20) + " MiB", file);
+  }
+  try {
+    if (reply.contains("error")) {
+      return tl::unexpected(Error{static_cast<Error::Code>(reply.at("code").get<int>()),
+                                  reply.at("error").get<std::string>(), reply.at("field").get<std::string>()});
+    }
+    return reply.at("topology").get<Topology>();
+  } catch (const std::exception& e) {
+    return make_error(Error::Code::kInternal, "the model read from " + file + " did not come back whole: " + e.what(),
+                      file);
+  }
+}
+
+}  // namespace
+
+Result<Topology> discover_topology(const TopologySource& source) {
+  if (source.kind == TopologySource::Kind::kXml) return discover_in_child(source);
+  return discover_with_hwloc(source);
 }
 
 }  // namespace numaserve
