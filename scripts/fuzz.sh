@@ -107,10 +107,11 @@ for t in "${targets[@]}"; do
     '{target: $t, runs: ($runs | tonumber), seconds: ($secs | tonumber), edges: ($edges | tonumber),
       corpus: $corpus, findings: $findings}')")
   if ((merge)); then
+    # Edges only (-use_counters=0): hit counts would keep ten times the inputs.
     minimal=$(mktemp -d)
     # shellcheck disable=SC2046
     ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}$(asan_options "$t")" \
-      "$dir/tests/fuzz/fuzz_$t" -merge=1 -max_len="$(max_len "$t")" "$minimal" $(seeds "$t") "$work" \
+      "$dir/tests/fuzz/fuzz_$t" -merge=1 -use_counters=0 -max_len="$(max_len "$t")" "$minimal" $(seeds "$t") "$work" \
       >> "$log" 2>&1
     rm -rf "tests/fuzz/corpus/$t"
     mv "$minimal" "tests/fuzz/corpus/$t"
