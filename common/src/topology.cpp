@@ -385,8 +385,8 @@ Result<Topology> discover_with_hwloc(const TopologySource& source) {
 // capture, not from the kernel, so its whole discovery runs in a child with
 // 1 s and 256 MiB, which sends the model back as JSON: a file that crashes,
 // hangs or bloats hwloc is an error naming it, and this process never runs
-// hwloc on it. A fork and a JSON round trip cost about a millisecond, once
-// per file.
+// hwloc on it. The fork and the JSON round trip cost a few milliseconds,
+// once per file.
 Result<Topology> discover_in_child(const TopologySource& source) {
   constexpr unsigned kSeconds = 1;                  // an export of thousands of CPUs loads in milliseconds
   constexpr std::uint64_t kHeadroom = 256u << 20;  // real exports need a few MiB
