@@ -73,6 +73,14 @@ asan_options() {
   esac
 }
 
+# Runs target $1's fuzzer with its sanitizer options and input size cap.
+fuzzer() {
+  local t=$1
+  shift
+  ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}$(asan_options "$t")" \
+    "$dir/tests/fuzz/fuzz_$t" -max_len="$(max_len "$t")" "$@"
+}
+
 results=()
 found=0
 for t in "${targets[@]}"; do
@@ -83,8 +91,7 @@ for t in "${targets[@]}"; do
   [[ -n $runs ]] && limit=(-runs="$runs")
   # The work corpus first: new inputs go there, the checked-in seeds stay as they are.
   # shellcheck disable=SC2046
-  ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}$(asan_options "$t")" \
-    "$dir/tests/fuzz/fuzz_$t" "${limit[@]}" -timeout=2 -rss_limit_mb=2048 -max_len="$(max_len "$t")" \
+  fuzzer "$t" "${limit[@]}" -timeout=2 -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$findings/" "$work" $(seeds "$t") \
     > "$log" 2>&1 || true
   executed=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
@@ -110,8 +117,7 @@ for t in "${targets[@]}"; do
     # Edges only (-use_counters=0): hit counts would keep ten times the inputs.
     minimal=$(mktemp -d)
     # shellcheck disable=SC2046
-    ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}$(asan_options "$t")" \
-      "$dir/tests/fuzz/fuzz_$t" -merge=1 -use_counters=0 -max_len="$(max_len "$t")" "$minimal" $(seeds "$t") "$work" \
+    fuzzer "$t" -merge=1 -use_counters=0 "$minimal" $(seeds "$t") "$work" \
       >> "$log" 2>&1
     rm -rf "tests/fuzz/corpus/$t"
     mv "$minimal" "tests/fuzz/corpus/$t"
