@@ -17,9 +17,9 @@ template <typename T>
 Result<T> one_of(const YAML::Node& node, const std::string& file, const std::string& field,
                  std::initializer_list<std::pair<const char*, T>> choices) {
   std::string allowed;
-  if (node.IsScalar()) {
+  if (const auto text = yaml_text(node)) {
     for (const auto& [name, value] : choices) {
-      if (node.as<std::string>() == name) return value;
+      if (*text == name) return value;
     }
   }
   for (const auto& [name, value] : choices) allowed += (allowed.empty() ? "" : ", ") + std::string(name);
