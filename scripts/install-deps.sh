@@ -13,6 +13,8 @@ BUILD_PACKAGES=(
   libtorch-dev libopenblas0-openmp
   nlohmann-json3-dev libcli11-dev libexpected-dev libyaml-cpp-dev libcpp-httplib-dev libxxhash-dev
   libsimdjson-dev
+  # The agent's client of the kubelet's PodResources API: gRPC C++ and protoc.
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   # The service's HTTP transport: Boost.Asio and Boost.Beast, header-only.
   libboost1.81-dev
 )

@@ -23,6 +23,7 @@
 #include "report/svg.h"
 #include "serve/metrics.h"
 #include "http/http.h"
+#include "updater/loop.h"
 #include "updater/updater.h"
 
 namespace {
@@ -74,31 +75,34 @@ int run_plan(const AgentOptions& o, const std::string& output, const std::string
   auto report = discover::discover_node(o.discover_config());
   if (!report) return fail(report.error().message);
   auto result = plan::plan_node(report->topology, o.plan);
+  // The NodeResourceTopology and the labels describe the machine with or
+  // without a plan, as the agent publishes them.
+  const plan::Plan* planned = result ? &*result : nullptr;
+  if (output == "nrt") {
+    std::cout << publish::to_yaml(publish::make_node_resource_topology(o.node_name, *report, planned, o.fingerprint_method));
+  } else if (output == "labels") {
+    for (const auto& [key, value] : publish::make_node_labels(*report, planned)) {
+      std::cout << key << "=" << value << "\n";
+    }
+  }
   if (!result) return fail(result.error().message);
   if (int rc = write_svg(svg, *report, *result); rc != 0) return rc;
   if (output == "json") {
     std::cout << nlohmann::json(*result).dump(2) << "\n";
   } else if (output == "yaml") {
     std::cout << publish::to_yaml(*result);
-  } else if (output == "nrt") {
-    std::cout << publish::to_yaml(publish::make_node_resource_topology(o.node_name, *report, *result));
-  } else if (output == "labels") {
-    for (const auto& [key, value] : publish::make_node_labels(*report, *result)) {
-      std::cout << key << "=" << value << "\n";
-    }
   } else if (output == "kubelet-config") {
     std::cout << plan::kubelet_config_yaml(*result);
   } else if (output == "helm-values") {
     std::cout << plan::helm_values_yaml(*result);
-  } else {
+  } else if (output == "text") {
     std::cout << plan::render_text(*result);
     for (const auto& warning : report->warnings) std::cout << "warning: " << warning << "\n";
   }
   return 0;
 }
 
-// The DaemonSet's main loop: cycle, serve the result, sleep until the
-// interval ends or SIGHUP asks for a new discovery; SIGTERM/SIGINT end it.
+// The DaemonSet: the endpoint, then updater::run_loop until SIGTERM.
 int run_agent(const AgentOptions& o) {
   numaserve::configure_logging("agent", LogLevel::kInfo, numaserve::LogFormat::kText);
   updater::UpdaterConfig config;
@@ -106,6 +110,7 @@ int run_agent(const AgentOptions& o) {
   config.plan = o.plan;
   config.node_name = o.node_name;
   config.hints_dir = o.hints_dir;
+  config.fingerprint_method = o.fingerprint_method;
   if (!o.kubelet_dropin_dir.empty()) config.kubelet_dropin_dir = o.kubelet_dropin_dir;
   config.publish = !o.no_publish;
   if (!o.no_apiserver) {
@@ -122,8 +127,8 @@ int run_agent(const AgentOptions& o) {
   }
   updater::Updater agent(config);
 
-  // Signals are taken synchronously by sigtimedwait below, so every thread
-  // (the HTTP server's included, started after this) must block them.
+  // Signals are read by the loop's signalfd, so every thread (the HTTP
+  // server's included, started after this) must block them.
   sigset_t signals;
   sigemptyset(&signals);
   for (int s : {SIGHUP, SIGTERM, SIGINT}) sigaddset(&signals, s);
@@ -136,8 +141,7 @@ int run_agent(const AgentOptions& o) {
     }
     numaserve::log(LogLevel::kInfo, "listening", {{"address", o.listen_address}, {"port", std::to_string(server.port())}});
   }
-  while (true) {
-    const auto result = agent.run_cycle();
+  auto report_cycle = [&](const updater::CycleResult& result, const std::string& reason) {
     server.publish(serve::snapshot_of(result, agent.counters()));
     for (const auto& error : result.errors) numaserve::log(LogLevel::kError, error);
     if (result.report) {
@@ -145,21 +149,22 @@ int run_agent(const AgentOptions& o) {
     }
     numaserve::log(LogLevel::kInfo, "cycle",
                    {{"ok", result.ok() ? "true" : "false"},
+                    {"reason", reason},
                     {"cycles", std::to_string(agent.counters().cycles)},
                     {"files_changed", std::to_string(agent.counters().files_changed)}});
-    if (o.oneshot) return result.ok() ? 0 : 1;
-
-    timespec wait{};
-    wait.tv_sec = static_cast<time_t>(o.interval_seconds);
-    wait.tv_nsec = static_cast<long>((o.interval_seconds - static_cast<double>(wait.tv_sec)) * 1e9);
-    const int signal = sigtimedwait(&signals, nullptr, &wait);
-    if (signal == SIGTERM || signal == SIGINT) {
-      numaserve::log(LogLevel::kInfo, "stopping", {{"signal", signal == SIGTERM ? "SIGTERM" : "SIGINT"}});
-      server.stop();
-      return 0;
-    }
-    if (signal == SIGHUP) numaserve::log(LogLevel::kInfo, "rediscover", {{"reason", "SIGHUP"}});
+  };
+  if (o.oneshot) {
+    const auto result = agent.run_cycle();
+    report_cycle(result, "oneshot");
+    return result.ok() ? 0 : 1;
   }
+  updater::LoopConfig loop;
+  loop.interval = std::chrono::duration<double>(o.interval_seconds);
+  loop.max_events_per_second = o.max_events_per_second;
+  loop.watched = updater::kubelet_watches(config.discover);
+  auto ran = updater::run_loop(agent, loop, report_cycle);
+  server.stop();
+  return ran ? 0 : fail(ran.error().message);
 }
 
 }  // namespace

@@ -275,6 +275,12 @@ NodeSet Topology::nodes_with_cpus() const {
   return out;
 }
 
+std::uint64_t NumaNode::ordinary_memory() const {
+  std::uint64_t pools = 0;
+  for (const auto& [size, count] : hugepages) pools += size * count;
+  return memory_bytes - std::min(memory_bytes, pools);
+}
+
 std::size_t Topology::core_count() const {
   std::size_t n = 0;
   for (const auto& node : nodes) n += node.cores.size();

@@ -37,7 +37,7 @@ check "options come from a YAML file" 0 'Replica: 4 CPUs' plan --xml "$xml" --co
 check "an unknown key in the YAML file names file and line" 2 'bad-key.yaml line 2: unknown option .replica_per_numa_node.' plan --xml "$xml" --config "$FIXTURES/agent/bad-key.yaml"
 check "options table in Markdown" 0 '^\| `--hints-dir DIR` \| `NUMASERVE_HINTS_DIR` \| `hints_dir` \|' options
 check "unknown output format" 2 'output' plan --xml "$xml" -o xml
-check "a plan that cannot be made says why" 1 'reserving 6 leaves none' plan --xml "$xml" --reserved-cores-per-node 6
+check "a plan that cannot be made says why" 1 'no NUMA node can hold a replica .node 0: it has 6 core.s. and reserving 6 per node leaves none' plan --xml "$xml" --reserved-cores-per-node 6
 # The README's option table is the program's own, so they cannot drift.
 readme=$FIXTURES/../../README.md
 if diff <("$AGENT" options) <(sed -n '/<!-- agent-options:begin -->/,/<!-- agent-options:end -->/p' "$readme" | sed '1d;$d') >/dev/null; then

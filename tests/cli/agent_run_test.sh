@@ -47,7 +47,7 @@ if http_get "$port" /plan | grep -q '"replicas_per_machine": 2'; then ok "run se
 if http_get "$port" /metrics | grep -q '^numaserve_agent_cycles_total 1$'; then ok "run serves /metrics"; else bad "run serves /metrics"; fi
 kill -HUP "$pid"
 for _ in $(seq 50); do grep -q 'cycles=2' "$work/log" && break; sleep 0.1; done
-if grep -q 'msg=rediscover reason=SIGHUP' "$work/log" && grep -q 'cycles=2' "$work/log"; then
+if grep -q 'msg=cycle ok=true reason=SIGHUP cycles=2' "$work/log"; then
   ok "SIGHUP rediscovers at once (interval is 1h)"
 else
   bad "SIGHUP rediscovers at once (interval is 1h)"
@@ -56,6 +56,44 @@ kill -TERM "$pid"
 status=
 for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || { wait "$pid"; status=$?; break; }; sleep 0.1; done
 if [[ $status == 0 ]]; then ok "SIGTERM stops it with status 0 within 5 s"; pid=; else bad "SIGTERM stops it with status 0 within 5 s"; fi
+
+# A machine whose NUMA nodes 2 and 3 keep one core each: a plan with notes.
+# One whose export records no memory sizes: no plan (exit 1), yet the
+# topology and the NodeResourceTopology are published.
+fixtures=$(cd "$(dirname "$0")/../fixtures" && pwd)
+if "$AGENT" run --oneshot --xml "$fixtures/topologies/xml/16amd64-8n2c-cpusets.xml" --hints-dir "$work/h3" \
+     --node-name n3 2>"$work/log" && grep -q '"replicas": 0' "$work/h3/plan.json" &&
+   [[ -s $work/h3/noderesourcetopology.yaml ]]; then
+  ok "an irregular machine plans with notes and publishes"
+else
+  bad "an irregular machine plans with notes and publishes"
+fi
+if ! "$AGENT" run --oneshot --xml "$fixtures/topologies/xml/16em64t-4s2c2t.xml" --hints-dir "$work/h4" \
+     --node-name n4 2>"$work/log" && grep -q 'msg="plan: ' "$work/log" &&
+   [[ -s $work/h4/topology.json && -s $work/h4/noderesourcetopology.yaml && ! -e $work/h4/plan.json ]]; then
+  ok "without a plan the topology and NRT are still published (exit 1)"
+else
+  bad "without a plan the topology and NRT are still published (exit 1)"
+fi
+
+# A change to the kubelet's state runs a cycle within a second (interval 1h).
+mkdir -p "$work/state"
+cp "$fixtures/kubelet/numa-ready/cpu_manager_state" "$work/state/"
+"$AGENT" run "${machine[@]}" --interval 1h --kubelet-state-dir "$work/state" --podresources-socket "$work/none.sock" \
+  --hints-dir "$work/h5" --listen-address 127.0.0.1 --port 0 2>"$work/log" &
+pid=$!
+for _ in $(seq 50); do grep -q 'msg=cycle' "$work/log" && break; sleep 0.1; done
+touch "$work/state/cpu_manager_state"
+seen=
+for _ in $(seq 30); do  # 3 s: the agent's bound is 1 s; the rest is slack for a loaded machine
+  grep -q "reason=\"changed $work/state/cpu_manager_state\" cycles=2" "$work/log" && { seen=1; break; }
+  sleep 0.1
+done
+if [[ -n $seen ]]; then ok "touching cpu_manager_state runs a cycle"; else bad "touching cpu_manager_state runs a cycle"; fi
+touch "$work/state/unrelated"
+sleep 1.5
+if ! grep -q 'cycles=3' "$work/log"; then ok "other files in the state dir do not"; else bad "other files in the state dir do not"; fi
+kill -TERM "$pid"; wait "$pid"; pid=
 
 echo "$pass passed, $fail failed"
 ((fail == 0))

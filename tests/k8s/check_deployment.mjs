@@ -16,6 +16,7 @@
 //   node check_deployment.mjs [--replicas N] FILE...
 // Exit status: 0 all promises hold, 1 otherwise (each broken one printed).
 import fs from "node:fs";
+import path from "node:path";
 import { parseAllDocuments, parse } from "yaml";
 
 const argv = process.argv.slice(2);
@@ -124,6 +125,14 @@ for (const d of agents) {
   const pod = d.spec.template.spec;
   if (!(pod.tolerations ?? []).some((t) => t.operator === "Exists" && !t.key)) fail(what, "does not tolerate every taint (would skip nodes)");
   const hostPaths = new Map((pod.volumes ?? []).filter((v) => v.hostPath).map((v) => [v.name, v.hostPath.path]));
+  // The kubelet's PodResources socket: asked for, and its directory mounted read-only.
+  const agentContainer = pod.containers[0];
+  const socketArg = agentContainer.args?.find((x) => x.startsWith("--podresources-socket="));
+  const socketDir = socketArg ? path.posix.dirname(socketArg.split("=")[1]) : undefined;
+  const socketMount = (agentContainer.volumeMounts ?? []).find((m) => m.mountPath === socketDir);
+  if (!socketMount) fail(what, "does not mount the PodResources socket's directory it is told to ask");
+  else if (!socketMount.readOnly || !hostPaths.get(socketMount.name)?.endsWith("/pod-resources"))
+    fail(what, "mounts the PodResources directory writable, or not the kubelet's pod-resources");
   for (const c of pod.containers) {
     const sc = c.securityContext ?? {};
     if (sc.privileged || sc.allowPrivilegeEscalation !== false) fail(what, "may escalate privileges");

@@ -43,6 +43,115 @@ void check_kubelet_config(const kubelet::KubeletConfig& config, std::vector<std:
   }
 }
 
+// The API's ids checked against the machine: a CPU or NUMA node it does not
+// have (a kubelet that saw another machine, a bug) is named and left out
+// rather than published as capacity nobody has.
+void keep_on_machine(kubelet::Allocations& allocations, const Topology& topology,
+                     std::vector<std::string>& warnings) {
+  const CpuSet cpus = topology.online_cpus;
+  const NodeSet nodes = topology.node_ids();
+  auto check_memory = [&](std::vector<kubelet::MemoryBlock>& blocks, const std::string& whose) {
+    for (auto& block : blocks) {
+      if (const NodeSet stray = block.nodes - nodes; !stray.empty()) {
+        warnings.push_back("PodResources: " + whose + " has " + block.resource + " on NUMA node(s) " +
+                           stray.to_list() + ", which this machine does not have; left out");
+        block.nodes -= stray;
+      }
+    }
+  };
+  if (allocations.allocatable) {
+    if (const CpuSet stray = allocations.allocatable->cpus - cpus; !stray.empty()) {
+      warnings.push_back("PodResources: allocatable CPU(s) " + stray.to_list() +
+                         " are not online on this machine; left out");
+      allocations.allocatable->cpus -= stray;
+    }
+    check_memory(allocations.allocatable->memory, "the allocatable set");
+  }
+  for (auto& pod : allocations.pods) {
+    for (auto& container : pod.containers) {
+      const std::string whose = "pod " + pod.pod_namespace + "/" + pod.name + " container " + container.name;
+      if (const CpuSet stray = container.cpus - cpus; !stray.empty()) {
+        warnings.push_back("PodResources: " + whose + " holds CPU(s) " + stray.to_list() +
+                           ", which are not online on this machine; left out");
+        container.cpus -= stray;
+      }
+      check_memory(container.memory, whose);
+    }
+  }
+  // Totals again, from the checked pods.
+  allocations = kubelet::allocations_of_pods(std::move(allocations.source), std::move(allocations.allocatable),
+                                             std::move(allocations.pods));
+}
+
+// What pods hold: the API when its socket is there; the state files otherwise.
+void discover_allocations(const DiscoverConfig& config, NodeReport& report) {
+  if (config.podresources && std::filesystem::exists(config.podresources->socket)) {
+    podresources::QueryStats stats;
+    auto allocations = podresources::query(*config.podresources, &stats);
+    report.podresources_retries = stats.retries;
+    if (!allocations) {
+      report.allocations_error = allocations.error().message;
+      report.warnings.push_back(allocations.error().message);
+      return;
+    }
+    keep_on_machine(*allocations, report.topology, report.warnings);
+    report.allocations = std::move(*allocations);
+    return;
+  }
+  if (!config.kubelet_state_dir) return;
+  if (config.podresources) {
+    report.warnings.push_back("no PodResources socket at " + config.podresources->socket.string() +
+                              "; reading the kubelet's state files in " + config.kubelet_state_dir->string() +
+                              " instead (internal to the kubelet, and without pod names)");
+  }
+  report.cpu_manager_state = read_kubelet_file<kubelet::CpuManagerState>(
+      *config.kubelet_state_dir / "cpu_manager_state", kubelet::parse_cpu_manager_state, report.warnings);
+  report.memory_manager_state = read_kubelet_file<kubelet::MemoryManagerState>(
+      *config.kubelet_state_dir / "memory_manager_state", kubelet::parse_memory_manager_state, report.warnings);
+  if (report.cpu_manager_state || report.memory_manager_state) {
+    report.allocations = kubelet::allocations_of_state_files(config.kubelet_state_dir->string(),
+                                                             report.cpu_manager_state, report.memory_manager_state);
+  }
+}
+
+// Per NUMA node, who holds what there: each container's CPUs on the node and
+// its pinned memory blocks that include the node.
+nlohmann::json allocations_json(const kubelet::Allocations& allocations, const Topology& topology) {
+  nlohmann::json nodes = nlohmann::json::array();
+  for (const auto& node : topology.nodes) {
+    nlohmann::json held = nlohmann::json::array();
+    for (const auto& pod : allocations.pods) {
+      for (const auto& container : pod.containers) {
+        const CpuSet cpus = container.cpus & node.cpus;
+        nlohmann::json memory = nlohmann::json::object();
+        for (const auto& block : container.memory) {
+          if (block.nodes.contains(node.os_index)) {
+            memory[block.resource] = {{"bytes", block.bytes}, {"numa_nodes", block.nodes}};
+          }
+        }
+        if (cpus.empty() && memory.empty()) continue;
+        held.push_back({{"pod", pod.pod_namespace + "/" + pod.name},
+                        {"container", container.name},
+                        {"cpus", cpus},
+                        {"memory", memory}});
+      }
+    }
+    nlohmann::json assigned = nlohmann::json::object();
+    if (const auto it = allocations.assigned.find(node.os_index); it != allocations.assigned.end()) {
+      for (const auto& [resource, bytes] : it->second) assigned[resource] = bytes;
+    }
+    nodes.push_back({{"node", node.os_index},
+                     {"exclusive_cpus", allocations.exclusive_cpus & node.cpus},
+                     {"assigned_bytes", assigned},
+                     {"held_by", held}});
+  }
+  return {{"source", allocations.source},
+          {"stale", allocations.stale},
+          {"allocatable_cpus", allocations.allocatable ? nlohmann::json(allocations.allocatable->cpus) : nlohmann::json()},
+          {"pods", allocations.pods.size()},
+          {"nodes", nodes}};
+}
+
 }  // namespace
 
 Result<NodeReport> discover_node(const DiscoverConfig& config) {
@@ -76,13 +185,7 @@ Result<NodeReport> discover_node(const DiscoverConfig& config) {
         *config.kubelet_config, kubelet::parse_kubelet_config, report.warnings);
     if (report.kubelet_config) check_kubelet_config(*report.kubelet_config, report.warnings);
   }
-  if (config.kubelet_state_dir) {
-    report.cpu_manager_state = read_kubelet_file<kubelet::CpuManagerState>(
-        *config.kubelet_state_dir / "cpu_manager_state", kubelet::parse_cpu_manager_state, report.warnings);
-    report.memory_manager_state = read_kubelet_file<kubelet::MemoryManagerState>(
-        *config.kubelet_state_dir / "memory_manager_state", kubelet::parse_memory_manager_state,
-        report.warnings);
-  }
+  discover_allocations(config, report);
   return report;
 }
 
@@ -116,6 +219,7 @@ void to_json(nlohmann::json& j, const NodeReport& report) {
     kubelet_json["memory_manager_state"] = {{"policy", m->policy}, {"assigned_memory_bytes", assigned}};
   }
   j = {{"topology", report.topology},
+       {"allocations", report.allocations ? allocations_json(*report.allocations, report.topology) : nlohmann::json()},
        {"placement", report.placement ? nlohmann::json(*report.placement) : nlohmann::json()},
        {"kernel", kernel},
        {"kubelet", kubelet_json},

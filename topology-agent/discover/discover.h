@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kubelet/kubelet.h"
+#include "podresources/podresources.h"
 #include "numaserve/common/kernel_settings.h"
 #include "numaserve/common/placement.h"
 #include "numaserve/common/topology.h"
@@ -24,6 +25,9 @@ struct DiscoverConfig {
   // directory holding cpu_manager_state and memory_manager_state.
   std::optional<std::filesystem::path> kubelet_config;
   std::optional<std::filesystem::path> kubelet_state_dir;
+  // The kubelet's PodResources API: what pods hold is read there when its
+  // socket exists, and from the state files above only when it does not.
+  std::optional<podresources::ClientConfig> podresources;
 
   // The machine alone, without kubelet files.
   static DiscoverConfig of(TopologySource source) {
@@ -40,6 +44,13 @@ struct NodeReport {
   std::optional<kubelet::KubeletConfig> kubelet_config;
   std::optional<kubelet::CpuManagerState> cpu_manager_state;
   std::optional<kubelet::MemoryManagerState> memory_manager_state;
+  // What pods hold, from the API or the state files; CPUs and NUMA nodes the
+  // machine does not have are left out, with a warning.
+  std::optional<kubelet::Allocations> allocations;
+  // Why the PodResources API could not be read this time (empty: it was, or
+  // it was not asked); the updater then keeps its last good view.
+  std::string allocations_error;
+  std::uint64_t podresources_retries = 0;
   std::vector<std::string> warnings;
 };
 

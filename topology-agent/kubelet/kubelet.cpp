@@ -193,4 +193,43 @@ Result<MemoryManagerState> parse_memory_manager_state(std::string_view text, con
   return out;
 }
 
+bool PodAllocation::exclusive() const {
+  return std::any_of(containers.begin(), containers.end(), [](const ContainerAllocation& c) {
+    return !c.cpus.empty() || !c.memory.empty() || c.devices > 0;
+  });
+}
+
+Allocations allocations_of_pods(std::string source, std::optional<Allocatable> allocatable,
+                                std::vector<PodAllocation> pods) {
+  Allocations out;
+  out.source = std::move(source);
+  out.allocatable = std::move(allocatable);
+  for (const auto& pod : pods) {
+    for (const auto& container : pod.containers) {
+      out.exclusive_cpus |= container.cpus;
+      for (const auto& block : container.memory) {
+        const auto nodes = block.nodes.ids();
+        if (nodes.empty()) continue;
+        for (std::size_t i = 0; i < nodes.size(); ++i) {
+          // Even shares; the first node takes the remainder.
+          out.assigned[nodes[i]][block.resource] += block.bytes / nodes.size() + (i == 0 ? block.bytes % nodes.size() : 0);
+        }
+      }
+    }
+  }
+  out.pods = std::move(pods);
+  return out;
+}
+
+Allocations allocations_of_state_files(std::string source, const std::optional<CpuManagerState>& cpus,
+                                       const std::optional<MemoryManagerState>& memory) {
+  Allocations out;
+  out.source = std::move(source);
+  if (cpus) out.exclusive_cpus = cpus->exclusive_cpus;
+  if (memory) {
+    for (const auto& [node, bytes] : memory->assigned_memory) out.assigned[node]["memory"] = bytes;
+  }
+  return out;
+}
+
 }  // namespace numaserve::agent::kubelet

@@ -1,7 +1,8 @@
 #pragma once
-// The kubelet as the agent finds it on a node (files mounted read-only into
-// the DaemonSet): its configuration, and the state files in which its CPU and
-// Memory Managers record what they have handed to Guaranteed pods.
+// The kubelet as the agent finds it on a node: its configuration (a file
+// mounted read-only), and what it has handed to pods, learnt from its
+// PodResources API or, where that socket is absent, from the state files in
+// which its CPU and Memory Managers record their assignments.
 
 #include <cstdint>
 #include <map>
@@ -47,5 +48,52 @@ struct MemoryManagerState {
   std::map<unsigned, std::uint64_t> assigned_memory;
 };
 Result<MemoryManagerState> parse_memory_manager_state(std::string_view json, const std::string& file);
+
+// --- What pods hold, whichever way it was learnt -----------------------------
+
+struct MemoryBlock {
+  std::string resource;  // "memory" or "hugepages-<size>", as the kubelet names it
+  std::uint64_t bytes = 0;
+  NodeSet nodes;         // the NUMA nodes it comes from
+};
+
+struct ContainerAllocation {
+  std::string name;
+  CpuSet cpus;  // exclusive CPUs; the API lists none for the shared pool
+  std::vector<MemoryBlock> memory;
+  std::size_t devices = 0;  // device ids handed out
+};
+
+struct PodAllocation {
+  std::string pod_namespace;
+  std::string name;
+  std::vector<ContainerAllocation> containers;
+  // Holds exclusive CPUs, pinned memory or devices: what the CPU and Memory
+  // Managers (and device plugins) give only to Guaranteed pods.
+  bool exclusive() const;
+};
+
+// What the kubelet offers pods at all (its GetAllocatableResources).
+struct Allocatable {
+  CpuSet cpus;
+  std::vector<MemoryBlock> memory;  // one block per NUMA node and resource
+};
+
+struct Allocations {
+  std::string source;                      // the socket queried, or the state directory read
+  std::optional<Allocatable> allocatable;  // only the API says
+  std::vector<PodAllocation> pods;         // only the API names pods (the files know UIDs)
+  CpuSet exclusive_cpus;                   // every container's exclusive CPUs
+  // NUMA node -> resource -> bytes pinned there. The API does not say how a
+  // block spread over several nodes divides, so it is charged evenly.
+  std::map<unsigned, std::map<std::string, std::uint64_t>> assigned;
+  bool stale = false;  // the last good view, kept because the latest query failed
+};
+
+Allocations allocations_of_pods(std::string source, std::optional<Allocatable> allocatable,
+                                std::vector<PodAllocation> pods);
+// The fallback: totals from cpu_manager_state and memory_manager_state.
+Allocations allocations_of_state_files(std::string source, const std::optional<CpuManagerState>& cpus,
+                                       const std::optional<MemoryManagerState>& memory);
 
 }  // namespace numaserve::agent::kubelet

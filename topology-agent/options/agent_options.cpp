@@ -28,6 +28,36 @@ Status set_fraction(const std::string& name, const std::string& text, double& ta
   return {};
 }
 
+Status set_fingerprint_method(const std::string& text, publish::FingerprintMethod& target) {
+  for (auto method : {publish::FingerprintMethod::kWithExclusiveResources, publish::FingerprintMethod::kAll}) {
+    if (text == publish::to_string(method)) {
+      target = method;
+      return {};
+    }
+  }
+  return make_error(Error::Code::kInvalidArgument,
+                    "fingerprint_method: '" + text + "' is not with-exclusive-resources or all", "fingerprint_method");
+}
+
+// Events a second: more than 0.
+Status set_rate(const std::string& name, const std::string& text, double& target) {
+  double value = 0;
+  if (auto parsed = set_double(name, text, value); !parsed) return parsed;
+  if (!(value > 0)) return make_error(Error::Code::kInvalidArgument, name + ": '" + text + "' is not above 0", name);
+  target = value;
+  return {};
+}
+
+Status set_milliseconds(const std::string& name, const std::string& text, std::chrono::milliseconds& target) {
+  double seconds = 0;
+  if (auto parsed = numaserve::set_seconds(name, text, seconds); !parsed) return parsed;
+  if (seconds < 0.001) {
+    return make_error(Error::Code::kInvalidArgument, name + ": '" + text + "' is shorter than 1ms", name);
+  }
+  target = std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
+  return {};
+}
+
 // Every option of the agent, once, with the groups that take it.
 struct Row {
   int groups;
@@ -47,6 +77,22 @@ std::vector<Row> agent_options(AgentOptions& o) {
                  [&o](const std::string& t) { return set_string(o.kubelet_config, t); }}},
       {kSource, {"kubelet_state_dir", "DIR", "Where cpu_manager_state and memory_manager_state are, e.g. /var/lib/kubelet",
                  "", [&o](const std::string& t) { return set_string(o.kubelet_state_dir, t); }}},
+      {kSource, {"podresources_socket", "FILE",
+                 "The kubelet's PodResources API socket (\"\" to not ask it); without it, the state files are read",
+                 o.podresources.socket.string(),
+                 [&o](const std::string& t) {
+                   std::string socket;
+                   auto set = set_string(socket, t);
+                   o.podresources.socket = socket;
+                   return set;
+                 }}},
+      {kSource, {"podresources_timeout", "DURATION", "Deadline of each PodResources call (retried twice with backoff)",
+                 std::to_string(o.podresources.deadline.count()) + "ms",
+                 [&o](const std::string& t) { return set_milliseconds("podresources_timeout", t, o.podresources.deadline); }}},
+      {kPlan | kRun, {"fingerprint_method", "METHOD",
+                      "Pods the NodeResourceTopology's pod-set fingerprint counts: with-exclusive-resources or all",
+                      std::string(publish::to_string(o.fingerprint_method)),
+                      [&o](const std::string& t) { return set_fingerprint_method(t, o.fingerprint_method); }}},
       {kPlan, {"reserved_cores_per_node", "N", "Whole cores per NUMA node kept for the system (reservedSystemCPUs)",
                std::to_string(p.reserved_cores_per_node),
                [&p](const std::string& t) { return numaserve::set_unsigned("reserved_cores_per_node", t, p.reserved_cores_per_node); }}},
@@ -64,6 +110,9 @@ std::vector<Row> agent_options(AgentOptions& o) {
                       "", [&o](const std::string& t) { return set_string(o.node_name, t); }}},
       {kRun, {"interval", "DURATION", "Rediscover this often (also on SIGHUP)", "60s",
               [&o](const std::string& t) { return numaserve::set_seconds("interval", t, o.interval_seconds); }}},
+      {kRun, {"max_events_per_second", "N",
+              "Most cycles a second that kubelet state changes trigger (inotify); --interval still runs", "1",
+              [&o](const std::string& t) { return set_rate("max_events_per_second", t, o.max_events_per_second); }}},
       {kRun, {"listen_address", "ADDR", "Address for /topology, /plan, /metrics, /healthz", "0.0.0.0",
               [&o](const std::string& t) { return set_string(o.listen_address, t); }}},
       {kRun, {"port", "N", "Port for the HTTP endpoint; 0 picks a free one", "9300",

@@ -10,6 +10,7 @@
 #include "discover/discover.h"
 #include "numaserve/common/options.h"
 #include "plan/plan.h"
+#include "publish/fingerprint.h"
 
 namespace numaserve::agent::options {
 
@@ -23,9 +24,12 @@ struct AgentOptions {
   std::string synthetic;
   std::string kubelet_config;
   std::string kubelet_state_dir;
+  podresources::ClientConfig podresources;  // socket "" = do not ask the API
+  publish::FingerprintMethod fingerprint_method = publish::FingerprintMethod::kWithExclusiveResources;
   plan::PlanConfig plan;
   std::string node_name = default_node_name();  // NODE_NAME, else the host name
   double interval_seconds = 60;
+  double max_events_per_second = 1;
   std::string listen_address = "0.0.0.0";
   unsigned port = 9300;
   std::string hints_dir = "/var/lib/numaserve/hints";
@@ -44,6 +48,7 @@ struct AgentOptions {
     if (!synthetic.empty()) out.source = TopologySource::synthetic(synthetic);
     if (!kubelet_config.empty()) out.kubelet_config = kubelet_config;
     if (!kubelet_state_dir.empty()) out.kubelet_state_dir = kubelet_state_dir;
+    if (!podresources.socket.empty()) out.podresources = podresources;
     return out;
   }
 };

@@ -2,6 +2,9 @@
 // The agent's advice for a node, as a pure function of its topology: how to
 // set the kubelet (CPU, Memory and Topology Managers) and how large each
 // service replica should be so that exactly one fits on one NUMA node.
+// Irregular machines degrade the plan rather than fail it: a node that
+// cannot hold a replica (one core left, offline siblings, no memory left
+// after the reservation) gets no replica slot and a note saying why.
 
 #include <cstdint>
 #include <map>
@@ -53,6 +56,9 @@ struct NodeRoom {
   std::uint64_t memory_bytes = 0;       // the node's memory, hugepage pools excluded
   std::uint64_t reserved_memory = 0;
   std::uint64_t allocatable_memory = 0;
+  // Replica slots on this node: the plan's replicas_per_node, or 0 when the
+  // node cannot hold one (the plan's notes say why).
+  unsigned replicas = 0;
 };
 
 // A Guaranteed request: integer CPUs, requests = limits.
@@ -60,7 +66,7 @@ struct PodSize {
   unsigned cpus = 0;
   std::uint64_t memory_bytes = 0;
   unsigned replicas_per_node = 0;
-  unsigned replicas_per_machine = 0;
+  unsigned replicas_per_machine = 0;  // the sum of the nodes' slots
 };
 
 struct Plan {
@@ -68,11 +74,13 @@ struct Plan {
   std::vector<NodeRoom> nodes;  // nodes with CPUs, by id
   PodSize pod;
   std::vector<std::string> notes;  // why the numbers are what they are
+
+  const NodeRoom* room(unsigned node) const;
 };
 
-// Pure: the same topology and config always give the same plan. Errors when
-// no sound plan exists (a node too small for its reservation and a replica,
-// reservations that do not add up), naming both sides.
+// Pure: the same topology and config always give the same plan. Errors only
+// when no sound plan exists: bad settings, reservations that do not add up,
+// or a machine on which no NUMA node can hold a replica.
 Result<Plan> plan_node(const Topology& topology, const PlanConfig& config);
 
 }  // namespace numaserve::agent::plan

@@ -32,7 +32,8 @@ void to_json(nlohmann::json& j, const Plan& plan) {
                      {"allocatable_cpu_count", room.allocatable_cpus.count()},
                      {"memory_bytes", room.memory_bytes},
                      {"reserved_memory_bytes", room.reserved_memory},
-                     {"allocatable_memory_bytes", room.allocatable_memory}});
+                     {"allocatable_memory_bytes", room.allocatable_memory},
+                     {"replicas", room.replicas}});
   }
   const auto& k = plan.kubelet;
   j = {{"kubelet",
@@ -136,7 +137,8 @@ std::string render_text(const Plan& plan) {
         << room.reserved_cpus.to_list() << ", allocatable " << room.allocatable_cpus.count() << " CPUs, "
         << format_quantity(room.allocatable_memory / (1ull << 20) * (1ull << 20)) << " of "
         << format_quantity(room.memory_bytes / (1ull << 20) * (1ull << 20)) << " after reserving "
-        << format_quantity(room.reserved_memory) << "\n";
+        << format_quantity(room.reserved_memory) << ", "
+        << (room.replicas > 0 ? std::to_string(room.replicas) + " replica(s)" : "no replica") << "\n";
   }
   for (const auto& note : plan.notes) out << "note: " << note << "\n";
   return out.str();

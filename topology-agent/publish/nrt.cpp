@@ -17,11 +17,64 @@ nlohmann::json resource(const std::string& name, std::uint64_t capacity, std::ui
   return {{"name", name}, {"capacity", capacity}, {"allocatable", allocatable}, {"available", available}};
 }
 
+// The kubelet's allocatable bytes of `resource` on `node`, when its API said.
+std::optional<std::uint64_t> api_allocatable(const std::optional<kubelet::Allocations>& allocations,
+                                             const std::string& resource, unsigned node) {
+  if (!allocations || !allocations->allocatable) return std::nullopt;
+  std::optional<std::uint64_t> bytes;
+  for (const auto& block : allocations->allocatable->memory) {
+    if (block.resource == resource && block.nodes.contains(node)) bytes = bytes.value_or(0) + block.bytes;
+  }
+  return bytes.value_or(0);
+}
+
+std::uint64_t assigned(const std::optional<kubelet::Allocations>& allocations, unsigned node,
+                       const std::string& resource) {
+  if (!allocations) return 0;
+  const auto on_node = allocations->assigned.find(node);
+  if (on_node == allocations->assigned.end()) return 0;
+  const auto bytes = on_node->second.find(resource);
+  return bytes == on_node->second.end() ? 0 : bytes->second;
+}
+
+nlohmann::json zone_resources(const NumaNode& node, const discover::NodeReport& report, const plan::Plan* plan) {
+  const auto& allocations = report.allocations;
+  const plan::NodeRoom* room = plan ? plan->room(node.os_index) : nullptr;
+  nlohmann::json resources = nlohmann::json::array();
+  if (!node.memory_only()) {
+    CpuSet allocatable = node.cpus;
+    if (allocations && allocations->allocatable) {
+      allocatable = allocations->allocatable->cpus & node.cpus;
+    } else if (room) {
+      allocatable = room->allocatable_cpus;
+    } else if (report.kubelet_config) {
+      allocatable = node.cpus - report.kubelet_config->reserved_system_cpus;
+    }
+    const CpuSet taken = allocations ? allocations->exclusive_cpus : CpuSet{};
+    resources.push_back(resource("cpu", node.cpus.count(), allocatable.count(), (allocatable - taken).count()));
+  }
+  // A memory-only node's memory is real capacity, but no pod can be aligned
+  // with it, so none is allocatable unless the kubelet says otherwise.
+  const std::uint64_t memory = node.ordinary_memory();
+  const std::uint64_t memory_allocatable = api_allocatable(allocations, "memory", node.os_index)
+                                               .value_or(room ? room->allocatable_memory
+                                                              : node.memory_only() ? 0 : memory);
+  resources.push_back(resource("memory", memory, memory_allocatable,
+                               memory_allocatable -
+                                   std::min(memory_allocatable, assigned(allocations, node.os_index, "memory"))));
+  for (const auto& [size, count] : node.hugepages) {
+    const std::string name = hugepage_resource(size);
+    const std::uint64_t allocatable = api_allocatable(allocations, name, node.os_index).value_or(size * count);
+    resources.push_back(resource(name, size * count, allocatable,
+                                 allocatable - std::min(allocatable, assigned(allocations, node.os_index, name))));
+  }
+  return resources;
+}
+
 }  // namespace
 
-nlohmann::json make_node_resource_topology(const std::string& node_name,
-                                           const discover::NodeReport& report,
-                                           const plan::Plan& plan) {
+nlohmann::json make_node_resource_topology(const std::string& node_name, const discover::NodeReport& report,
+                                           const plan::Plan* plan, FingerprintMethod method) {
   const Topology& t = report.topology;
   nlohmann::json zones = nlohmann::json::array();
   for (const auto& node : t.nodes) {
@@ -33,60 +86,48 @@ nlohmann::json make_node_resource_topology(const std::string& node_name,
       }
       zone["costs"] = costs;
     }
-    nlohmann::json resources = nlohmann::json::array();
-    const auto room = std::find_if(plan.nodes.begin(), plan.nodes.end(),
-                                   [&](const plan::NodeRoom& r) { return r.node == node.os_index; });
-    if (room != plan.nodes.end()) {
-      // What the kubelet has already handed out lowers what is available.
-      const CpuSet taken = report.cpu_manager_state ? report.cpu_manager_state->exclusive_cpus : CpuSet{};
-      const auto allocatable = room->allocatable_cpus.count();
-      resources.push_back(resource("cpu", room->cpus.count(), allocatable,
-                                   allocatable - (room->allocatable_cpus & taken).count()));
-      std::uint64_t assigned = 0;
-      if (report.memory_manager_state && report.memory_manager_state->assigned_memory.contains(node.os_index)) {
-        assigned = report.memory_manager_state->assigned_memory.at(node.os_index);
-      }
-      resources.push_back(resource("memory", room->memory_bytes, room->allocatable_memory,
-                                   room->allocatable_memory - std::min(assigned, room->allocatable_memory)));
-    } else {
-      // A memory-only node: its memory is real capacity, but no pod can be
-      // aligned with it, so none is allocatable.
-      resources.push_back(resource("memory", node.memory_bytes, 0, 0));
-    }
-    for (const auto& [size, count] : node.hugepages) {
-      resources.push_back(resource(hugepage_resource(size), size * count, size * count, size * count));
-    }
-    zone["resources"] = resources;
+    zone["resources"] = zone_resources(node, report, plan);
     zones.push_back(std::move(zone));
   }
   nlohmann::json nrt = {{"apiVersion", "topology.node.k8s.io/v1alpha2"},
                         {"kind", "NodeResourceTopology"},
                         {"metadata", {{"name", node_name}}},
                         {"zones", zones}};
+  nlohmann::json attributes = nlohmann::json::array();
   // The scheduler plugin filters by the kubelet's actual Topology Manager
   // settings, so they are published only when read from its configuration.
   if (const auto& k = report.kubelet_config) {
-    nrt["attributes"] = nlohmann::json::array(
-        {{{"name", "topologyManagerPolicy"}, {"value", k->topology_manager_policy}},
-         {{"name", "topologyManagerScope"}, {"value", k->topology_manager_scope}}});
+    attributes.push_back({{"name", "topologyManagerPolicy"}, {"value", k->topology_manager_policy}});
+    attributes.push_back({{"name", "topologyManagerScope"}, {"value", k->topology_manager_scope}});
   }
+  // Only a pod list the kubelet gave by name can be fingerprinted; the
+  // checkpoint files know pods by UID.
+  if (report.allocations && report.allocations->allocatable) {
+    attributes.push_back({{"name", "nodeTopologyPodsFingerprint"},
+                          {"value", pod_fingerprint(pods_counted(report.allocations->pods, method))}});
+    attributes.push_back({{"name", "nodeTopologyPodsFingerprintMethod"}, {"value", std::string(to_string(method))}});
+  }
+  if (!attributes.empty()) nrt["attributes"] = attributes;
   return nrt;
 }
 
-std::map<std::string, std::string> make_node_labels(const discover::NodeReport& report,
-                                                    const plan::Plan& plan) {
+std::map<std::string, std::string> make_node_labels(const discover::NodeReport& report, const plan::Plan* plan) {
   const Topology& t = report.topology;
   std::size_t min_cpus = 0;
-  for (const auto& room : plan.nodes) {
-    min_cpus = min_cpus == 0 ? room.cpus.count() : std::min(min_cpus, room.cpus.count());
+  for (const auto& node : t.nodes) {
+    if (!node.memory_only()) min_cpus = min_cpus == 0 ? node.cpus.count() : std::min(min_cpus, node.cpus.count());
   }
-  return {{"numaserve.io/numa-nodes", std::to_string(t.nodes_with_cpus().count())},
-          {"numaserve.io/memory-only-numa-nodes", std::to_string(t.nodes.size() - t.nodes_with_cpus().count())},
-          {"numaserve.io/cpus-per-numa-node", std::to_string(min_cpus)},
-          {"numaserve.io/smt", t.threads_per_core() > 1 ? "true" : "false"},
-          {"numaserve.io/replica-cpus", std::to_string(plan.pod.cpus)},
-          {"numaserve.io/replica-memory", format_quantity(plan.pod.memory_bytes)},
-          {"numaserve.io/replicas", std::to_string(plan.pod.replicas_per_machine)}};
+  std::map<std::string, std::string> labels = {
+      {"numaserve.io/numa-nodes", std::to_string(t.nodes_with_cpus().count())},
+      {"numaserve.io/memory-only-numa-nodes", std::to_string(t.nodes.size() - t.nodes_with_cpus().count())},
+      {"numaserve.io/cpus-per-numa-node", std::to_string(min_cpus)},
+      {"numaserve.io/smt", t.threads_per_core() > 1 ? "true" : "false"}};
+  if (plan) {
+    labels["numaserve.io/replica-cpus"] = std::to_string(plan->pod.cpus);
+    labels["numaserve.io/replica-memory"] = format_quantity(plan->pod.memory_bytes);
+    labels["numaserve.io/replicas"] = std::to_string(plan->pod.replicas_per_machine);
+  }
+  return labels;
 }
 
 }  // namespace numaserve::agent::publish

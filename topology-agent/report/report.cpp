@@ -102,6 +102,25 @@ std::string render_text(const discover::NodeReport& report) {
         << ", isolated CPUs " << or_none(k->isolated_cpus) << ", nohz_full CPUs " << or_none(k->nohz_full_cpus)
         << "\n";
   }
+  if (const auto& a = report.allocations) {
+    out << "Held by pods (" << a->source << (a->stale ? ", stale" : "") << "):\n";
+    for (const auto& node : t.nodes) {
+      out << "  NUMA node " << node.os_index << ": exclusive CPUs " << or_none(a->exclusive_cpus & node.cpus);
+      if (const auto it = a->assigned.find(node.os_index); it != a->assigned.end()) {
+        for (const auto& [resource, bytes] : it->second) out << ", " << resource << " " << format_bytes(bytes);
+      }
+      out << "\n";
+      for (const auto& pod : a->pods) {
+        for (const auto& container : pod.containers) {
+          const CpuSet cpus = container.cpus & node.cpus;
+          if (!cpus.empty()) {
+            out << "    " << pod.pod_namespace << "/" << pod.name << " (" << container.name << "): CPUs "
+                << cpus.to_list() << "\n";
+          }
+        }
+      }
+    }
+  }
   for (const auto& w : report.warnings) out << "warning: " << w << "\n";
   return out.str();
 }

@@ -19,6 +19,8 @@ constexpr int kLegend = 70;
 
 // One color per replica slot on a node; reserved CPUs are grey.
 constexpr const char* kSlotColors[] = {"#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948"};
+// CPUs a pod holds exclusively, whatever the plan meant them for.
+constexpr const char* kHeldColor = "#e15759";
 
 std::string escape(const std::string& text) {
   std::string out;
@@ -71,15 +73,29 @@ Box node_box(const NumaNode& node, int core_h) {
 // shows how many fit and where they can go.
 std::map<unsigned, int> slots_of(const NumaNode& node, const plan::Plan& plan, unsigned threads_per_core) {
   std::map<unsigned, int> out;
+  const plan::NodeRoom* room = plan.room(node.os_index);
+  const unsigned slots = room ? room->replicas : 0;
   const unsigned per_slot_cores = plan.pod.cpus / threads_per_core;
   unsigned core_index = 0;
   for (const auto& core : node.cores) {
-    if (core.intersects(plan.kubelet.reserved_system_cpus)) continue;
-    const unsigned slot = per_slot_cores == 0 ? plan.pod.replicas_per_node : core_index / per_slot_cores;
-    if (slot < plan.pod.replicas_per_node) {
+    if (core.intersects(plan.kubelet.reserved_system_cpus) || core.count() != threads_per_core) continue;
+    const unsigned slot = per_slot_cores == 0 ? slots : core_index / per_slot_cores;
+    if (slot < slots) {
       for (unsigned cpu : core.ids()) out[cpu] = static_cast<int>(slot);
     }
     ++core_index;
+  }
+  return out;
+}
+
+// Which pod holds each CPU, as the kubelet reported it: "namespace/name".
+std::map<unsigned, std::string> holders_of(const discover::NodeReport& report) {
+  std::map<unsigned, std::string> out;
+  if (!report.allocations) return out;
+  for (const auto& pod : report.allocations->pods) {
+    for (const auto& container : pod.containers) {
+      for (unsigned cpu : container.cpus.ids()) out[cpu] = pod.pod_namespace + "/" + pod.name;
+    }
   }
   return out;
 }
@@ -92,6 +108,7 @@ std::string render_svg(const discover::NodeReport& report, const std::optional<p
   int x = kPad;
   int height = 0;
   const int core_h = core_height(t.threads_per_core());
+  const auto holders = holders_of(report);
 
   // Packages side by side; each stacks its NUMA nodes. Nodes in no package
   // (memory-only ones off-package, synthetic machines) get a column of their own.
@@ -145,9 +162,14 @@ std::string render_svg(const discover::NodeReport& report, const std::optional<p
         const int cy = y + kTitle + static_cast<int>(i / kCoresPerRow) * (core_h + kCoreGap);
         const bool reserved = plan && core.intersects(plan->kubelet.reserved_system_cpus);
         const auto slot = slots.find(core.first());
-        const char* fill = reserved ? "#bbb" : slot != slots.end() ? kSlotColors[slot->second % 6] : "#e8e8e8";
+        const auto holder = holders.find(core.first());
+        const char* fill = holder != holders.end() ? kHeldColor
+                           : reserved              ? "#bbb"
+                           : slot != slots.end()   ? kSlotColors[slot->second % 6]
+                                                   : "#e8e8e8";
         const std::string label = "core " + core.to_list() + (reserved ? ", reserved for the system" : "") +
-                                  (slot != slots.end() ? ", replica slot " + std::to_string(slot->second) : "");
+                                  (slot != slots.end() ? ", replica slot " + std::to_string(slot->second) : "") +
+                                  (holder != holders.end() ? ", held by pod " + holder->second : "");
         body << "<g class=\"core\"><title>" << escape(label) << "</title><rect x=\"" << cx << "\" y=\"" << cy
              << "\" width=\"" << kCore << "\" height=\"" << core_h << "\" rx=\"4\" fill=\"" << fill
              << "\" stroke=\"#333\"/>\n";
@@ -175,6 +197,11 @@ std::string render_svg(const discover::NodeReport& report, const std::optional<p
   legend << "<rect x=\"" << kPad + 190 << "\" y=\"" << ly << "\" width=\"14\" height=\"14\" fill=\"" << kSlotColors[0]
          << "\" stroke=\"#333\"/><text x=\"" << kPad + 210 << "\" y=\"" << ly + 12
          << "\" class=\"l\">replica slot (colour per slot on a node)</text>";
+  if (!holders.empty()) {
+    legend << "<rect x=\"" << kPad + 540 << "\" y=\"" << ly << "\" width=\"14\" height=\"14\" fill=\"" << kHeldColor
+           << "\" stroke=\"#333\"/><text x=\"" << kPad + 560 << "\" y=\"" << ly + 12
+           << "\" class=\"l\">held by a pod (its name in the core's tooltip)</text>";
+  }
   legend << "<rect x=\"" << kPad + 470 << "\" y=\"" << ly << "\" width=\"14\" height=\"14\" fill=\"#e8e8e8\" stroke=\"#333\"/>"
          << "<text x=\"" << kPad + 490 << "\" y=\"" << ly + 12 << "\" class=\"l\">free</text>";
   std::string summary = std::to_string(t.nodes.size()) + " NUMA nodes, " + std::to_string(t.core_count()) +

@@ -34,13 +34,15 @@ std::string render_metrics(const updater::CycleResult& last, const updater::Coun
   w.family("numaserve_agent_cycles_total", "counter", "Discover-plan-publish cycles run.")
       .sample("numaserve_agent_cycles_total", counters.cycles);
   w.family("numaserve_agent_failures_total", "counter", "Failed stages, by stage.");
-  for (const char* stage : {"discover", "plan", "publish", "apiserver"}) {
+  for (const char* stage : {"discover", "podresources", "plan", "publish", "apiserver"}) {
     const auto it = counters.failures.find(stage);
     w.sample("numaserve_agent_failures_total", it == counters.failures.end() ? 0 : it->second,
              std::string("stage=\"") + stage + "\"");
   }
   w.family("numaserve_agent_apiserver_retries_total", "counter", "API server requests retried after a transient failure.")
       .sample("numaserve_agent_apiserver_retries_total", counters.apiserver_retries);
+  w.family("numaserve_agent_podresources_retries_total", "counter", "PodResources calls retried after a failure.")
+      .sample("numaserve_agent_podresources_retries_total", counters.podresources_retries);
   w.family("numaserve_agent_files_changed_total", "counter", "Hint files rewritten because their content changed.")
       .sample("numaserve_agent_files_changed_total", counters.files_changed);
   w.family("numaserve_agent_last_success_timestamp_seconds", "gauge", "When the last cycle fully succeeded.")
@@ -64,6 +66,15 @@ std::string render_metrics(const updater::CycleResult& last, const updater::Coun
     if (report->kernel && report->kernel->numa_balancing) {
       w.family("numaserve_node_numa_balancing", "gauge", "kernel.numa_balancing (0 is what pinned pods want).")
           .sample("numaserve_node_numa_balancing", *report->kernel->numa_balancing);
+    }
+    if (const auto& a = report->allocations) {
+      w.family("numaserve_node_exclusive_cpus", "gauge", "CPUs held exclusively by pods, per NUMA node.");
+      for (const auto& node : t.nodes) {
+        w.sample("numaserve_node_exclusive_cpus", (a->exclusive_cpus & node.cpus).count(), node_label(node.os_index));
+      }
+      w.family("numaserve_agent_allocations_stale", "gauge",
+               "1 when the pods' allocations are the last good view, the latest PodResources query having failed.")
+          .sample("numaserve_agent_allocations_stale", a->stale ? 1 : 0);
     }
     w.family("numaserve_agent_warnings", "gauge", "Settings that work but hurt NUMA placement (see /topology).")
         .sample("numaserve_agent_warnings", report->warnings.size());

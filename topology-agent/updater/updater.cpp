@@ -13,12 +13,33 @@ namespace numaserve::agent::updater {
 
 Updater::Updater(UpdaterConfig config) : config_(std::move(config)) {}
 
+void Updater::keep_last_good(discover::NodeReport& report) {
+  counters_.podresources_retries += report.podresources_retries;
+  if (report.allocations_error.empty()) {
+    if (report.allocations) last_good_ = report.allocations;
+    return;
+  }
+  ++counters_.failures["podresources"];
+  if (last_good_) {
+    report.allocations = last_good_;
+    report.allocations->stale = true;
+    report.warnings.push_back("PodResources: publishing the last good view of the pods' allocations, now stale");
+  }
+}
+
 CycleResult Updater::run_cycle() {
   ++counters_.cycles;
   CycleResult result;
   auto fail = [&](const std::string& stage, const Error& error) {
     ++counters_.failures[stage];
     result.errors.push_back(stage + ": " + error.message);
+  };
+  auto count_written = [&](const Result<std::vector<std::string>>& written) {
+    if (!written) {
+      fail("publish", written.error());
+    } else {
+      counters_.files_changed += written->size();
+    }
   };
 
   auto report = discover::discover_node(config_.discover);
@@ -27,45 +48,37 @@ CycleResult Updater::run_cycle() {
     return result;
   }
   result.report = std::move(*report);
-  auto planned = plan::plan_node(result.report->topology, config_.plan);
-  if (!planned) {
+  keep_last_good(*result.report);
+  if (auto planned = plan::plan_node(result.report->topology, config_.plan)) {
+    result.plan = std::move(*planned);
+  } else {
     fail("plan", planned.error());
-    return result;
   }
-  result.plan = std::move(*planned);
+  if (!config_.publish) return result;
 
-  if (config_.publish) {
-    const auto nrt = publish::make_node_resource_topology(config_.node_name, *result.report, *result.plan);
-    const std::string kubelet_config = plan::kubelet_config_yaml(*result.plan);
-    auto written = publish::write_hints(
-        config_.hints_dir, {{"topology.json", nlohmann::json(*result.report).dump(2) + "\n"},
-                            {"plan.json", nlohmann::json(*result.plan).dump(2) + "\n"},
-                            {"kubelet-config.yaml", kubelet_config},
-                            {"helm-values.yaml", plan::helm_values_yaml(*result.plan)},
-                            {"noderesourcetopology.yaml", publish::to_yaml(nrt)},
-                            {"node.svg", report::render_svg(*result.report, *result.plan)}});
-    if (!written) {
-      fail("publish", written.error());
-    } else {
-      counters_.files_changed += written->size();
+  const plan::Plan* plan = result.plan ? &*result.plan : nullptr;
+  const auto nrt =
+      publish::make_node_resource_topology(config_.node_name, *result.report, plan, config_.fingerprint_method);
+  std::vector<publish::HintFile> hints = {{"topology.json", nlohmann::json(*result.report).dump(2) + "\n"},
+                                          {"noderesourcetopology.yaml", publish::to_yaml(nrt)},
+                                          {"node.svg", report::render_svg(*result.report, result.plan)}};
+  if (plan) {
+    hints.push_back({"plan.json", nlohmann::json(*plan).dump(2) + "\n"});
+    hints.push_back({"kubelet-config.yaml", plan::kubelet_config_yaml(*plan)});
+    hints.push_back({"helm-values.yaml", plan::helm_values_yaml(*plan)});
+  }
+  count_written(publish::write_hints(config_.hints_dir, hints));
+  if (config_.apiserver) {
+    apiserver::ApiServer api(*config_.apiserver);
+    for (const Status& applied :
+         {api.apply_node_resource_topology(nrt),
+          api.apply_node_labels(config_.node_name, publish::make_node_labels(*result.report, plan))}) {
+      if (!applied) fail("apiserver", applied.error());
     }
-    if (config_.apiserver) {
-      apiserver::ApiServer api(*config_.apiserver);
-      for (const Status& applied :
-           {api.apply_node_resource_topology(nrt),
-            api.apply_node_labels(config_.node_name, publish::make_node_labels(*result.report, *result.plan))}) {
-        if (!applied) fail("apiserver", applied.error());
-      }
-      counters_.apiserver_retries += api.retries();
-    }
-    if (config_.kubelet_dropin_dir) {
-      auto dropin = publish::write_hints(*config_.kubelet_dropin_dir, {{kKubeletDropinName, kubelet_config}});
-      if (!dropin) {
-        fail("publish", dropin.error());
-      } else {
-        counters_.files_changed += dropin->size();
-      }
-    }
+    counters_.apiserver_retries += api.retries();
+  }
+  if (config_.kubelet_dropin_dir && plan) {
+    count_written(publish::write_hints(*config_.kubelet_dropin_dir, {{kKubeletDropinName, plan::kubelet_config_yaml(*plan)}}));
   }
   if (result.ok()) {
     counters_.last_success_unix_seconds =

@@ -1,7 +1,9 @@
 #pragma once
 // The agent's loop body, NFD-style: discover -> plan -> publish (hint files,
-// then the API server), once per call. A failing stage is counted and reported; it never stops the loop, and
-// what the earlier stages produced is still served.
+// then the API server), once per call. A failing stage is counted and
+// reported; it never stops the loop. Discovery is published whatever the
+// planner says: topology.json, the NodeResourceTopology and the labels go
+// out without a plan, so a node never drops out of the scheduler's view.
 
 #include <cstdint>
 #include <filesystem>
@@ -12,6 +14,7 @@
 #include "apiserver/apiserver.h"
 #include "discover/discover.h"
 #include "plan/plan.h"
+#include "publish/fingerprint.h"
 
 namespace numaserve::agent::updater {
 
@@ -24,14 +27,17 @@ struct UpdaterConfig {
   // The kubelet reads it at its next restart; the agent never restarts it.
   std::optional<std::filesystem::path> kubelet_dropin_dir;
   bool publish = true;  // false: discover and plan only (--no-publish)
+  publish::FingerprintMethod fingerprint_method = publish::FingerprintMethod::kWithExclusiveResources;
   // In a cluster: where to server-side apply the NodeResourceTopology and labels.
   std::optional<apiserver::ApiServerConfig> apiserver;
 };
 
 struct Counters {
   std::uint64_t cycles = 0;
-  std::map<std::string, std::uint64_t> failures;  // by stage: discover, plan, publish, apiserver
+  // By stage: discover, podresources, plan, publish, apiserver.
+  std::map<std::string, std::uint64_t> failures;
   std::uint64_t apiserver_retries = 0;
+  std::uint64_t podresources_retries = 0;
   std::uint64_t files_changed = 0;
   double last_success_unix_seconds = 0;
 };
@@ -53,8 +59,12 @@ class Updater {
   const UpdaterConfig& config() const { return config_; }
 
  private:
+  // The allocations kept when the PodResources API fails, said to be stale.
+  void keep_last_good(discover::NodeReport& report);
+
   UpdaterConfig config_;
   Counters counters_;
+  std::optional<kubelet::Allocations> last_good_;
 };
 
 // The drop-in's file name: the kubelet applies drop-ins in lexical order,

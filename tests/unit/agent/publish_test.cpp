@@ -29,7 +29,7 @@ class EveryCapture : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(EveryCapture, ZonesAgreeWithTheTopologyAndThePlan) {
   const auto [report, plan] = machine(TopologySource::sysfs(testing::sysfs_root(GetParam()).string()));
-  const auto nrt = make_node_resource_topology("worker-7", report, plan);
+  const auto nrt = make_node_resource_topology("worker-7", report, &plan);
   EXPECT_EQ(nrt["metadata"]["name"], "worker-7");
   const auto& t = report.topology;
   ASSERT_EQ(nrt["zones"].size(), t.nodes.size());
@@ -82,7 +82,7 @@ TEST(Nrt, AvailableSubtractsWhatTheKubeletAssignedAndAttributesComeFromItsConfig
   EXPECT_TRUE(report->warnings.empty()) << ::testing::PrintToString(report->warnings);
   auto p = plan::plan_node(report->topology, {});
   ASSERT_TRUE(p.has_value());
-  const auto nrt = make_node_resource_topology("w", *report, *p);
+  const auto nrt = make_node_resource_topology("w", *report, &*p);
   ASSERT_EQ(nrt["attributes"].size(), 2u);
   EXPECT_EQ(nrt["attributes"][0]["value"], "single-numa-node");
   EXPECT_EQ(nrt["attributes"][1]["value"], "pod");
@@ -103,7 +103,7 @@ TEST(Nrt, AvailableSubtractsWhatTheKubeletAssignedAndAttributesComeFromItsConfig
 TEST(Labels, DescribeTheNodeForNodeSelectors) {
   const auto [report, plan] = machine(
       TopologySource::xml((testing::fixtures_dir() / "topologies/xml/32em64t-2n8c2t-pci-normalio.xml").string()));
-  const auto labels = make_node_labels(report, plan);
+  const auto labels = make_node_labels(report, &plan);
   EXPECT_EQ(labels.at("numaserve.io/numa-nodes"), "2");
   EXPECT_EQ(labels.at("numaserve.io/cpus-per-numa-node"), "16");
   EXPECT_EQ(labels.at("numaserve.io/smt"), "true");

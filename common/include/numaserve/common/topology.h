@@ -49,6 +49,8 @@ struct NumaNode {
   std::string kind;  // hwloc's memory tier subtype ("DRAM", "HBM", "NVM", "MCDRAM"), may be empty
 
   bool memory_only() const { return cpus.empty(); }
+  // Memory for ordinary pages: the hugepage pools are resources of their own.
+  std::uint64_t ordinary_memory() const;
 };
 
 struct Package {
