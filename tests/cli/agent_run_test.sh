@@ -68,12 +68,15 @@ if "$AGENT" run --oneshot --xml "$fixtures/topologies/xml/16amd64-8n2c-cpusets.x
 else
   bad "an irregular machine plans with notes and publishes"
 fi
-if ! "$AGENT" run --oneshot --xml "$fixtures/topologies/xml/16em64t-4s2c2t.xml" --hints-dir "$work/h4" \
+# Into the same directory: the earlier machine's plan files must go.
+before=$(md5sum < "$work/h3/topology.json")
+if ! "$AGENT" run --oneshot --xml "$fixtures/topologies/xml/16em64t-4s2c2t.xml" --hints-dir "$work/h3" \
      --node-name n4 2>"$work/log" && grep -q 'msg="plan: ' "$work/log" &&
-   [[ -s $work/h4/topology.json && -s $work/h4/noderesourcetopology.yaml && ! -e $work/h4/plan.json ]]; then
-  ok "without a plan the topology and NRT are still published (exit 1)"
+   [[ $(md5sum < "$work/h3/topology.json") != "$before" ]] && [[ -s $work/h3/noderesourcetopology.yaml ]] &&
+   [[ ! -e $work/h3/plan.json && ! -e $work/h3/kubelet-config.yaml && ! -e $work/h3/helm-values.yaml ]]; then
+  ok "without a plan the topology and NRT are still published, an old plan removed (exit 1)"
 else
-  bad "without a plan the topology and NRT are still published (exit 1)"
+  bad "without a plan the topology and NRT are still published, an old plan removed (exit 1)"
 fi
 
 # A change to the kubelet's state runs a cycle within a second (interval 1h).

@@ -95,3 +95,39 @@ for case in sorted((FIXTURES / "cgroup").iterdir()):
 seeds("placement", trees)
 # hwloc_xml's seeds are tests/fixtures/topologies/xml itself (scripts/fuzz.sh
 # and the replay test read them there), not copies.
+
+# The kubelet's PodResources answers, written in protobuf text format and
+# encoded by protoc against the agent's own .proto: a 2-byte length, the
+# AllocatableResourcesResponse, then the ListPodResourcesResponse.
+import subprocess
+
+PROTO = HERE.parent.parent / "topology-agent" / "podresources"
+
+
+def encode(message, text):
+    return subprocess.run(["protoc", f"--proto_path={PROTO}", f"--encode=v1.{message}", "podresources.proto"],
+                          input=text.encode(), capture_output=True, check=True).stdout
+
+
+def answers(allocatable, pods):
+    a = encode("AllocatableResourcesResponse", allocatable)
+    return len(a).to_bytes(2, "little") + a + encode("ListPodResourcesResponse", pods)
+
+
+ALLOCATABLE = ("cpu_ids: [1, 2, 3, 5, 6, 7] "
+               "memory { memory_type: 'memory' size: 8589934592 topology { nodes { ID: 0 } } } "
+               "memory { memory_type: 'memory' size: 8589934592 topology { nodes { ID: 1 } } } "
+               "memory { memory_type: 'hugepages-2Mi' size: 1073741824 topology { nodes { ID: 0 } } }")
+GUARANTEED = ("pod_resources { name: 'numaserve-0' namespace: 'ranking' containers { name: 'main' cpu_ids: [2, 6] "
+              "memory { memory_type: 'memory' size: 4294967296 topology { nodes { ID: 0 } } } } }")
+seeds("podresources", [
+    ("empty", answers("", "")),
+    ("no-pods", answers(ALLOCATABLE, "")),
+    ("guaranteed", answers(ALLOCATABLE, GUARANTEED)),
+    ("burstable-and-spread", answers(ALLOCATABLE, GUARANTEED + " pod_resources { name: 'web' namespace: 'w' "
+                                     "containers { name: 'c' } containers { name: 'd' memory { memory_type: 'memory' "
+                                     "size: 3 topology { nodes { ID: 0 } nodes { ID: 1 } } } "
+                                     "devices { resource_name: 'nic' device_ids: ['a', 'b'] } } }")),
+    ("stray-ids", answers(ALLOCATABLE, "pod_resources { name: 'x' namespace: 'y' containers { name: 'z' "
+                          "cpu_ids: [99, -1] } }")),
+])

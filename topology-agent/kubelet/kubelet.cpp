@@ -211,8 +211,11 @@ Allocations allocations_of_pods(std::string source, std::optional<Allocatable> a
         const auto nodes = block.nodes.ids();
         if (nodes.empty()) continue;
         for (std::size_t i = 0; i < nodes.size(); ++i) {
-          // Even shares; the first node takes the remainder.
-          out.assigned[nodes[i]][block.resource] += block.bytes / nodes.size() + (i == 0 ? block.bytes % nodes.size() : 0);
+          // Even shares; the first node takes the remainder. Saturating:
+          // sizes come off the wire.
+          const std::uint64_t share = block.bytes / nodes.size() + (i == 0 ? block.bytes % nodes.size() : 0);
+          std::uint64_t& total = out.assigned[nodes[i]][block.resource];
+          total = share > UINT64_MAX - total ? UINT64_MAX : total + share;
         }
       }
     }

@@ -73,30 +73,9 @@ Status call_with_retries(const ClientConfig& config, const char* name, Call call
                         " (after " + std::to_string(std::max(1u, config.attempts)) + " attempt(s))");
 }
 
-}  // namespace
-
-Result<kubelet::Allocations> query(const ClientConfig& config, QueryStats* stats) {
-  // The kubelet's socket is local and unauthenticated, as the kubelet serves it.
-  auto channel = grpc::CreateChannel("unix://" + std::filesystem::absolute(config.socket).string(),
-                                     grpc::InsecureChannelCredentials());
-  auto stub = v1::PodResourcesLister::NewStub(channel);
-
-  v1::AllocatableResourcesResponse allocatable_response;
-  if (auto ok = call_with_retries<v1::AllocatableResourcesRequest>(
-          config, "GetAllocatableResources",
-          [&](grpc::ClientContext* c, const auto& req, auto* resp) { return stub->GetAllocatableResources(c, req, resp); },
-          allocatable_response, stats);
-      !ok) {
-    return tl::unexpected(ok.error());
-  }
-  v1::ListPodResourcesResponse list_response;
-  if (auto ok = call_with_retries<v1::ListPodResourcesRequest>(
-          config, "List", [&](grpc::ClientContext* c, const auto& req, auto* resp) { return stub->List(c, req, resp); },
-          list_response, stats);
-      !ok) {
-    return tl::unexpected(ok.error());
-  }
-
+// The answers as kubelet::Allocations; ids checked on the way.
+Result<kubelet::Allocations> convert(const v1::AllocatableResourcesResponse& allocatable_response,
+                                     const v1::ListPodResourcesResponse& list_response, std::string source) {
   Allocatable allocatable;
   auto cpus = cpus_of(allocatable_response.cpu_ids(), "GetAllocatableResources");
   if (!cpus) return tl::unexpected(cpus.error());
@@ -122,8 +101,46 @@ Result<kubelet::Allocations> query(const ClientConfig& config, QueryStats* stats
     }
     pods.push_back(std::move(p));
   }
-  return kubelet::allocations_of_pods("podresources " + config.socket.string(), std::move(allocatable),
-                                      std::move(pods));
+  return kubelet::allocations_of_pods(std::move(source), std::move(allocatable), std::move(pods));
+}
+
+}  // namespace
+
+Result<kubelet::Allocations> decode(std::string_view allocatable, std::string_view list, std::string source) {
+  v1::AllocatableResourcesResponse allocatable_response;
+  if (!allocatable_response.ParseFromArray(allocatable.data(), static_cast<int>(allocatable.size()))) {
+    return make_error(Error::Code::kInvalidArgument, source + ": not an AllocatableResourcesResponse");
+  }
+  v1::ListPodResourcesResponse list_response;
+  if (!list_response.ParseFromArray(list.data(), static_cast<int>(list.size()))) {
+    return make_error(Error::Code::kInvalidArgument, source + ": not a ListPodResourcesResponse");
+  }
+  return convert(allocatable_response, list_response, std::move(source));
+}
+
+Result<kubelet::Allocations> query(const ClientConfig& config, QueryStats* stats) {
+  // The kubelet's socket is local and unauthenticated, as the kubelet serves it.
+  auto channel = grpc::CreateChannel("unix://" + std::filesystem::absolute(config.socket).string(),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1::PodResourcesLister::NewStub(channel);
+
+  v1::AllocatableResourcesResponse allocatable_response;
+  if (auto ok = call_with_retries<v1::AllocatableResourcesRequest>(
+          config, "GetAllocatableResources",
+          [&](grpc::ClientContext* c, const auto& req, auto* resp) { return stub->GetAllocatableResources(c, req, resp); },
+          allocatable_response, stats);
+      !ok) {
+    return tl::unexpected(ok.error());
+  }
+  v1::ListPodResourcesResponse list_response;
+  if (auto ok = call_with_retries<v1::ListPodResourcesRequest>(
+          config, "List", [&](grpc::ClientContext* c, const auto& req, auto* resp) { return stub->List(c, req, resp); },
+          list_response, stats);
+      !ok) {
+    return tl::unexpected(ok.error());
+  }
+
+  return convert(allocatable_response, list_response, "podresources " + config.socket.string());
 }
 
 }  // namespace numaserve::agent::podresources

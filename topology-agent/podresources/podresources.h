@@ -31,4 +31,9 @@ struct QueryStats {
 // node numbers are refused naming the pod and container.
 Result<kubelet::Allocations> query(const ClientConfig& config, QueryStats* stats = nullptr);
 
+// The two answers as bytes on the wire (AllocatableResourcesResponse, then
+// ListPodResourcesResponse), decoded as query() decodes them; `source` names
+// where they came from. For the fuzz target and for tests without a socket.
+Result<kubelet::Allocations> decode(std::string_view allocatable, std::string_view list, std::string source);
+
 }  // namespace numaserve::agent::podresources

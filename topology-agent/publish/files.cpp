@@ -72,4 +72,21 @@ Result<std::vector<std::string>> write_hints(const std::filesystem::path& dir,
   return changed;
 }
 
+Result<std::vector<std::string>> remove_hints(const std::filesystem::path& dir, const std::vector<std::string>& names) {
+  std::vector<std::string> removed;
+  for (const auto& name : names) {
+    const auto path = dir / name;
+    if (::unlink(path.c_str()) == 0) {
+      removed.push_back(name);
+    } else if (errno != ENOENT) {
+      return tl::unexpected(os_error("cannot remove", path));
+    }
+  }
+  if (!removed.empty()) {
+    Fd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY)};
+    if (d.fd >= 0) ::fsync(d.fd);
+  }
+  return removed;
+}
+
 }  // namespace numaserve::agent::publish

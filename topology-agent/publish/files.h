@@ -26,4 +26,8 @@ struct HintFile {
 Result<std::vector<std::string>> write_hints(const std::filesystem::path& dir,
                                              const std::vector<HintFile>& files);
 
+// Removes the named files where present (a hint that no longer holds must
+// not be read as current). Returns the names removed.
+Result<std::vector<std::string>> remove_hints(const std::filesystem::path& dir, const std::vector<std::string>& names);
+
 }  // namespace numaserve::agent::publish

@@ -23,7 +23,10 @@ std::optional<std::uint64_t> api_allocatable(const std::optional<kubelet::Alloca
   if (!allocations || !allocations->allocatable) return std::nullopt;
   std::optional<std::uint64_t> bytes;
   for (const auto& block : allocations->allocatable->memory) {
-    if (block.resource == resource && block.nodes.contains(node)) bytes = bytes.value_or(0) + block.bytes;
+    if (block.resource == resource && block.nodes.contains(node)) {
+      const std::uint64_t sum = bytes.value_or(0);
+      bytes = block.bytes > UINT64_MAX - sum ? UINT64_MAX : sum + block.bytes;  // saturating: off the wire
+    }
   }
   return bytes.value_or(0);
 }

@@ -41,6 +41,9 @@ std::string render_metrics(const updater::CycleResult& last, const updater::Coun
   }
   w.family("numaserve_agent_apiserver_retries_total", "counter", "API server requests retried after a transient failure.")
       .sample("numaserve_agent_apiserver_retries_total", counters.apiserver_retries);
+  w.family("numaserve_agent_apiserver_unchanged_total", "counter",
+           "API server applies skipped because the object was already so.")
+      .sample("numaserve_agent_apiserver_unchanged_total", counters.apiserver_unchanged);
   w.family("numaserve_agent_podresources_retries_total", "counter", "PodResources calls retried after a failure.")
       .sample("numaserve_agent_podresources_retries_total", counters.podresources_retries);
   w.family("numaserve_agent_files_changed_total", "counter", "Hint files rewritten because their content changed.")

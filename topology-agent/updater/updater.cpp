@@ -10,6 +10,13 @@
 #include "report/svg.h"
 
 namespace numaserve::agent::updater {
+namespace {
+
+// The hint files made from a plan; without one they are removed, so that no
+// reader takes an old plan for this machine's.
+constexpr const char* kPlanHints[] = {"plan.json", "kubelet-config.yaml", "helm-values.yaml"};
+
+}  // namespace
 
 Updater::Updater(UpdaterConfig config) : config_(std::move(config)) {}
 
@@ -25,6 +32,23 @@ void Updater::keep_last_good(discover::NodeReport& report) {
     report.allocations->stale = true;
     report.warnings.push_back("PodResources: publishing the last good view of the pods' allocations, now stale");
   }
+}
+
+void Updater::apply_if_changed(const std::string& key, const std::string& content,
+                               const std::function<Status()>& apply, CycleResult& result) {
+  const auto now = std::chrono::steady_clock::now();
+  if (const auto it = applied_.find(key); it != applied_.end() && it->second.content == content &&
+                                          now - it->second.at < kResync) {
+    ++counters_.apiserver_unchanged;
+    return;
+  }
+  if (const Status applied = apply(); !applied) {
+    ++counters_.failures["apiserver"];
+    result.errors.push_back("apiserver: " + applied.error().message);
+    applied_.erase(key);
+    return;
+  }
+  applied_[key] = {content, now};
 }
 
 CycleResult Updater::run_cycle() {
@@ -63,18 +87,19 @@ CycleResult Updater::run_cycle() {
                                           {"noderesourcetopology.yaml", publish::to_yaml(nrt)},
                                           {"node.svg", report::render_svg(*result.report, result.plan)}};
   if (plan) {
-    hints.push_back({"plan.json", nlohmann::json(*plan).dump(2) + "\n"});
-    hints.push_back({"kubelet-config.yaml", plan::kubelet_config_yaml(*plan)});
-    hints.push_back({"helm-values.yaml", plan::helm_values_yaml(*plan)});
+    hints.push_back({kPlanHints[0], nlohmann::json(*plan).dump(2) + "\n"});
+    hints.push_back({kPlanHints[1], plan::kubelet_config_yaml(*plan)});
+    hints.push_back({kPlanHints[2], plan::helm_values_yaml(*plan)});
+  } else {
+    count_written(publish::remove_hints(config_.hints_dir, {std::begin(kPlanHints), std::end(kPlanHints)}));
   }
   count_written(publish::write_hints(config_.hints_dir, hints));
   if (config_.apiserver) {
     apiserver::ApiServer api(*config_.apiserver);
-    for (const Status& applied :
-         {api.apply_node_resource_topology(nrt),
-          api.apply_node_labels(config_.node_name, publish::make_node_labels(*result.report, plan))}) {
-      if (!applied) fail("apiserver", applied.error());
-    }
+    const auto labels = publish::make_node_labels(*result.report, plan);
+    apply_if_changed("nrt", nrt.dump(), [&] { return api.apply_node_resource_topology(nrt); }, result);
+    apply_if_changed("labels", nlohmann::json(labels).dump(),
+                     [&] { return api.apply_node_labels(config_.node_name, labels); }, result);
     counters_.apiserver_retries += api.retries();
   }
   if (config_.kubelet_dropin_dir && plan) {

@@ -5,7 +5,9 @@
 // planner says: topology.json, the NodeResourceTopology and the labels go
 // out without a plan, so a node never drops out of the scheduler's view.
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -37,6 +39,7 @@ struct Counters {
   // By stage: discover, podresources, plan, publish, apiserver.
   std::map<std::string, std::uint64_t> failures;
   std::uint64_t apiserver_retries = 0;
+  std::uint64_t apiserver_unchanged = 0;  // applies skipped: the object was already so
   std::uint64_t podresources_retries = 0;
   std::uint64_t files_changed = 0;
   double last_success_unix_seconds = 0;
@@ -61,14 +64,28 @@ class Updater {
  private:
   // The allocations kept when the PodResources API fails, said to be stale.
   void keep_last_good(discover::NodeReport& report);
+  // Applies `content` under `key` unless the same content was applied less
+  // than kResync ago; a failed apply is tried again next cycle.
+  void apply_if_changed(const std::string& key, const std::string& content, const std::function<Status()>& apply,
+                        CycleResult& result);
 
   UpdaterConfig config_;
   Counters counters_;
   std::optional<kubelet::Allocations> last_good_;
+  struct Applied {
+    std::string content;
+    std::chrono::steady_clock::time_point at;
+  };
+  std::map<std::string, Applied> applied_;  // by object: what the API server holds, as far as we know
 };
 
 // The drop-in's file name: the kubelet applies drop-ins in lexical order,
 // so a high number lets these settings win over distribution defaults.
 inline constexpr const char* kKubeletDropinName = "90-numaserve.conf";
+
+// How long an applied object is trusted to be still there unchanged: after
+// this it is applied again (someone may have deleted or edited it), like a
+// controller's resync.
+inline constexpr std::chrono::minutes kResync{10};
 
 }  // namespace numaserve::agent::updater

@@ -237,18 +237,24 @@ TEST_F(ApiServerTest, UpdaterPublishesThroughTheApiServerAndSurvivesItsFailures)
   config.hints_dir = dir_ / "hints";
   config.apiserver = config_for(server);
   updater::Updater agent(config);
-  ASSERT_TRUE(agent.run_cycle().ok());
-  const auto requests = server.requests();
-  ASSERT_EQ(requests.size(), 2u);
-  EXPECT_EQ(requests[0].body["zones"].size(), 2u);
-  EXPECT_EQ(requests[1].body["metadata"]["labels"]["numaserve.io/numa-nodes"], "2");
-
   server.script({403, 403});
   const auto failed = agent.run_cycle();
   EXPECT_FALSE(failed.ok());
   EXPECT_TRUE(failed.plan.has_value());
   EXPECT_EQ(agent.counters().failures.at("apiserver"), 2u);
   EXPECT_TRUE(fs::exists(dir_ / "hints" / "plan.json"));
+
+  // Refused objects are applied again next cycle.
+  ASSERT_TRUE(agent.run_cycle().ok());
+  const auto requests = server.requests();
+  ASSERT_EQ(requests.size(), 4u);
+  EXPECT_EQ(requests[2].body["zones"].size(), 2u);
+  EXPECT_EQ(requests[3].body["metadata"]["labels"]["numaserve.io/numa-nodes"], "2");
+
+  // Applied and unchanged: the API server is not asked again.
+  ASSERT_TRUE(agent.run_cycle().ok());
+  EXPECT_EQ(server.requests().size(), 4u);
+  EXPECT_EQ(agent.counters().apiserver_unchanged, 2u);
 }
 
 }  // namespace
