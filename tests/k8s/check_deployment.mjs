@@ -48,9 +48,9 @@ function bytes(quantity) {
   return m ? Number(m[1]) * units[m[2] ?? ""] : NaN;
 }
 function seconds(duration) {
-  const units = { ms: 0.001, s: 1, m: 60, h: 3600 };
+  const units = { ns: 1e-9, us: 1e-6, "µs": 1e-6, ms: 0.001, s: 1, m: 60, h: 3600 };
   let total = 0;
-  for (const [, n, u] of String(duration).matchAll(/([0-9.]+)(ms|s|m|h)/g)) total += Number(n) * units[u];
+  for (const [, n, u] of String(duration).matchAll(/([0-9.]+)(ns|us|µs|ms|s|m|h)/g)) total += Number(n) * units[u];
   return total;
 }
 const matches = (selector, labels) => Object.entries(selector ?? {}).every(([k, v]) => labels?.[k] === v);

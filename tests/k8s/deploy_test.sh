@@ -45,6 +45,13 @@ grep -q '^kind: ServiceMonitor' "$out/defaults.yaml" && fail "defaults: a Servic
 grep -q '^kind: HorizontalPodAutoscaler' "$out/production.yaml" || fail "production: autoscaling on but no HPA"
 grep -q '^  replicas:' <(sed -n '/^kind: Deployment/,/^---/p' "$out/production.yaml") && fail "production: replicas set although the HPA owns them"
 grep -q '^kind: CustomResourceDefinition' "$out/production.yaml" || fail "production: CRD install asked but not rendered"
+# The grace period covers preStop + shutdown_delay + drain for any values
+# (check_deployment.mjs asserts it from the rendered numaserve.yaml).
+for i in 1 2 3 4 5 6; do
+  delay=$(( RANDOM % 400 ))$(printf 's\nm\nms\nm7s' | shuf -n1)
+  render "grace-$i" 1 --set shutdown.preStopSeconds=$(( RANDOM % 60 )) --set shutdown.drainSeconds=$(( 1 + RANDOM % 300 )) \
+    --set-string config.shutdown_delay="$delay"
+done
 render agent-off 1 --set agent.enabled=false
 render agent-quiet 1 --set agent.publish=false
 grep -q '^kind: ClusterRole$' "$out/agent-quiet.yaml" && fail "agent.publish=false still grants API access"

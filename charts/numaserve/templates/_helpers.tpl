@@ -51,8 +51,28 @@ limits:
 {{- end -}}
 
 {{/* The pod's grace: preStop, then the service's drain, then a margin. */}}
+{{- /*
+Whole seconds, rounded up, of a duration as the schema admits one for
+numaserve's options: "30s", "5m", "250ms", "1m30s" (terms summed).
+*/ -}}
+{{- define "numaserve.seconds" -}}
+{{- $scale := dict "ns" 1e-9 "us" 1e-6 "µs" 1e-6 "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 -}}
+{{- $total := 0.0 -}}
+{{- range regexFindAll "[0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h)" (toString .) -1 -}}
+{{- $number := regexFind "^[0-9]+([.][0-9]+)?" . -}}
+{{- $total = addf $total (mulf (float64 $number) (get $scale (trimPrefix $number .))) -}}
+{{- end -}}
+{{- $total | ceil | int -}}
+{{- end -}}
+
+{{- /*
+The kubelet must not SIGKILL a draining pod: preStop, then the service's
+shutdown_delay (still serving, not ready) and its drain, plus a margin for
+the process to exit.
+*/ -}}
 {{- define "numaserve.terminationGracePeriodSeconds" -}}
-{{- add .Values.shutdown.preStopSeconds .Values.shutdown.drainSeconds 5 -}}
+{{- $delay := include "numaserve.seconds" (.Values.config.shutdown_delay | default "0s") | int -}}
+{{- add .Values.shutdown.preStopSeconds $delay .Values.shutdown.drainSeconds 5 -}}
 {{- end -}}
 
 {{- define "numaserve.containerSecurityContext" -}}
