@@ -18,6 +18,7 @@
 import fs from "node:fs";
 import path from "node:path";
 import { parseAllDocuments, parse } from "yaml";
+import { bytes, millis } from "./quantities.mjs";
 
 const argv = process.argv.slice(2);
 let expectedReplicas = null;
@@ -36,17 +37,6 @@ const byKind = (kind) => objects.filter((o) => o.kind === kind);
 const AGENT_USES = new Set(["/nodes/patch", "topology.node.k8s.io/noderesourcetopologies/create",
   "topology.node.k8s.io/noderesourcetopologies/patch"]);
 
-// Kubernetes quantities: "2", 2, "2000m" are two CPUs; "1.5", "500m" are not whole.
-function millis(quantity) {
-  const m = /^([0-9.]+)(m?)$/.exec(String(quantity));
-  if (!m) return NaN;
-  return m[2] === "m" ? Number(m[1]) : Number(m[1]) * 1000;
-}
-function bytes(quantity) {
-  const units = { Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, Ti: 2 ** 40, k: 1e3, M: 1e6, G: 1e9, T: 1e12, "": 1 };
-  const m = /^([0-9.]+)(Ki|Mi|Gi|Ti|k|M|G|T)?$/.exec(String(quantity));
-  return m ? Number(m[1]) * units[m[2] ?? ""] : NaN;
-}
 function seconds(duration) {
   const units = { ns: 1e-9, us: 1e-6, "µs": 1e-6, ms: 0.001, s: 1, m: 60, h: 3600 };
   let total = 0;
@@ -114,6 +104,10 @@ for (const w of services) {
   const spread = (pod.topologySpreadConstraints ?? []).some((t) => t.topologyKey === "kubernetes.io/hostname" && matches(t.labelSelector?.matchLabels, podLabels));
   const anti = (pod.affinity?.podAntiAffinity?.requiredDuringSchedulingIgnoredDuringExecution ?? []).some((t) => t.topologyKey === "kubernetes.io/hostname");
   if (!spread && !anti) fail(what, "replicas are not spread across machines");
+  for (const t of pod.topologySpreadConstraints ?? []) {
+    if (t.whenUnsatisfiable === "DoNotSchedule" && (t.nodeTaintsPolicy !== "Honor" || (t.nodeAffinityPolicy ?? "Honor") !== "Honor"))
+      fail(what, "a spread rule counts nodes the pod cannot use (tainted or unplanned), keeping the minimum at 0");
+  }
   if (!byKind("Service").some((s) => Object.keys(s.spec.selector ?? {}).length && matches(s.spec.selector, podLabels)))
     fail(what, "no Service selects its pods");
   for (const pdb of byKind("PodDisruptionBudget"))

@@ -65,6 +65,24 @@ for xml in 16amd64-4distances 32em64t-2n8c2t-pci-normalio 64intel64-fakeKNL-SNC4
   cpu=$(sed -n '/^  limits:/,/memory/s/^    cpu: //p' "$out/$xml.values.yaml")
   grep -q "cpu: \"$cpu\"" "$out/plan-$xml.yaml" || fail "plan-$xml: the planned $cpu CPUs are not what the pod asks"
 done
+echo "== chart: replicas schedule, several per machine"
+# By the kube-scheduler's filter rules (schedule.mjs names them) on four
+# planned 2-socket workers, a tainted control plane and an unplanned node:
+# all 8 replicas of the 2-socket example land, 2 on each planned worker.
+# The cluster's worker labels are the agent's own for that machine.
+diff -u <("$AGENT" plan -o labels --xml "$FIXTURES/topologies/xml/32em64t-2n8c2t-pci-normalio.xml") \
+  <(node -e 'const y=require(process.argv[1]); const c=y.parse(require("fs").readFileSync(process.argv[2],"utf8"));
+             for (const [k,v] of Object.entries(c[0].labels).sort()) console.log(`${k}=${v}`)' \
+     "$HERE/node_modules/yaml" "$HERE/clusters/four-workers.yaml") ||
+  fail "clusters/four-workers.yaml: worker labels differ from the agent's for that machine"
+node "$HERE/schedule.mjs" "$out/two-socket.yaml" "$HERE/clusters/four-workers.yaml" || fail "two-socket: replicas do not all schedule"
+# The rule as it was (any node a domain, taints ignored): replicas stay
+# Pending or land on the unplanned node, and the evaluator must say so.
+sed '/nodeAffinityPolicy: Honor/d; /nodeTaintsPolicy: Honor/d; /numaserve.io\/replicas/,+1d' "$out/two-socket.yaml" > "$out/old-spread.yaml"
+node "$HERE/schedule.mjs" "$out/old-spread.yaml" "$HERE/clusters/four-workers.yaml" --expect-pending >/dev/null ||
+  fail "schedule.mjs placed every replica under the old spread rule"
+echo "ok schedule"
+
 # The chart's 2-socket example is what the agent plans for that machine.
 "$AGENT" plan -o helm-values --xml "$FIXTURES/topologies/xml/32em64t-2n8c2t-pci-normalio.xml" |
   grep -v '^#' > "$out/plan-2s.yaml"
@@ -122,6 +140,7 @@ mutant wide-rbac 's/verbs: \[patch\]/verbs: [get, list, patch]/'
 mutant writable-sys '0,/readOnly: true/{/mountPath: \/host\/sys/{n;d}}'
 mutant no-readiness 's|path: /readyz|path: /healthz|'
 mutant no-spread 's/topologyKey: kubernetes.io\/hostname/topologyKey: topology.kubernetes.io\/zone/'
+mutant spread-counts-tainted-nodes 's/nodeTaintsPolicy: Honor/nodeTaintsPolicy: Ignore/'
 
 echo "== manifests: kustomize base and overlays"
 node "$ROOT/manifests/render-base.mjs" "$out/base" >/dev/null

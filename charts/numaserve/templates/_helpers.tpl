@@ -75,6 +75,31 @@ the process to exit.
 {{- add .Values.shutdown.preStopSeconds $delay .Values.shutdown.drainSeconds 5 -}}
 {{- end -}}
 
+{{- /*
+The pod's affinity: the user's, and with plannedNodesOnly every required
+node-selector term also asks for a node the topology agent has planned (its
+numaserve.io/replicas label), so replicas never land on a machine whose
+kubelet was not set up for them.
+*/ -}}
+{{- define "numaserve.affinity" -}}
+{{- $affinity := deepCopy (.Values.affinity | default dict) -}}
+{{- if .Values.plannedNodesOnly -}}
+{{- $planned := dict "key" "numaserve.io/replicas" "operator" "Exists" -}}
+{{- $nodeAffinity := get $affinity "nodeAffinity" | default dict -}}
+{{- $required := get $nodeAffinity "requiredDuringSchedulingIgnoredDuringExecution" | default dict -}}
+{{- $terms := list -}}
+{{- range get $required "nodeSelectorTerms" | default (list dict) -}}
+{{- $term := deepCopy . -}}
+{{- $_ := set $term "matchExpressions" (append (get $term "matchExpressions" | default list) $planned) -}}
+{{- $terms = append $terms $term -}}
+{{- end -}}
+{{- $_ := set $required "nodeSelectorTerms" $terms -}}
+{{- $_ := set $nodeAffinity "requiredDuringSchedulingIgnoredDuringExecution" $required -}}
+{{- $_ := set $affinity "nodeAffinity" $nodeAffinity -}}
+{{- end -}}
+{{- toYaml $affinity -}}
+{{- end -}}
+
 {{- define "numaserve.containerSecurityContext" -}}
 allowPrivilegeEscalation: false
 privileged: false
