@@ -117,27 +117,36 @@ for (const w of services) {
 for (const d of agents) {
   const what = `DaemonSet/${d.metadata.name}`;
   const pod = d.spec.template.spec;
-  if (!(pod.tolerations ?? []).some((t) => t.operator === "Exists" && !t.key)) fail(what, "does not tolerate every taint (would skip nodes)");
+  if ((pod.tolerations ?? []).some((t) => t.operator === "Exists" && !t.key))
+    fail(what, "tolerates every taint: it would run, as root, on control-plane nodes too");
+  if (pod.hostNetwork || pod.hostPID || pod.hostIPC) fail(what, "shares a host namespace");
   const hostPaths = new Map((pod.volumes ?? []).filter((v) => v.hostPath).map((v) => [v.name, v.hostPath.path]));
-  // The kubelet's PodResources socket: asked for, and its directory mounted read-only.
-  const agentContainer = pod.containers[0];
-  const socketArg = agentContainer.args?.find((x) => x.startsWith("--podresources-socket="));
-  const socketDir = socketArg ? path.posix.dirname(socketArg.split("=")[1]) : undefined;
-  const socketMount = (agentContainer.volumeMounts ?? []).find((m) => m.mountPath === socketDir);
-  if (!socketMount) fail(what, "does not mount the PodResources socket's directory it is told to ask");
-  else if (!socketMount.readOnly || !hostPaths.get(socketMount.name)?.endsWith("/pod-resources"))
-    fail(what, "mounts the PodResources directory writable, or not the kubelet's pod-resources");
   for (const c of pod.containers) {
     const sc = c.securityContext ?? {};
     if (sc.privileged || sc.allowPrivilegeEscalation !== false) fail(what, "may escalate privileges");
     if ((sc.capabilities?.add ?? []).length || !(sc.capabilities?.drop ?? []).includes("ALL")) fail(what, "keeps capabilities");
     if (sc.readOnlyRootFilesystem !== true) fail(what, "root filesystem is writable");
+    // Least privilege: each host path mounted is one the agent is told to
+    // read (read-only, at /host + its host path) or to write.
+    const arg = (flag) => c.args?.find((x) => x.startsWith(`${flag}=`))?.slice(flag.length + 1);
+    const socket = arg("--podresources-socket");
+    const reads = new Set(["/host/sys", "/host/proc/sys/kernel", arg("--kubelet-config"), arg("--kubelet-state-dir"),
+      socket && path.posix.dirname(socket)].filter(Boolean));
+    const writes = new Set([arg("--hints-dir"), arg("--kubelet-dropin-dir")].filter(Boolean));
+    if (!socket) fail(what, "does not ask the kubelet's PodResources API");
     for (const m of c.volumeMounts ?? []) {
       const hostPath = hostPaths.get(m.name);
-      const writable = hostPath && !m.readOnly;
-      const isHints = c.args?.some((a) => a === `--hints-dir=${m.mountPath}` || a === `--kubelet-dropin-dir=${m.mountPath}`);
-      if (writable && !isHints) fail(what, `host path ${hostPath} is mounted writable but is not where the agent writes`);
+      if (!hostPath) continue;
+      if (writes.has(m.mountPath)) continue;
+      if (!reads.has(m.mountPath)) fail(what, `mounts host path ${hostPath}, which it neither reads nor writes`);
+      else if (!m.readOnly) fail(what, `host path ${hostPath} is mounted writable but is not where the agent writes`);
+      else if (m.mountPath.startsWith("/host/") && m.mountPath !== `/host${hostPath}`)
+        fail(what, `${m.mountPath} is host path ${hostPath}, not what it claims`);
+      else if (m.mountPath === (socket && path.posix.dirname(socket)) && !hostPath.endsWith("/pod-resources"))
+        fail(what, `the PodResources socket's directory is ${hostPath}, not the kubelet's pod-resources`);
     }
+    const socketMount = socket && (c.volumeMounts ?? []).find((m) => m.mountPath === path.posix.dirname(socket));
+    if (socket && !socketMount) fail(what, "does not mount the directory of the PodResources socket it asks");
   }
   // RBAC: everything bound to its service account, against what it sends.
   const account = pod.serviceAccountName;

@@ -54,6 +54,11 @@ for i in 1 2 3 4 5 6; do
 done
 render agent-off 1 --set agent.enabled=false
 render agent-quiet 1 --set agent.publish=false
+# The opt-in privileges render and keep their promises: the kubelet's state
+# directory read-only, the drop-in directory the only other writable path.
+render agent-state-dir 1 --set agent.kubeletStateDir=/var/lib/kubelet --set agent.kubeletDropinDir=/etc/kubernetes/kubelet.conf.d
+grep -q -- '--kubelet-state-dir=/host/var/lib/kubelet' "$out/agent-state-dir.yaml" || fail "agent.kubeletStateDir is not passed on"
+grep -q -- '--kubelet-state-dir' "$out/defaults.yaml" && fail "defaults: the agent mounts the kubelet's state directory" 
 grep -q '^kind: ClusterRole$' "$out/agent-quiet.yaml" && fail "agent.publish=false still grants API access"
 
 # The agent's own plans, fed to the chart as its README says: each machine's
@@ -141,6 +146,8 @@ mutant writable-sys '0,/readOnly: true/{/mountPath: \/host\/sys/{n;d}}'
 mutant no-readiness 's|path: /readyz|path: /healthz|'
 mutant no-spread 's/topologyKey: kubernetes.io\/hostname/topologyKey: topology.kubernetes.io\/zone/'
 mutant spread-counts-tainted-nodes 's/nodeTaintsPolicy: Honor/nodeTaintsPolicy: Ignore/'
+mutant agent-mounts-kubelet-dir 's|path: /var/lib/kubelet/config.yaml|path: /var/lib/kubelet|'
+mutant agent-tolerates-all 's/^      containers:$/      tolerations: [{operator: Exists}]\n      containers:/'
 
 echo "== manifests: kustomize base and overlays"
 node "$ROOT/manifests/render-base.mjs" "$out/base" >/dev/null
