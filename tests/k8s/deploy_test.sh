@@ -70,6 +70,17 @@ for xml in 16amd64-4distances 32em64t-2n8c2t-pci-normalio 64intel64-fakeKNL-SNC4
   cpu=$(sed -n '/^  limits:/,/memory/s/^    cpu: //p' "$out/$xml.values.yaml")
   grep -q "cpu: \"$cpu\"" "$out/plan-$xml.yaml" || fail "plan-$xml: the planned $cpu CPUs are not what the pod asks"
 done
+echo "== chart: the agent writes only its own node"
+# The admission policy's shape and CEL, evaluated offline on 15 requests; a
+# policy with the label rule defused must be caught.
+node "$HERE/admission_policy.mjs" "$out/defaults.yaml" >/dev/null || { node "$HERE/admission_policy.mjs" "$out/defaults.yaml"; fail "the agent's admission policy"; }
+sed "s/k.startsWith('numaserve.io\/')/true/g" "$out/defaults.yaml" > "$out/defused.yaml"
+node "$HERE/admission_policy.mjs" "$out/defused.yaml" >/dev/null 2>&1 && fail "admission_policy.mjs passed a policy that lets the agent change any label"
+grep -q '^kind: ValidatingAdmissionPolicy$' "$out/agent-quiet.yaml" && fail "agent.publish=false still renders the admission policy"
+"$HELM" template t "$CHART" --kube-version 1.29.0 >/dev/null 2>&1 && fail "Kubernetes 1.29 rendered a policy it cannot enforce"
+"$HELM" template t "$CHART" --kube-version 1.29.0 --set agent.nodeWritePolicy=false >/dev/null || fail "nodeWritePolicy=false does not render on 1.29"
+echo "ok admission policy"
+
 echo "== chart: replicas schedule, several per machine"
 # By the kube-scheduler's filter rules (schedule.mjs names them) on four
 # planned 2-socket workers, a tainted control plane and an unplanned node:
