@@ -45,6 +45,41 @@ function seconds(duration) {
 }
 const matches = (selector, labels) => Object.entries(selector ?? {}).every(([k, v]) => labels?.[k] === v);
 
+// Pod Security Standards, "restricted" (Kubernetes 1.30), the checks a pod
+// spec can fail: host namespaces and ports, privileged, capabilities beyond
+// dropping ALL (NET_BIND_SERVICE may be added), volume types, privilege
+// escalation, non-root, seccomp, sysctls, /proc mount, AppArmor, SELinux.
+function restrictedViolations(pod) {
+  const out = [];
+  const allowedVolumes = ["configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"];
+  for (const v of pod.volumes ?? []) {
+    const type = Object.keys(v).find((k) => k !== "name");
+    if (!allowedVolumes.includes(type)) out.push(`volume ${v.name} is ${type}`);
+  }
+  for (const ns of ["hostNetwork", "hostPID", "hostIPC"]) if (pod[ns]) out.push(`${ns}`);
+  const podSc = pod.securityContext ?? {};
+  if ((podSc.sysctls ?? []).length) out.push("sets sysctls");
+  const runtime = (p) => ["RuntimeDefault", "Localhost"].includes(p?.type);
+  for (const c of [...(pod.initContainers ?? []), ...pod.containers]) {
+    const sc = c.securityContext ?? {};
+    const here = `container ${c.name}`;
+    if (sc.privileged) out.push(`${here} is privileged`);
+    if ((c.ports ?? []).some((p) => p.hostPort)) out.push(`${here} uses a host port`);
+    if (sc.allowPrivilegeEscalation !== false) out.push(`${here} may escalate`);
+    if (!(sc.capabilities?.drop ?? []).includes("ALL")) out.push(`${here} does not drop ALL capabilities`);
+    if ((sc.capabilities?.add ?? []).some((cap) => cap !== "NET_BIND_SERVICE")) out.push(`${here} adds capabilities`);
+    if ((sc.runAsNonRoot ?? podSc.runAsNonRoot) !== true) out.push(`${here} may run as root`);
+    if ((sc.runAsUser ?? podSc.runAsUser) === 0) out.push(`${here} runs as uid 0`);
+    if (!runtime(sc.seccompProfile ?? podSc.seccompProfile)) out.push(`${here} has no RuntimeDefault/Localhost seccomp profile`);
+    if (sc.procMount && sc.procMount !== "Default") out.push(`${here} unmasks /proc`);
+    if ((sc.appArmorProfile ?? podSc.appArmorProfile)?.type === "Unconfined") out.push(`${here} is AppArmor-unconfined`);
+    const selinux = (sc.seLinuxOptions ?? podSc.seLinuxOptions)?.type;
+    if (selinux && !["container_t", "container_init_t", "container_kvm_t", "container_engine_t"].includes(selinux))
+      out.push(`${here} sets SELinux type ${selinux}`);
+  }
+  return out;
+}
+
 const workloads = objects.filter((o) => ["Deployment", "StatefulSet", "DaemonSet"].includes(o.kind));
 const agents = workloads.filter((o) => o.kind === "DaemonSet");
 const services = workloads.filter((o) => o.kind !== "DaemonSet");
@@ -79,6 +114,7 @@ for (const w of services) {
   }
   for (const ns of ["hostNetwork", "hostPID", "hostIPC"]) if (pod[ns]) fail(what, `${ns} is on`);
   for (const v of pod.volumes ?? []) if (v.hostPath) fail(what, `volume ${v.name} is a hostPath`);
+  for (const v of restrictedViolations(pod)) fail(what, `Pod Security "restricted" would refuse it: ${v}`);
 
   const main = pod.containers[0];
   if (main.readinessProbe?.httpGet?.path !== "/readyz") fail(what, "readiness probe is not GET /readyz");

@@ -54,6 +54,14 @@ for i in 1 2 3 4 5 6; do
 done
 render agent-off 1 --set agent.enabled=false
 render agent-quiet 1 --set agent.publish=false
+# The documented install: the agent in a namespace of its own (Pod Security
+# "privileged" for its hostPath mounts), the service's left "restricted"
+# (check_deployment.mjs applies those rules to every service pod).
+render own-namespace 1 --set agent.namespace=numaserve-system --api-versions monitoring.coreos.com/v1/ServiceMonitor
+[[ $(grep -c '^  namespace: numaserve-system$' "$out/own-namespace.yaml") -ge 3 ]] || fail "own-namespace: the agent's objects are not in agent.namespace"
+grep -q "system:serviceaccount:numaserve-system:rel-own-namespace-numaserve-agent'" "$out/own-namespace.yaml" ||
+  fail "own-namespace: the admission policy does not name the agent's account in its namespace"
+grep -q 'matchNames: \[ranking, numaserve-system\]' "$out/own-namespace.yaml" || fail "own-namespace: Prometheus does not look in the agent's namespace"
 # The opt-in privileges render and keep their promises: the kubelet's state
 # directory read-only, the drop-in directory the only other writable path.
 render agent-state-dir 1 --set agent.kubeletStateDir=/var/lib/kubelet --set agent.kubeletDropinDir=/etc/kubernetes/kubelet.conf.d

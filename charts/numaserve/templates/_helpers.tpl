@@ -11,6 +11,15 @@
 {{- printf "%s-agent" (include "numaserve.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{- /*
+The agent's namespace: its own (agent.namespace) so that the service's can
+enforce Pod Security "restricted" while the agent's, with its hostPath
+mounts, is "privileged"; by default the release's.
+*/ -}}
+{{- define "numaserve.agentNamespace" -}}
+{{- .Values.agent.namespace | default .Release.Namespace -}}
+{{- end -}}
+
 {{- define "numaserve.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 app.kubernetes.io/name: {{ .Chart.Name }}
