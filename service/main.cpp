@@ -160,6 +160,7 @@ int serve(const ServeOptions& o) {
   numaserve::http::ServerConfig http;
   http.host = o.listen_address;
   http.port = static_cast<int>(o.port);
+  http.admin_port = o.admin_port;
   http.loops = plan->workers.size();
   http.max_connections = o.max_connections;
   http.header_timeout_seconds = o.header_timeout;
@@ -175,6 +176,7 @@ int serve(const ServeOptions& o) {
   if (auto started = server.start(service); !started) return fail(started.error().message);
   numaserve::log(LogLevel::kInfo, "listening (live, not ready until warm)",
                  {{"address", o.listen_address}, {"port", std::to_string(server.port())},
+                  {"admin_port", server.admin_port() < 0 ? "none" : std::to_string(server.admin_port())},
                   {"max_connections", std::to_string(server.max_connections())}});
   if (auto warm = service.wait_until_warm(); !warm) {
     server.stop();

@@ -10,7 +10,13 @@
 namespace numaserve::api {
 namespace {
 
+// Which listener serves a route when the service has an admin port: data
+// on the main one, what operators read on the admin one, probes on both.
+// Without an admin port the main one serves every route.
+enum class Port { kData, kAdmin, kBoth };
+
 struct Route {
+  Port port;
   std::string_view method;  // a GET route answers HEAD too
   std::string_view path;    // {name} and {version} stand for one path segment each
   std::string_view label;   // numaserve_requests_total{route=...}
@@ -18,21 +24,21 @@ struct Route {
 };
 
 constexpr Route kRoutes[] = {
-    {"POST", "/predict", "/predict", &Service::predict},
-    {"GET", "/healthz", "/healthz", &Service::healthz},
-    {"GET", "/readyz", "/readyz", &Service::readyz},
-    {"GET", "/metrics", "/metrics", &Service::metrics},
-    {"GET", "/placement", "/placement", &Service::placement},
+    {Port::kData, "POST", "/predict", "/predict", &Service::predict},
+    {Port::kBoth, "GET", "/healthz", "/healthz", &Service::healthz},
+    {Port::kBoth, "GET", "/readyz", "/readyz", &Service::readyz},
+    {Port::kAdmin, "GET", "/metrics", "/metrics", &Service::metrics},
+    {Port::kAdmin, "GET", "/placement", "/placement", &Service::placement},
     // KServe Open Inference Protocol v2.
-    {"GET", "/v2", "/v2", &Service::v2_server},
-    {"GET", "/v2/health/live", "/v2/health/live", &Service::v2_live},
-    {"GET", "/v2/health/ready", "/v2/health/ready", &Service::v2_ready},
-    {"GET", "/v2/models/{name}", "/v2/models/{name}", &Service::v2_model},
-    {"GET", "/v2/models/{name}/versions/{version}", "/v2/models/{name}", &Service::v2_model},
-    {"GET", "/v2/models/{name}/ready", "/v2/models/{name}/ready", &Service::v2_model_ready},
-    {"GET", "/v2/models/{name}/versions/{version}/ready", "/v2/models/{name}/ready", &Service::v2_model_ready},
-    {"POST", "/v2/models/{name}/infer", "/v2/models/{name}/infer", &Service::v2_infer},
-    {"POST", "/v2/models/{name}/versions/{version}/infer", "/v2/models/{name}/infer", &Service::v2_infer},
+    {Port::kData, "GET", "/v2", "/v2", &Service::v2_server},
+    {Port::kBoth, "GET", "/v2/health/live", "/v2/health/live", &Service::v2_live},
+    {Port::kBoth, "GET", "/v2/health/ready", "/v2/health/ready", &Service::v2_ready},
+    {Port::kData, "GET", "/v2/models/{name}", "/v2/models/{name}", &Service::v2_model},
+    {Port::kData, "GET", "/v2/models/{name}/versions/{version}", "/v2/models/{name}", &Service::v2_model},
+    {Port::kData, "GET", "/v2/models/{name}/ready", "/v2/models/{name}/ready", &Service::v2_model_ready},
+    {Port::kData, "GET", "/v2/models/{name}/versions/{version}/ready", "/v2/models/{name}/ready", &Service::v2_model_ready},
+    {Port::kData, "POST", "/v2/models/{name}/infer", "/v2/models/{name}/infer", &Service::v2_infer},
+    {Port::kData, "POST", "/v2/models/{name}/versions/{version}/infer", "/v2/models/{name}/infer", &Service::v2_infer},
 };
 
 // The next "/segment" of `path` from `at`, without its slash.
@@ -58,6 +64,11 @@ bool matches(std::string_view pattern, std::string_view path, PathParams& params
   return p == pattern.size() && q == path.size();
 }
 
+bool serves(const Route& route, bool split, bool admin) {
+  if (!split || route.port == Port::kBoth) return true;
+  return (route.port == Port::kAdmin) == admin;
+}
+
 bool takes(const Route& route, std::string_view method) {
   return method == route.method || (route.method == "GET" && method == "HEAD");
 }
@@ -68,9 +79,15 @@ void Service::on_request(std::size_t worker, http::Request&& request, http::Resp
   in_flight_.fetch_add(1, std::memory_order_relaxed);
   Call call{std::move(request), {}, worker, "other", std::move(responder)};
   std::string allow;  // methods of the routes the path matched, when none took the method
+  const bool split = transport_.admin_port() >= 0;
+  bool elsewhere = false;  // the path is served, on the other port
   for (const Route& route : kRoutes) {
     PathParams params;
     if (!matches(route.path, call.request.path, params)) continue;
+    if (!serves(route, split, call.request.admin)) {
+      elsewhere = true;
+      continue;
+    }
     call.route = route.label;
     if (!takes(route, call.request.method)) {
       if (allow.find(route.method) == std::string::npos) allow += (allow.empty() ? "" : ", ") + std::string(route.method);
@@ -90,8 +107,9 @@ void Service::on_request(std::size_t worker, http::Request&& request, http::Resp
   }
   if (allow.empty()) {
     call.route = "other";
+    const std::string where = !elsewhere ? "" : call.request.admin ? " on the admin port; it is on the main port" : " on this port; it is on the admin port";
     finish(call.route, call.responder,
-           error_reply(Error{Error::Code::kNotFound, "no route " + call.request.method + " " + call.request.path, "path"}));
+           error_reply(Error{Error::Code::kNotFound, "no route " + call.request.method + " " + call.request.path + where, "path"}));
     return;
   }
   auto reply = error_reply(Error{Error::Code::kNotAllowed,

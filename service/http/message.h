@@ -13,6 +13,7 @@ struct Request {
   std::string method;  // "GET", "POST", ... as sent
   std::string path;    // percent-decoded, without the query string
   std::string body;
+  bool admin = false;  // arrived on the admin listener (ServerConfig::admin_port)
 };
 
 struct Reply {

@@ -252,7 +252,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
  public:
   enum class Phase { kIdle, kHeader, kBody, kHandling, kWriting, kLingering, kClosed };
 
-  Connection(EventLoop& loop, tcp::socket socket, bool counted);
+  Connection(EventLoop& loop, tcp::socket socket, bool counted, bool admin);
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -305,6 +305,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Clock::time_point deadline_ = Clock::time_point::max();
   Io io_ = Io::kNone;
   const bool counted_;        // against max_connections (a refused one is not)
+  const bool admin_;          // accepted on the admin listener
   bool readable_ = false;     // bytes may be waiting in the socket
   bool needs_more_ = false;   // the parser cannot go on without more bytes
   bool pumping_ = false;
@@ -327,17 +328,26 @@ struct ServerState {
   std::vector<std::unique_ptr<EventLoop>> loops;
 };
 
+// One listening socket; the acceptor thread serves both.
+struct Listener {
+  explicit Listener(asio::io_context& context, bool is_admin) : acceptor(context), retry(context), admin(is_admin) {}
+  tcp::acceptor acceptor;
+  asio::steady_timer retry;
+  const bool admin;
+  int port = -1;
+};
+
 struct Server::Impl : ServerState {
   std::size_t next_loop = 0;
-  int port = 0;
   std::mutex stop_mutex;
   bool stopped = false;
   asio::io_context accept_context{1};
-  tcp::acceptor acceptor{accept_context};
-  asio::steady_timer accept_retry{accept_context};
+  Listener main{accept_context, false};
+  std::optional<Listener> admin;
   std::thread accept_thread;
 
-  void accept_next();
+  Status listen(Listener& listener, int port);
+  void accept_next(Listener& listener);
 };
 
 namespace {
@@ -349,7 +359,7 @@ class EventLoop {
   EventLoop(ServerState& shared, std::size_t i) : server(shared), index(i) {}
 
   void run();
-  void adopt(tcp::socket socket, bool counted);
+  void adopt(tcp::socket socket, bool counted, bool admin);
   void drain();
   void wake() {
     asio::post(context, [] {});
@@ -385,8 +395,8 @@ class EventLoop {
 
 // --- Connection ---
 
-Connection::Connection(EventLoop& owner, tcp::socket socket, bool counted)
-    : loop(owner), socket_(std::move(socket)), framer_(owner.server.config), counted_(counted) {
+Connection::Connection(EventLoop& owner, tcp::socket socket, bool counted, bool admin)
+    : loop(owner), socket_(std::move(socket)), framer_(owner.server.config), counted_(counted), admin_(admin) {
   loop.link(this);
 }
 
@@ -566,6 +576,7 @@ void Connection::dispatch() {
   keep_alive_ = taken.keep_alive && !loop.draining;
   head_ = taken.head;
   http10_ = taken.http10;
+  taken.request.admin = admin_;
   enter(Phase::kHandling, 0);
   bump(loop.counters.requests);
   try {
@@ -783,8 +794,8 @@ void EventLoop::arm_sweep() {
   });
 }
 
-void EventLoop::adopt(tcp::socket socket, bool counted) {
-  auto connection = std::make_shared<Connection>(*this, std::move(socket), counted);
+void EventLoop::adopt(tcp::socket socket, bool counted, bool admin) {
+  auto connection = std::make_shared<Connection>(*this, std::move(socket), counted, admin);
   if (!counted) {
     connection->refuse("too many connections: the limit is " + std::to_string(server.max_connections));
     return;
@@ -867,24 +878,47 @@ bool out_of_descriptors(const error_code& ec) {
 
 }  // namespace
 
-void Server::Impl::accept_next() {
+Status Server::Impl::listen(Listener& listener, int port) {
+  auto failed = [&](const std::string& why) {
+    return make_error(Error::Code::kUnavailable, "cannot listen on " + config.host + ":" + std::to_string(port) + ": " + why);
+  };
+  error_code ec;
+  tcp::resolver resolver(accept_context);
+  const auto endpoints = resolver.resolve(config.host, std::to_string(port), tcp::resolver::passive, ec);
+  if (ec || endpoints.empty()) return failed("not an address here (" + ec.message() + ")");
+  const tcp::endpoint endpoint = *endpoints.begin();
+  auto& acceptor = listener.acceptor;
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec && config.reuse_port) {
+    acceptor.set_option(asio::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>(true), ec);
+  }
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return failed(ec.message());
+  listener.port = acceptor.local_endpoint().port();
+  return {};
+}
+
+void Server::Impl::accept_next(Listener& listener) {
   EventLoop& loop = *loops[next_loop++ % loops.size()];
+  auto& acceptor = listener.acceptor;
   // The socket is created on the loop's own context: it is registered with
   // that loop's epoll once, and only the hand-over is posted.
-  acceptor.async_accept(loop.context, [this, &loop](const error_code& ec, tcp::socket socket) {
+  acceptor.async_accept(loop.context, [this, &loop, &listener](const error_code& ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted) return;  // stop()
     if (ec) {
       if (out_of_descriptors(ec)) {
         // Retrying at once would spin: the backlog keeps the connection
         // until a descriptor is free.
         log(LogLevel::kWarning, "cannot accept a connection; retrying in 100 ms", {{"error", ec.message()}});
-        accept_retry.expires_after(std::chrono::milliseconds(100));
-        accept_retry.async_wait([this](const error_code& e) {
-          if (!e) accept_next();
+        listener.retry.expires_after(std::chrono::milliseconds(100));
+        listener.retry.async_wait([this, &listener](const error_code& e) {
+          if (!e) accept_next(listener);
         });
         return;
       }
-      accept_next();
+      accept_next(listener);
       return;
     }
     const bool counted = open.load(std::memory_order_relaxed) < max_connections;
@@ -893,10 +927,10 @@ void Server::Impl::accept_next() {
     } else {
       refused.fetch_add(1, std::memory_order_relaxed);
     }
-    asio::post(loop.context, [&loop, counted, socket = std::move(socket)]() mutable {
-      loop.adopt(std::move(socket), counted);
+    asio::post(loop.context, [&loop, counted, admin = listener.admin, socket = std::move(socket)]() mutable {
+      loop.adopt(std::move(socket), counted, admin);
     });
-    accept_next();
+    accept_next(listener);
   });
 }
 
@@ -909,27 +943,16 @@ Status Server::start(Handler& handler) {
   const auto& c = s.config;
   s.handler = &handler;
   s.max_connections = connection_limit(c.max_connections);
-  auto failed = [&c](const std::string& why) {
-    return make_error(Error::Code::kUnavailable, "cannot listen on " + c.host + ":" + std::to_string(c.port) + ": " + why);
-  };
-  error_code ec;
-  tcp::resolver resolver(s.accept_context);
-  const auto endpoints = resolver.resolve(c.host, std::to_string(c.port), tcp::resolver::passive, ec);
-  if (ec || endpoints.empty()) return failed("not an address here (" + ec.message() + ")");
-  const tcp::endpoint endpoint = *endpoints.begin();
-  s.acceptor.open(endpoint.protocol(), ec);
-  if (!ec) s.acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec && c.reuse_port) {
-    s.acceptor.set_option(asio::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>(true), ec);
+  if (auto listening = s.listen(s.main, c.port); !listening) return listening;
+  if (c.admin_port >= 0) {
+    s.admin.emplace(s.accept_context, true);
+    if (auto listening = s.listen(*s.admin, c.admin_port); !listening) return listening;
   }
-  if (!ec) s.acceptor.bind(endpoint, ec);
-  if (!ec) s.acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) return failed(ec.message());
-  s.port = s.acceptor.local_endpoint().port();
 
   for (std::size_t i = 0; i < std::max<std::size_t>(c.loops, 1); ++i) s.loops.push_back(std::make_unique<EventLoop>(s, i));
   for (auto& loop : s.loops) loop->thread = std::thread([l = loop.get()] { l->run(); });
-  s.accept_next();
+  s.accept_next(s.main);
+  if (s.admin) s.accept_next(*s.admin);
   s.accept_thread = std::thread([&s] {
     pthread_setname_np(pthread_self(), "ns-accept");
     s.accept_context.run();
@@ -937,7 +960,9 @@ Status Server::start(Handler& handler) {
   return {};
 }
 
-int Server::port() const { return impl_->port; }
+int Server::port() const { return impl_->main.port; }
+
+int Server::admin_port() const { return impl_->admin ? impl_->admin->port : -1; }
 
 std::size_t Server::max_connections() const { return impl_->max_connections; }
 
@@ -949,9 +974,12 @@ void Server::stop() {
   if (s.stopped || !s.accept_thread.joinable()) return;
   s.stopped = true;
   asio::post(s.accept_context, [&s] {
-    error_code ec;
-    s.acceptor.close(ec);
-    s.accept_retry.cancel();
+    for (Listener* listener : {&s.main, s.admin ? &*s.admin : nullptr}) {
+      if (listener == nullptr) continue;
+      error_code ec;
+      listener->acceptor.close(ec);
+      listener->retry.cancel();
+    }
   });
   s.accept_thread.join();
   // After the acceptor's last hand-over: each loop sees its new connections

@@ -35,6 +35,9 @@ namespace numaserve::http {
 struct ServerConfig {
   std::string host = "0.0.0.0";
   int port = 8080;  // 0: any free port
+  // A second listener for operators (metrics, placement, probes), on the same
+  // loops; its requests say so (Request::admin). -1: none; 0: any free port.
+  int admin_port = -1;
   std::size_t loops = 1;
   // Open connections; beyond it a new one gets 503 and is closed. 0: the
   // file-descriptor limit (raised to its hard limit at start) less a reserve.
@@ -109,6 +112,7 @@ class Server {
   // handler.on_loop_start first) and the acceptor.
   Status start(Handler& handler);
   int port() const;
+  int admin_port() const;  // -1 without an admin listener
   std::size_t max_connections() const;  // the limit in force, after start()
 
   // Wakes `loop` for a turn; any thread.

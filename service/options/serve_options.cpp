@@ -3,6 +3,21 @@
 #include "numaserve/common/log.h"
 
 namespace numaserve::serve {
+namespace {
+
+// "none", or a port (0: any free one).
+Status set_admin_port(const std::string& text, int& target) {
+  if (text == "none") {
+    target = -1;
+    return {};
+  }
+  unsigned port = 0;
+  if (auto parsed = numaserve::set_unsigned("admin_port", text, port, 65535); !parsed) return parsed;
+  target = static_cast<int>(port);
+  return {};
+}
+
+}  // namespace
 
 std::vector<OptionSpec> serve_options(ServeOptions& o) {
   using numaserve::set_list;
@@ -19,6 +34,10 @@ std::vector<OptionSpec> serve_options(ServeOptions& o) {
        [&o](const std::string& t) { return set_string(o.listen_address, t); }},
       {"port", "N", "HTTP port; 0 picks a free one (logged)", "8080",
        [&o](const std::string& t) { return set_unsigned("port", t, o.port, 65535); }},
+      {"admin_port", "N",
+       "Port for /metrics and /placement (and the probes, also on --port), which --port then no longer serves; "
+       "0 picks a free one (logged); none: all on --port",
+       "none", [&o](const std::string& t) { return set_admin_port(t, o.admin_port); }},
       {"workers", "N", "Inference workers; 0: one per physical core of the cpuset", "0",
        [&o](const std::string& t) { return set_unsigned("workers", t, o.threads.workers); }},
       {"intra_op_threads", "N", "LibTorch threads per worker; 0: the worker's CPUs (workers x threads <= cpuset)", "0",

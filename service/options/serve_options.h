@@ -19,6 +19,7 @@ struct ServeOptions {
   std::string feature_store;
   std::string listen_address = "0.0.0.0";
   unsigned port = 8080;
+  int admin_port = -1;  // -1: /metrics, /placement and probes on `port` too
   numaserve::placement::ThreadConfig threads;
   unsigned queue_capacity = 64;
   double max_queue_delay = 1;

@@ -7,11 +7,14 @@
 //   - the service runs unprivileged: non-root, no privilege escalation, no
 //     added capabilities, read-only root filesystem, no host namespaces or
 //     host paths (its NUMA placement comes from the kubelet's cpuset);
-//   - probes on /readyz and /healthz, and a grace period that covers preStop
-//     plus the service's own drain (read from the mounted numaserve.yaml);
+//   - probes on /readyz and /healthz on the admin port, which no load
+//     balancer exposes; a preStop pause without a shell; a grace period that
+//     covers it plus the service's own drain (read from the mounted
+//     numaserve.yaml); NetworkPolicies admitting clients to the data port
+//     only and monitoring to the admin port and the agent's;
 //   - replicas spread across machines; Service and PDB select the pods;
-//   - the agent mounts the host read-only except its hints directory, runs on
-//     every node, and its RBAC grants exactly what it uses.
+//   - the agent mounts only what it reads (read-only) and writes, tolerates
+//     no taint wholesale, and its RBAC grants exactly what it uses.
 //
 //   node check_deployment.mjs [--replicas N] FILE...
 // Exit status: 0 all promises hold, 1 otherwise (each broken one printed).
@@ -22,9 +25,11 @@ import { bytes, millis } from "./quantities.mjs";
 
 const argv = process.argv.slice(2);
 let expectedReplicas = null;
+let expectNoPolicy = false;  // --no-network-policy: the render turned them off
 const files = [];
 for (let i = 0; i < argv.length; i++) {
   if (argv[i] === "--replicas") expectedReplicas = Number(argv[++i]);
+  else if (argv[i] === "--no-network-policy") expectNoPolicy = true;
   else files.push(argv[i]);
 }
 const objects = files.flatMap((f) => parseAllDocuments(fs.readFileSync(f, "utf8")).map((d) => d.toJS())).filter(Boolean);
@@ -120,8 +125,9 @@ for (const w of services) {
   if (main.readinessProbe?.httpGet?.path !== "/readyz") fail(what, "readiness probe is not GET /readyz");
   if (main.livenessProbe?.httpGet?.path !== "/healthz") fail(what, "liveness probe is not GET /healthz");
   const preStop = main.lifecycle?.preStop;
-  const preStopSeconds = preStop?.sleep?.seconds ?? Number(preStop?.exec?.command?.at(-1) ?? NaN);
-  if (!Number.isFinite(preStopSeconds)) fail(what, "no preStop pause (endpoints would still send to a stopping pod)");
+  if (preStop?.exec) fail(what, "preStop runs a command: the image has no shell and no sleep (use the kubelet's sleep)");
+  const preStopSeconds = preStop?.sleep?.seconds ?? 0;
+  const portOf = (name) => main.ports?.find((p) => p.name === name)?.containerPort;
 
   // The service's drain, from the numaserve.yaml it is given.
   const configMount = main.volumeMounts?.find((m) => main.args?.some((a) => a.startsWith(m.mountPath + "/")));
@@ -131,6 +137,11 @@ for (const w of services) {
   if (!config) fail(what, "its --config file does not come from a ConfigMap in the render");
   else {
     const drain = seconds(config.shutdown_grace ?? "30s") + seconds(config.shutdown_delay ?? "0s");
+    if (preStopSeconds + seconds(config.shutdown_delay ?? "0s") === 0)
+      fail(what, "no pause before the port closes (preStop sleep or shutdown_delay): endpoints would still send to a stopping pod");
+    if (config.admin_port === undefined || portOf("admin") !== config.admin_port) fail(what, "no admin port, or not the one numaserve.yaml names");
+    for (const [kind, probe] of [["startup", main.startupProbe], ["liveness", main.livenessProbe], ["readiness", main.readinessProbe]])
+      if (probe && probe.httpGet?.port !== "admin" && probe.httpGet?.port !== config.admin_port) fail(what, `the ${kind} probe is not on the admin port`);
     const grace = pod.terminationGracePeriodSeconds ?? 30;
     if (grace < preStopSeconds + drain)
       fail(what, `terminationGracePeriodSeconds ${grace} < preStop ${preStopSeconds}s + drain ${drain}s: the kubelet would SIGKILL a draining pod`);
@@ -146,6 +157,21 @@ for (const w of services) {
   }
   if (!byKind("Service").some((s) => Object.keys(s.spec.selector ?? {}).length && matches(s.spec.selector, podLabels)))
     fail(what, "no Service selects its pods");
+  for (const s of byKind("Service").filter((s) => matches(s.spec.selector, podLabels))) {
+    const exposed = ["LoadBalancer", "NodePort"].includes(s.spec.type);
+    if (exposed && s.spec.ports.some((p) => p.targetPort === "admin" || p.targetPort === portOf("admin")))
+      fail(`Service/${s.metadata.name}`, "exposes the admin port (metrics, the host's layout) outside the cluster");
+  }
+  // Network policy: clients reach the data port, monitoring the admin port.
+  const policies = byKind("NetworkPolicy").filter((p) => matches(p.spec.podSelector?.matchLabels, podLabels));
+  if (policies.length) {
+    const admits = (port) => policies.flatMap((p) => p.spec.ingress ?? []).filter((r) => (r.ports ?? []).some((q) => q.port === port));
+    if (!admits("http").length) fail(what, "its NetworkPolicy admits no client to the data port");
+    if (admits("admin").some((r) => !r.from?.length)) fail(what, "its NetworkPolicy admits anyone to the admin port");
+    if (policies.flatMap((p) => p.spec.ingress ?? []).some((r) => !r.ports?.length)) fail(what, "its NetworkPolicy admits every port");
+  } else if (!expectNoPolicy) {
+    fail(what, "no NetworkPolicy selects its pods");
+  }
   for (const pdb of byKind("PodDisruptionBudget"))
     if (!matches(pdb.spec.selector.matchLabels, podLabels)) fail(`PodDisruptionBudget/${pdb.metadata.name}`, "selects no service pod");
 }
@@ -184,6 +210,12 @@ for (const d of agents) {
     const socketMount = socket && (c.volumeMounts ?? []).find((m) => m.mountPath === path.posix.dirname(socket));
     if (socket && !socketMount) fail(what, "does not mount the directory of the PodResources socket it asks");
   }
+  // Network policy: only monitoring reaches its endpoint.
+  const agentLabels = d.spec.template.metadata.labels;
+  const agentPolicies = byKind("NetworkPolicy").filter((p) => matches(p.spec.podSelector?.matchLabels, agentLabels));
+  if (!agentPolicies.length && !expectNoPolicy) fail(what, "no NetworkPolicy selects its pods (its /topology would be open to every pod)");
+  for (const r of agentPolicies.flatMap((p) => p.spec.ingress ?? []))
+    if (!r.from?.length || !r.ports?.length) fail(what, "its NetworkPolicy admits anyone, or to every port");
   // RBAC: everything bound to its service account, against what it sends.
   const account = pod.serviceAccountName;
   if (!account || !byKind("ServiceAccount").some((s) => s.metadata.name === account)) fail(what, "has no ServiceAccount of its own");

@@ -30,7 +30,7 @@ render() {  # name, expected replicas ("" when an HPA owns them), helm arguments
   "$HELM" lint --strict --quiet "$CHART" "${lint_args[@]}" >/dev/null || fail "helm lint --strict ${lint_args[*]}"
   "$HELM" template "rel-${name,,}" "$CHART" --namespace ranking "$@" > "$out/$name.yaml" || { fail "helm template $*"; return; }
   validate "$out/$name.yaml" >/dev/null || { validate "$out/$name.yaml" || true; fail "$name: invalid objects"; }
-  check ${replicas:+--replicas "$replicas"} "$out/$name.yaml" || fail "$name: deployment promises broken"
+  check ${replicas:+--replicas "$replicas"} ${CHECK_FLAGS:-} "$out/$name.yaml" || fail "$name: deployment promises broken"
   renders+=("$out/$name.yaml")
   echo "ok $name"
 }
@@ -54,6 +54,16 @@ for i in 1 2 3 4 5 6; do
 done
 render agent-off 1 --set agent.enabled=false
 render agent-quiet 1 --set agent.publish=false
+CHECK_FLAGS=--no-network-policy render no-network-policy 1 --set networkPolicy.enabled=false
+grep -q '^kind: NetworkPolicy' "$out/no-network-policy.yaml" && fail "networkPolicy.enabled=false still renders policies"
+# The admin port behind a load balancer only when asked, and then it is a
+# broken promise the check reports.
+"$HELM" template lb "$CHART" --set service.type=LoadBalancer > "$out/lb.yaml"
+check "$out/lb.yaml" >/dev/null || fail "a LoadBalancer Service without exposeAdminPort broke a promise"
+"$HELM" template lb "$CHART" --set service.type=LoadBalancer --set service.exposeAdminPort=true > "$out/lb-admin.yaml"
+check "$out/lb-admin.yaml" >/dev/null 2>&1 && fail "the admin port on a LoadBalancer passed the check"
+"$HELM" template open "$CHART" --set-json 'networkPolicy.monitoring=[]' > "$out/open-admin.yaml"
+check "$out/open-admin.yaml" >/dev/null 2>&1 && fail "an admin port and agent endpoint open to every pod passed the check"
 # The documented install: the agent in a namespace of its own (Pod Security
 # "privileged" for its hostPath mounts), the service's left "restricted"
 # (check_deployment.mjs applies those rules to every service pod).
@@ -85,8 +95,7 @@ node "$HERE/admission_policy.mjs" "$out/defaults.yaml" >/dev/null || { node "$HE
 sed "s/k.startsWith('numaserve.io\/')/true/g" "$out/defaults.yaml" > "$out/defused.yaml"
 node "$HERE/admission_policy.mjs" "$out/defused.yaml" >/dev/null 2>&1 && fail "admission_policy.mjs passed a policy that lets the agent change any label"
 grep -q '^kind: ValidatingAdmissionPolicy$' "$out/agent-quiet.yaml" && fail "agent.publish=false still renders the admission policy"
-"$HELM" template t "$CHART" --kube-version 1.29.0 >/dev/null 2>&1 && fail "Kubernetes 1.29 rendered a policy it cannot enforce"
-"$HELM" template t "$CHART" --kube-version 1.29.0 --set agent.nodeWritePolicy=false >/dev/null || fail "nodeWritePolicy=false does not render on 1.29"
+"$HELM" template t "$CHART" --kube-version 1.29.0 >/dev/null 2>&1 && fail "the chart rendered for Kubernetes 1.29 (no admission policies, no preStop sleep)"
 echo "ok admission policy"
 
 echo "== chart: replicas schedule, several per machine"
@@ -122,7 +131,7 @@ rm "$out/notes-chart/templates/NOTES.txt"
 printf 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\ndata:\n  notes: {{ include "notes" . | quote }}\n' \
   > "$out/notes-chart/templates/notes.yaml"
 notes=$("$HELM" template numaserve "$out/notes-chart" -n ranking -s templates/notes.yaml -f "$CHART/examples/two-socket.yaml")
-for want in "8 replica(s) of 14 CPU / 28511Mi" "exec ds/numaserve-agent -- cat /hints/helm-values.yaml" "localhost:8080/placement"; do
+for want in "8 replica(s) of 14 CPU / 28511Mi" "exec ds/numaserve-agent -- cat /hints/helm-values.yaml" "localhost:9090/placement"; do
   grep -qF "$want" <<<"$notes" || fail "NOTES.txt does not say '$want'"
 done
 echo "ok NOTES.txt"
@@ -144,7 +153,7 @@ echo "== chart: numaserve.yaml keys are the service's options"
 service_keys=$(sed -n '/service-options:begin/,/service-options:end/p' "$ROOT/README.md" |
   awk -F'`' '/^\| `--/ && $6 != "" {print $6}' | sort)
 schema_keys=$( (node -e 'const s=require(process.argv[1]); console.log(Object.keys(s.properties.config.properties).join("\n"))' \
-  "$CHART/values.schema.json"; printf '%s\n' model_dir feature_store port shutdown_grace) | sort)
+  "$CHART/values.schema.json"; printf '%s\n' model_dir feature_store port admin_port shutdown_grace) | sort)
 diff -u <(echo "$service_keys") <(echo "$schema_keys") || fail "values.schema.json config keys differ from the service's options"
 
 echo "== the assertions catch what they must"
@@ -166,6 +175,8 @@ mutant no-readiness 's|path: /readyz|path: /healthz|'
 mutant no-spread 's/topologyKey: kubernetes.io\/hostname/topologyKey: topology.kubernetes.io\/zone/'
 mutant spread-counts-tainted-nodes 's/nodeTaintsPolicy: Honor/nodeTaintsPolicy: Ignore/'
 mutant agent-mounts-kubelet-dir 's|path: /var/lib/kubelet/config.yaml|path: /var/lib/kubelet|'
+mutant probes-on-data-port 's/port: admin$/port: http/'
+mutant prestop-shell 's/              sleep:/              exec: {command: [sh, -c, "sleep 5"]}\n              sleep:/'
 mutant agent-tolerates-all 's/^      containers:$/      tolerations: [{operator: Exists}]\n      containers:/'
 
 echo "== manifests: kustomize base and overlays"

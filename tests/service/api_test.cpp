@@ -25,6 +25,7 @@ struct Options {
   std::size_t max_items = 2000;
   std::size_t max_body_bytes = 8u << 20;
   unsigned workers = 0;
+  int admin_port = -1;
 };
 
 // A service as `numaserve serve` builds it: placement read from this
@@ -48,6 +49,7 @@ class Running {
     server_config.port = 0;
     server_config.loops = plan->workers.size();
     server_config.max_body_bytes = o.max_body_bytes;
+    server_config.admin_port = o.admin_port;
     server_ = std::make_unique<http::Server>(server_config);
     ServiceConfig config;
     config.limits.max_items = o.max_items;
@@ -64,6 +66,11 @@ class Running {
 
   httplib::Client client() const {
     httplib::Client c("127.0.0.1", server_->port());
+    c.set_read_timeout(30, 0);
+    return c;
+  }
+  httplib::Client admin_client() const {
+    httplib::Client c("127.0.0.1", server_->admin_port());
     c.set_read_timeout(30, 0);
     return c;
   }
@@ -124,6 +131,38 @@ TEST(Predict, SelectsTheModelAndGeneratesARequestId) {
   EXPECT_EQ(body["model"], "ranker_b");
   EXPECT_FALSE(body["request_id"].get<std::string>().empty());
   EXPECT_EQ(body["scores"].size(), 1u);
+}
+
+TEST(AdminPort, OperatorsReadMetricsAndPlacementThereAndClientsCannot) {
+  Options o;
+  o.admin_port = 0;
+  Running running(o);
+  auto data = running.client();
+  auto admin = running.admin_client();
+  // Data on the main port only; what the host looks like on the admin one only.
+  auto scored = data.Post("/predict", kPredict, "application/json");
+  ASSERT_TRUE(scored);
+  EXPECT_EQ(scored->status, 200) << scored->body;
+  expect_error(admin.Post("/predict", kPredict, "application/json"), 404, "path");
+  expect_error(admin.Post("/v2/models/ranker_a/infer", "{}", "application/json"), 404, "path");
+  for (const char* path : {"/metrics", "/placement"}) {
+    auto res = admin.Get(path);
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 200) << path;
+    expect_error(data.Get(path), 404, "path");
+    EXPECT_NE(data.Get(path)->body.find("it is on the admin port"), std::string::npos);
+  }
+  // Probes answer on both, so a kubelet may use either.
+  for (auto* client : {&data, &admin}) {
+    for (const char* path : {"/healthz", "/readyz", "/v2/health/ready"}) {
+      auto res = client->Get(path);
+      ASSERT_TRUE(res);
+      EXPECT_EQ(res->status, 200) << path;
+    }
+  }
+  // The admin port's requests are counted like any other.
+  EXPECT_NE(admin.Get("/metrics")->body.find("numaserve_requests_total{route=\"/predict\",code=\"200\"}"),
+            std::string::npos);
 }
 
 TEST(V2, InferOnExtractedTensorsEqualsPredict) {
