@@ -14,6 +14,7 @@
 
 #include "api/service.h"
 #include "features/feature_store.h"
+#include "http/probe.h"
 #include "http/server.h"
 #include "model/demo_models.h"
 #include "model/model.h"
@@ -204,6 +205,16 @@ int serve(const ServeOptions& o) {
   return 0;
 }
 
+// Where `numaserve health` looks: the admin port when there is one, as the
+// service itself was told through the environment.
+int default_health_port() {
+  for (const char* name : {"NUMASERVE_ADMIN_PORT", "NUMASERVE_PORT"}) {
+    const char* value = std::getenv(name);
+    if (value != nullptr && *value != '\0' && std::string(value) != "none") return std::atoi(value);
+  }
+  return 8080;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -226,6 +237,16 @@ int main(int argc, char** argv) {
 
   auto* options_cmd = app.add_subcommand("options", "Print serve's options as a Markdown table (for the README)");
 
+  // The image's HEALTHCHECK: no shell, no curl in the image.
+  auto* health_cmd = app.add_subcommand("health", "GET a path of the running service on loopback; exit 0 on 200");
+  int health_port = default_health_port();
+  std::string health_path = "/readyz";
+  double health_timeout = 3;
+  health_cmd->add_option("--port", health_port, "Port (default: NUMASERVE_ADMIN_PORT, else NUMASERVE_PORT, else 8080)")
+      ->capture_default_str();
+  health_cmd->add_option("--path", health_path, "Path to GET")->capture_default_str();
+  health_cmd->add_option("--timeout", health_timeout, "Seconds to wait for the status line")->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -233,6 +254,15 @@ int main(int argc, char** argv) {
   }
   if (options_cmd->parsed()) {
     std::cout << table.markdown();
+    return 0;
+  }
+  if (health_cmd->parsed()) {
+    auto status = numaserve::http::probe(health_port, health_path, health_timeout);
+    if (!status || *status != 200) {
+      std::cerr << kProgram << ": " << (status ? health_path + " answered " + std::to_string(*status) : status.error().message)
+                << "\n";
+      return 1;
+    }
     return 0;
   }
   if (demo_cmd->parsed()) {

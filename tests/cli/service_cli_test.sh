@@ -26,6 +26,9 @@ printf 'workers: 1\nmodel_dirr: x\n' > "$tmp/bad.yaml"
 check "an unknown YAML key names file and line" 2 "bad.yaml.*line 2.*unknown option 'model_dirr'" serve --config "$tmp/bad.yaml"
 check "demo models refuse an empty table budget" 1 'embedding_mb > 0' make-demo-models "$tmp/demo" --embedding-mb 0
 check "demo models are written" 0 "wrote $tmp/demo/ranker_a" make-demo-models "$tmp/demo" --embedding-mb 1 --users 5 --items 5
+closed=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+check "health with nothing listening fails naming the address" 1 "127.0.0.1:$closed/readyz: connect: Connection refused" health --port "$closed"
+check "a bad admin port names the option" 2 "admin_port" serve --model-dir x --admin-port many
 check "options table in Markdown" 0 '^\| `--model-dir DIR` \| `NUMASERVE_MODEL_DIR` \| `model_dir` \|.*\(repeatable\)' options
 
 # The README's option table is the program's own, so they cannot drift.

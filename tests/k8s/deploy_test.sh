@@ -54,6 +54,9 @@ for i in 1 2 3 4 5 6; do
 done
 render agent-off 1 --set agent.enabled=false
 render agent-quiet 1 --set agent.publish=false
+digest=sha256:$(printf '%064d' 7)
+render digest 1 --set image.digest=$digest --set agent.image.digest=$digest
+[[ $(grep -c "image: localhost/numaserve[-a-z]*@$digest" "$out/digest.yaml") == 2 ]] || fail "image.digest is not what the pods pull"
 CHECK_FLAGS=--no-network-policy render no-network-policy 1 --set networkPolicy.enabled=false
 grep -q '^kind: NetworkPolicy' "$out/no-network-policy.yaml" && fail "networkPolicy.enabled=false still renders policies"
 # The admin port behind a load balancer only when asked, and then it is a

@@ -34,8 +34,13 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
+{{- /* repository@digest when a digest is given (what was built, immutably), else repository:tag. */ -}}
 {{- define "numaserve.image" -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" .image.repository .image.digest -}}
+{{- else -}}
 {{- printf "%s:%s" .image.repository (.image.tag | default .chart.AppVersion) -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
