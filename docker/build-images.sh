@@ -8,6 +8,12 @@ cd "$(dirname "$0")/.."
 eval "$(scripts/containers.sh)"
 TAG=${1:-$(sed -n 's/^project(numaserve VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)}
 
+# OCI labels: the commit built (with -dirty for uncommitted changes) and
+# where it came from.
+revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+git diff --quiet HEAD 2>/dev/null || revision+=-dirty
+source=$(git config --get remote.origin.url 2>/dev/null || echo "file://$PWD")
+
 for target in service demo agent; do
   case $target in
     service) image=localhost/numaserve:$TAG ;;
@@ -16,6 +22,8 @@ for target in service demo agent; do
   esac
   echo "building $image (target $target)" >&2
   # docker format: OCI images have no HEALTHCHECK.
-  podman build --pull=never --format docker --layers -f docker/Dockerfile --target "$target" -t "$image" . >&2
+  podman build --pull=never --format docker --layers -f docker/Dockerfile --target "$target" -t "$image" \
+    --label org.opencontainers.image.version="$TAG" --label org.opencontainers.image.revision="$revision" \
+    --label org.opencontainers.image.source="$source" . >&2
 done
 podman image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' --filter reference='localhost/numaserve*'

@@ -7,7 +7,9 @@
 #   - the same under --cpuset-cpus: /placement reports that cpuset, and
 #     every thread of the service is allowed only those CPUs;
 #   - numaserve (no model): refuses to start, saying what is missing;
-#   - numaserve-topology-agent: `discover` and `plan -o helm-values`.
+#   - numaserve-topology-agent: `discover` and `plan -o helm-values`;
+#   - every image: no shell, no package manager, no setuid or setgid file,
+#     uid 65532, OCI labels naming the commit, and within its size bound.
 # Prints the image sizes.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -17,7 +19,8 @@ eval "$("$ROOT/scripts/containers.sh")"
 DEMO=localhost/numaserve-demo:$VERSION SERVICE=localhost/numaserve:$VERSION AGENT=localhost/numaserve-topology-agent:$VERSION
 
 containers=()
-cleanup() { for c in "${containers[@]}"; do podman rm -f "$c" >/dev/null 2>&1 || true; done; }
+TMPDIR_LIST=$(mktemp)
+cleanup() { for c in "${containers[@]}"; do podman rm -f "$c" >/dev/null 2>&1 || true; done; rm -f "$TMPDIR_LIST"; }
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 # Without systemd podman cannot schedule health-check timers and says so on
@@ -51,9 +54,10 @@ reply=$(curl -sf -X POST "localhost:$port/predict" -d '{"user": {"id": "u42"}, "
 echo "predict: $reply"
 bad=$(curl -s -o /dev/null -w '%{http_code}' -X POST "localhost:$port/predict" -d '{"items": 7}')
 [[ $bad == 400 ]] || fail "a bad request got HTTP $bad"
-podman healthcheck run ns-image-demo >/dev/null || fail "HEALTHCHECK fails on a ready service"
-[[ $(podman exec ns-image-demo id -u) == 65532 ]] || fail "the service runs as root"
-podman exec ns-image-demo sh -c 'touch /usr/local/bin/x' 2>/dev/null && fail "the root filesystem is writable"
+podman healthcheck run ns-image-demo >/dev/null || fail "HEALTHCHECK (numaserve health) fails on a ready service"
+[[ $(ps -o uid= -p "$(podman inspect -f '{{.State.Pid}}' ns-image-demo)" | tr -d ' ') == 65532 ]] || fail "the service runs as root"
+podman exec ns-image-demo numaserve make-demo-models /usr/local/x --embedding-mb 1 >/dev/null 2>&1 &&
+  fail "the root filesystem is writable"
 podman stop -t 30 ns-image-demo >/dev/null
 status=$(podman wait ns-image-demo)
 [[ $status == 0 ]] || { podman logs ns-image-demo >&2; fail "exit status $status after SIGTERM"; }
@@ -81,8 +85,30 @@ echo "== agent image"
 discover=$(podman run --rm --read-only "$AGENT")
 grep -q '^Machine (live system)' <<<"$discover" || fail "agent discover: $discover"
 podman run --rm --read-only "$AGENT" plan -o helm-values | grep -q '^replicasPerNode: [1-9]' || fail "agent plan -o helm-values"
-[[ $(podman run --rm --entrypoint id "$AGENT" -u) == 65532 ]] || fail "the agent image runs as root"
+[[ $(podman image inspect -f '{{.Config.User}}' "$AGENT") == 65532:65532 ]] || fail "the agent image runs as root"
 echo "ok: $(head -1 <<<"$discover")"
+
+echo "== what the images hold"
+revision=$(git -C "$ROOT" rev-parse HEAD)
+for image in "$SERVICE" "$DEMO" "$AGENT"; do
+  name=${image#localhost/}
+  c=$(podman create "$image")
+  podman export "$c" | tar -tvf - > "$TMPDIR_LIST" || true
+  podman rm "$c" >/dev/null
+  awk '$1 ~ /^-..[sS]|^-.....[sS]/ {print $NF}' "$TMPDIR_LIST" | grep . && fail "$name: setuid or setgid files above"
+  grep -Eq ' (\./)?(bin|usr/bin)/(sh|bash|dash)$' "$TMPDIR_LIST" && fail "$name: has a shell"
+  grep -Eq ' (\./)?(usr/bin/apt|usr/bin/dpkg|var/lib/dpkg/)' "$TMPDIR_LIST" && fail "$name: has a package manager"
+  podman run --rm --entrypoint /bin/sh "$image" -c true >/dev/null 2>&1 && fail "$name: /bin/sh runs"
+  [[ $(podman image inspect -f '{{.Config.User}}' "$image") == 65532:65532 ]] || fail "$name: not uid 65532"
+  label=$(podman image inspect -f '{{index .Labels "org.opencontainers.image.revision"}}' "$image")
+  [[ ${label%-dirty} == "$revision" ]] || fail "$name: OCI revision label '$label', checkout $revision"
+  echo "ok $name: $(wc -l < "$TMPDIR_LIST") files, no shell, no package manager, no setuid file, revision $label"
+done
+# Bounds that hold today, so growth is seen. The service's floor is Debian's
+# LibTorch: libtorch_cpu needs OpenCV, FFmpeg and GDAL (530 MB of libraries).
+bytes() { podman image inspect -f '{{.Size}}' "$1"; }
+(( $(bytes "$SERVICE") <= 600 * 1000 * 1000 )) || fail "the service image grew past 600 MB"
+(( $(bytes "$AGENT") <= 60 * 1000 * 1000 )) || fail "the agent image grew past 60 MB"
 
 echo "== image sizes"
 podman image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' --filter reference='localhost/numaserve*'
