@@ -50,8 +50,7 @@ std::string instance_name() {
 }
 
 void configure_logging(const ServeOptions& o, const std::string& component) {
-  numaserve::configure_logging(component, *numaserve::parse_log_level(o.log_level),
-                               *numaserve::parse_log_format(o.log_format));
+  numaserve::configure_logging(component, o.log.level, o.log.format);
 }
 
 // Where this process may run, and the machine around it: what both the

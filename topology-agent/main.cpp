@@ -104,7 +104,7 @@ int run_plan(const AgentOptions& o, const std::string& output, const std::string
 
 // The DaemonSet: the endpoint, then updater::run_loop until SIGTERM.
 int run_agent(const AgentOptions& o) {
-  numaserve::configure_logging("agent", LogLevel::kInfo, numaserve::LogFormat::kText);
+  numaserve::configure_logging("agent", o.log.level, o.log.format);
   updater::UpdaterConfig config;
   config.discover = o.discover_config();
   config.plan = o.plan;

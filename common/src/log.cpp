@@ -1,5 +1,6 @@
 #include "numaserve/common/log.h"
 
+#include <algorithm>
 #include <ctime>
 #include <iostream>
 #include <mutex>
@@ -23,10 +24,18 @@ Logger& logger() {
 
 constexpr const char* kLevelNames[] = {"debug", "info", "warning", "error"};
 
-// Text values are quoted when they hold a space, a quote or an equals sign.
+// logfmt: a value is quoted (JSON string escapes) when it is empty or holds a
+// space, a quote, an equals sign, a backslash, a control character or a
+// non-ASCII byte, so a reader never splits it into keys and a newline in it
+// cannot forge a line.
 std::string text_value(const std::string& value) {
-  if (!value.empty() && value.find_first_of(" \"=") == std::string::npos) return value;
-  return nlohmann::json(value).dump();
+  const bool plain = !value.empty() && std::none_of(value.begin(), value.end(), [](char c) {
+    const auto byte = static_cast<unsigned char>(c);
+    return byte <= ' ' || byte >= 0x7f || c == '"' || c == '=' || c == '\\';
+  });
+  // Bytes that are not UTF-8 (a client's path, a file name) become U+FFFD
+  // rather than an exception out of the logger.
+  return plain ? value : nlohmann::json(value).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace
@@ -65,10 +74,10 @@ void log(LogLevel level, std::string_view message, const LogFields& fields) {
   if (l.format == LogFormat::kJson) {
     nlohmann::ordered_json line = {{"ts", stamp}, {"level", name}, {"component", l.component}, {"msg", message}};
     for (const auto& [key, value] : fields) line[key] = value;
-    std::cerr << line.dump() << "\n";
+    std::cerr << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return;
   }
-  std::string line = std::string(stamp) + " level=" + name + " component=" + l.component + " msg=" +
+  std::string line = std::string(stamp) + " level=" + name + " component=" + text_value(l.component) + " msg=" +
                      text_value(std::string(message));
   for (const auto& [key, value] : fields) line += " " + key + "=" + text_value(value);
   std::cerr << line << "\n";

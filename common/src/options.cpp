@@ -218,4 +218,21 @@ Status set_seconds(const std::string& name, const std::string& text, double& tar
   return {};
 }
 
+std::vector<OptionSpec> log_options(LogOptions& o) {
+  return {
+      {"log_level", "LEVEL", "debug, info, warning or error", "info",
+       [&o](const std::string& t) {
+         auto level = parse_log_level(t);
+         if (level) o.level = *level;
+         return level ? Status() : Status(tl::unexpected(level.error()));
+       }},
+      {"log_format", "FORMAT", "text or json", "text",
+       [&o](const std::string& t) {
+         auto format = parse_log_format(t);
+         if (format) o.format = *format;
+         return format ? Status() : Status(tl::unexpected(format.error()));
+       }},
+  };
+}
+
 }  // namespace numaserve

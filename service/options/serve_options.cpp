@@ -96,19 +96,8 @@ std::vector<OptionSpec> serve_options(ServeOptions& o) {
        }},
       {"max_restarts", "N", "With replicas: restarts of one worker within 5 minutes before the group stops", "5",
        [&o](const std::string& t) { return set_unsigned("max_restarts", t, o.max_restarts); }},
-      {"log_level", "LEVEL", "debug, info, warning or error", "info",
-       [&o](const std::string& t) {
-         if (auto level = numaserve::parse_log_level(t); !level) return Status(tl::unexpected(level.error()));
-         o.log_level = t;
-         return Status();
-       }},
-      {"log_format", "FORMAT", "text or json", "text",
-       [&o](const std::string& t) {
-         if (auto format = numaserve::parse_log_format(t); !format) return Status(tl::unexpected(format.error()));
-         o.log_format = t;
-         return Status();
-       }},
   };
+  for (auto& row : numaserve::log_options(o.log)) rows.push_back(std::move(row));
   return rows;
 }
 

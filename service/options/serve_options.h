@@ -39,8 +39,7 @@ struct ServeOptions {
   bool reuse_port = false;
   numaserve::supervisor::ReplicaConfig replicas;
   unsigned max_restarts = 5;
-  std::string log_level = "info";
-  std::string log_format = "text";
+  LogOptions log;
 };
 
 std::vector<OptionSpec> serve_options(ServeOptions& o);

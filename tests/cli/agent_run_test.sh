@@ -33,6 +33,17 @@ else
   bad "--oneshot on an unreadable machine exits 1 and logs why"
 fi
 
+# The chart sets NUMASERVE_LOG_FORMAT=json: every line must be a JSON object.
+if NUMASERVE_LOG_FORMAT=json "$AGENT" run --oneshot "${machine[@]}" --hints-dir "$work/hints-json" --log-level debug \
+     2>"$work/log" && [[ -s $work/log ]] && python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    assert json.loads(line)["component"] == "agent"' "$work/log"; then
+  ok "NUMASERVE_LOG_FORMAT=json logs JSON"
+else
+  bad "NUMASERVE_LOG_FORMAT=json logs JSON"
+fi
+
 NUMASERVE_INTERVAL=1h "$AGENT" run "${machine[@]}" --hints-dir "$work/hints2" --listen-address 127.0.0.1 --port 0 \
   2>"$work/log" &
 pid=$!

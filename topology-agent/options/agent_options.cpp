@@ -143,6 +143,9 @@ OptionTable table_for(AgentOptions& o, int groups) {
   for (auto& row : agent_options(o)) {
     if (row.groups & groups) specs.push_back(std::move(row.spec));
   }
+  if (groups & kRun) {
+    for (auto& row : numaserve::log_options(o.log)) specs.push_back(std::move(row));
+  }
   return numaserve::OptionTable(std::move(specs));
 }
 

@@ -40,6 +40,7 @@ struct AgentOptions {
   std::string apiserver_ca_file;
   std::string apiserver_token_file;
   bool no_apiserver = false;
+  LogOptions log;  // run's
 
   discover::DiscoverConfig discover_config() const {
     discover::DiscoverConfig out;

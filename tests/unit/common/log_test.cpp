@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <iostream>
 #include <sstream>
 
@@ -25,6 +26,23 @@ TEST(Log, TextQuotesValuesWithSpaces) {
   const auto line = captured(LogLevel::kInfo, LogFormat::kText, LogLevel::kWarning, {{"cpus", "0-3"}, {"why", "a b"}});
   EXPECT_NE(line.find(" level=warning component=test msg=\"model loaded\" cpus=0-3 why=\"a b\"\n"), std::string::npos)
       << line;
+}
+
+TEST(Log, TextValuesAreOneKeyEachWhateverTheyHold) {
+  // A component with spaces (a worker's), a newline that would forge a line,
+  // an empty value, a backslash, and bytes that are not UTF-8.
+  configure_logging("worker-0 (node 0)", LogLevel::kInfo, LogFormat::kText);
+  std::ostringstream out;
+  auto* old = std::cerr.rdbuf(out.rdbuf());
+  log(LogLevel::kInfo, "x", {{"path", "/a\nlevel=error msg=forged"}, {"empty", ""}, {"dir", "C:\\x"}, {"raw", "\xff\xfe"}});
+  std::cerr.rdbuf(old);
+  configure_logging("numaserve", LogLevel::kInfo, LogFormat::kText);
+  const std::string line = out.str();
+  EXPECT_NE(line.find(" component=\"worker-0 (node 0)\" msg=x path=\"/a\\nlevel=error msg=forged\" empty=\"\" "
+                      "dir=\"C:\\\\x\" raw=\"\xef\xbf\xbd\xef\xbf\xbd\"\n"),
+            std::string::npos)
+      << line;
+  EXPECT_EQ(std::count(line.begin(), line.end(), '\n'), 1);
 }
 
 TEST(Log, JsonIsOneObjectPerLine) {

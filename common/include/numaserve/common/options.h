@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "numaserve/common/log.h"
 #include "numaserve/common/result.h"
 
 namespace CLI {
@@ -79,5 +80,12 @@ inline constexpr double kMaxSeconds = 1e9;
 Status set_seconds(const std::string& name, const std::string& text, double& target);
 // A Kubernetes quantity of bytes: "8Mi", "1G", "4096".
 Status set_quantity(const std::string& name, const std::string& text, std::uint64_t& target);
+
+// The log's settings, the same rows in both binaries' tables.
+struct LogOptions {
+  LogLevel level = LogLevel::kInfo;
+  LogFormat format = LogFormat::kText;
+};
+std::vector<OptionSpec> log_options(LogOptions& o);  // log_level, log_format
 
 }  // namespace numaserve
