@@ -22,8 +22,13 @@ for target in service demo agent; do
   esac
   echo "building $image (target $target)" >&2
   # docker format: OCI images have no HEALTHCHECK.
-  podman build --pull=never --format docker --layers -f docker/Dockerfile --target "$target" -t "$image" \
-    --label org.opencontainers.image.version="$TAG" --label org.opencontainers.image.revision="$revision" \
-    --label org.opencontainers.image.source="$source" . >&2
+  podman build --pull=never --format docker --layers -f docker/Dockerfile --target "$target" -t "$image" . >&2
+  # Labels of this checkout, set on the built image outside the layer cache
+  # (a LABEL of build arguments, or podman build --label, came back stale
+  # from it when the layers were unchanged).
+  ctr=$(buildah from --pull=never --quiet "$image")
+  buildah config --label org.opencontainers.image.version="$TAG" --label org.opencontainers.image.revision="$revision" \
+    --label org.opencontainers.image.source="$source" "$ctr"
+  buildah commit --quiet --format docker --rm "$ctr" "$image" >/dev/null
 done
 podman image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' --filter reference='localhost/numaserve*'
