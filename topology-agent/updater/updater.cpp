@@ -43,24 +43,24 @@ void Updater::apply_if_changed(const std::string& key, const std::string& conten
     return;
   }
   if (const Status applied = apply(); !applied) {
-    ++counters_.failures["apiserver"];
-    result.errors.push_back("apiserver: " + applied.error().message);
+    fail(result, "apiserver", applied.error());
     applied_.erase(key);
     return;
   }
   applied_[key] = {content, now};
 }
 
+void Updater::fail(CycleResult& result, const std::string& stage, const Error& error) {
+  ++counters_.failures[stage];
+  result.errors.push_back(stage + ": " + error.message);
+}
+
 CycleResult Updater::run_cycle() {
   ++counters_.cycles;
   CycleResult result;
-  auto fail = [&](const std::string& stage, const Error& error) {
-    ++counters_.failures[stage];
-    result.errors.push_back(stage + ": " + error.message);
-  };
   auto count_written = [&](const Result<std::vector<std::string>>& written) {
     if (!written) {
-      fail("publish", written.error());
+      fail(result, "publish", written.error());
     } else {
       counters_.files_changed += written->size();
     }
@@ -68,7 +68,7 @@ CycleResult Updater::run_cycle() {
 
   auto report = discover::discover_node(config_.discover);
   if (!report) {
-    fail("discover", report.error());
+    fail(result, "discover", report.error());
     return result;
   }
   result.report = std::move(*report);
@@ -76,7 +76,7 @@ CycleResult Updater::run_cycle() {
   if (auto planned = plan::plan_node(result.report->topology, config_.plan)) {
     result.plan = std::move(*planned);
   } else {
-    fail("plan", planned.error());
+    fail(result, "plan", planned.error());
   }
   if (!config_.publish) return result;
 

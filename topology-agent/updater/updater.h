@@ -62,6 +62,8 @@ class Updater {
   const UpdaterConfig& config() const { return config_; }
 
  private:
+  // A stage failed: counted, and its error in the cycle's result.
+  void fail(CycleResult& result, const std::string& stage, const Error& error);
   // The allocations kept when the PodResources API fails, said to be stale.
   void keep_last_good(discover::NodeReport& report);
   // Applies `content` under `key` unless the same content was applied less
