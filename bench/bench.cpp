@@ -26,7 +26,7 @@
 #include "http/predict_json.h"
 #include "loadgen.h"
 #include "model/model.h"
-#include "placement/placement.h"
+#include "numa/numa.h"
 #include "requests.h"
 
 namespace {
@@ -52,7 +52,7 @@ json on_pinned_thread(const std::string& cpus, const std::function<json()>& body
   std::thread worker([&] {
     if (!cpus.empty()) {
       auto set = numaserve::CpuSet::parse_list(cpus);
-      if (!set || !numaserve::placement::bind_current_thread(*set)) {
+      if (!set || !numaserve::numa::bind_current_thread(*set)) {
         out = {{"error", "cannot pin to " + cpus}};
         return;
       }
@@ -255,7 +255,7 @@ int run_load(LoadOptions& o) {
     auto cpus = numaserve::CpuSet::parse_list(o.cpus);
     if (!cpus) return fail(cpus.error().message);
     // Pins this thread before the client threads exist; they inherit it.
-    if (auto bound = numaserve::placement::bind_current_thread(*cpus); !bound) return fail(bound.error().message);
+    if (auto bound = numaserve::numa::bind_current_thread(*cpus); !bound) return fail(bound.error().message);
   }
   auto set = numaserve::bench::make_requests(o.store, kLoadBodies, o.items, kLoadSeed);
   if (!set) return fail(set.error().message);

@@ -24,7 +24,8 @@
 #include "numaserve/common/placement.h"
 #include "numaserve/common/quantity.h"
 #include "numaserve/common/topology.h"
-#include "placement/placement.h"
+#include "numa/numa.h"
+#include "threads/threads.h"
 #include "supervisor/supervisor.h"
 
 namespace {
@@ -106,7 +107,7 @@ int serve(const ServeOptions& o) {
   auto machine = read_machine();
   if (!machine) return fail(machine.error().message);
   const auto& placement = machine->placement;
-  auto plan = numaserve::placement::plan_threads(placement, machine->topology, o.threads);
+  auto plan = numaserve::threads::plan_threads(placement, machine->topology, o.threads);
   if (!plan) return fail(plan.error().message);
   for (const auto& note : plan->notes) numaserve::log(LogLevel::kWarning, note);
 
@@ -115,14 +116,14 @@ int serve(const ServeOptions& o) {
   report.cgroup = placement.cgroup;
   report.instance = instance_name();
   if (o.memory_bind) {
-    report.memory_policy = numaserve::placement::apply_memory_policy(plan->memory_nodes);
+    report.memory_policy = numaserve::numa::bind_memory(plan->memory_nodes);
     if (!report.memory_policy.applied) numaserve::log(LogLevel::kWarning, report.memory_policy.reason);
   } else {
     report.memory_policy.reason = "disabled by --memory-bind=false";
   }
   // This thread loads the weights (first touch) and starts every other
   // thread: pinned to the cpuset, they all inherit it.
-  if (auto bound = numaserve::placement::bind_current_thread(plan->cpus); !bound) return fail(bound.error().message);
+  if (auto bound = numaserve::numa::bind_current_thread(plan->cpus); !bound) return fail(bound.error().message);
 
   std::unique_ptr<numaserve::features::FeatureStore> store;
   if (o.feature_store.empty()) {

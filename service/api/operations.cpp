@@ -48,7 +48,7 @@ Answer Service::placement(Call&) {
 std::map<std::string, double> Service::model_locality() const {
   std::map<std::string, double> out;
   for (const auto& m : models_) {
-    auto pages = placement::locate_pages(m->weights());
+    auto pages = numa::locate_pages(m->weights());
     if (pages) out[m->spec().name] = pages->share_on(placement_.plan.numa_nodes);
   }
   return out;
@@ -68,7 +68,7 @@ metrics::Gauges Service::gauges() const {
                  {"intra_op_threads", std::to_string(plan.intra_op_threads)},
                  {"instance", placement_.instance}};
   g.model_local_ratio = model_locality();
-  for (const auto& t : placement::list_threads()) {
+  for (const auto& t : numa::list_threads()) {
     ++g.threads[t.name.rfind("ns-worker", 0) == 0 ? "inference" : t.name.rfind("ns-accept", 0) == 0 ? "accept" : "other"];
   }
   const auto loops = transport_.stats();
@@ -103,7 +103,7 @@ std::string Service::placement_json() const {
     workers.push_back({{"worker", i}, {"cpus", plan.workers[i].cpus.to_list()}});
   }
   json threads = json::array();
-  for (const auto& t : placement::list_threads()) {
+  for (const auto& t : numa::list_threads()) {
     threads.push_back({{"tid", t.tid}, {"name", t.name}, {"allowed_cpus", t.allowed_cpus.to_list()}});
   }
   json process_pages = json::object();
@@ -119,7 +119,7 @@ std::string Service::placement_json() const {
   json models = json::array();
   for (const auto& m : models_) {
     json entry = {{"name", m->spec().name}, {"version", m->spec().version}, {"weight_bytes", m->weight_bytes()}};
-    if (auto pages = placement::locate_pages(m->weights())) {
+    if (auto pages = numa::locate_pages(m->weights())) {
       entry["pages_per_node"] = pages_json(pages->pages_per_node);
       entry["pages_not_resident"] = pages->not_resident;
       entry["local_fraction"] = pages->share_on(plan.numa_nodes);

@@ -57,7 +57,7 @@ Service::~Service() = default;
 void Service::on_loop_start(std::size_t worker) {
   // Pin first: the OpenMP team the first forward creates inherits the
   // worker's CPUs, and the buffers it touches land on the worker's node.
-  auto bound = placement::bind_current_thread(placement_.plan.workers[worker].cpus);
+  auto bound = numa::bind_current_thread(placement_.plan.workers[worker].cpus);
   model::set_intra_op_threads(placement_.plan.intra_op_threads);
   workers_[worker].warmup_forwards_left = bound ? models_.size() * config_.warmup_rounds : 0;
   if (!bound) {

@@ -33,15 +33,16 @@
 #include "metrics/metrics.h"
 #include "model/model.h"
 #include "numaserve/common/placement.h"
-#include "placement/placement.h"
+#include "numa/numa.h"
+#include "threads/threads.h"
 
 namespace numaserve::api {
 
 // What start-up decided and found, for /placement, /metrics and the log.
 struct PlacementReport {
-  placement::ThreadPlan plan;
+  threads::ThreadPlan plan;
   std::optional<CgroupPlacement> cgroup;
-  placement::MemoryPolicyOutcome memory_policy;
+  numa::MemoryPolicyOutcome memory_policy;
   std::string runtime;   // "LibTorch 1.13.1 (OpenMP), BLAS openblas-openmp"
   std::string instance;  // who answers: host name and pid (and worker, under a supervisor)
 };

@@ -117,8 +117,8 @@ Status Model::warm_up(std::size_t rows, unsigned rounds) const {
   return {};
 }
 
-std::vector<placement::MemoryRange> Model::weights() const {
-  std::vector<placement::MemoryRange> out;
+std::vector<numa::MemoryRange> Model::weights() const {
+  std::vector<numa::MemoryRange> out;
   auto add = [&out](const at::Tensor& t) {
     if (t.defined() && t.nbytes() > 0) out.push_back({t.data_ptr(), t.nbytes()});
   };

@@ -22,7 +22,7 @@
 #include "features/extract.h"
 #include "features/model_spec.h"
 #include "numaserve/common/result.h"
-#include "placement/placement.h"
+#include "numa/numa.h"
 
 namespace numaserve::model {
 
@@ -47,7 +47,7 @@ class Model {
   Status warm_up(std::size_t rows, unsigned rounds) const;
 
   // Where the weights live, for the page-locality report.
-  std::vector<placement::MemoryRange> weights() const;
+  std::vector<numa::MemoryRange> weights() const;
   std::size_t weight_bytes() const;
 
  private:

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "numaserve/common/options.h"
-#include "placement/placement.h"
+#include "threads/threads.h"
 #include "supervisor/supervisor.h"
 
 namespace numaserve::serve {
@@ -20,7 +20,7 @@ struct ServeOptions {
   std::string listen_address = "0.0.0.0";
   unsigned port = 8080;
   int admin_port = -1;  // -1: /metrics, /placement and probes on `port` too
-  numaserve::placement::ThreadConfig threads;
+  numaserve::threads::ThreadConfig threads;
   unsigned queue_capacity = 64;
   double max_queue_delay = 1;
   unsigned max_batch_items = 1024;

@@ -1,8 +1,6 @@
 #include "supervisor/supervisor.h"
 
 #include <fcntl.h>
-#include <numaif.h>
-#include <sched.h>
 #include <sys/prctl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -14,6 +12,7 @@
 #include <cstring>
 #include <deque>
 
+#include "numa/numa.h"
 #include "numaserve/common/log.h"
 
 namespace numaserve::supervisor {
@@ -51,32 +50,17 @@ std::string describe_exit(int status) {
 // In the child, between fork and exec: only async-signal-safe calls.
 // The ready pipe's write end is inherited (not close-on-exec); its number
 // travels in NUMASERVE_READY_FD.
-[[noreturn]] void exec_worker(const Slot& slot, const std::vector<std::string>& command, const sigset_t& original_mask,
+[[noreturn]] void exec_worker(const numa::ForkSafeBinding& binding, char* const* argv, const sigset_t& original_mask,
                               pid_t supervisor) {
-  cpu_set_t cpus;
-  CPU_ZERO(&cpus);
-  for (unsigned cpu : slot.cpus.ids()) {
-    if (cpu < CPU_SETSIZE) CPU_SET(cpu, &cpus);
-  }
-  sched_setaffinity(0, sizeof cpus, &cpus);
-  if (slot.node) {
-    // Before exec, so nothing of the worker is allocated elsewhere; the
-    // worker binds again itself (to the same node, from its CPUs).
-    unsigned long mask[16] = {};
-    for (unsigned node : slot.mems.ids()) {
-      if (node < 16 * 64) mask[node / 64] |= 1ul << (node % 64);
-    }
-    set_mempolicy(MPOL_BIND, mask, 16 * 64 + 1);
-  }
+  // Before exec, so nothing of the worker is allocated elsewhere; the
+  // worker binds again itself (to the same node, from its CPUs).
+  binding.apply();
   sigprocmask(SIG_SETMASK, &original_mask, nullptr);
   // A worker must not outlive its supervisor (killed, or crashed): it gets
   // SIGTERM and drains, instead of holding the port as an orphan.
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() != supervisor) _exit(1);  // it died before prctl took effect
-  std::vector<char*> argv;
-  for (const auto& arg : command) argv.push_back(const_cast<char*>(arg.c_str()));
-  argv.push_back(nullptr);
-  execv(argv[0], argv.data());
+  execv(argv[0], argv);
   _exit(127);
 }
 
@@ -161,12 +145,17 @@ int run(const std::vector<Slot>& slots, const SupervisorConfig& config) {
     log(LogLevel::kInfo, "slot", {{"worker", slot.name()}, {"cpus", slot.cpus.to_list()}, {"mems", slot.mems.to_list()}});
   }
   std::vector<Worker> workers(slots.size());
+  std::vector<char*> argv;
+  for (const auto& arg : config.command) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
   const auto start = [&](std::size_t i) {
     setenv(kWorkerEnv, slots[i].name().c_str(), 1);
     setenv(kWorkerIndexEnv, std::to_string(i).c_str(), 1);
     const pid_t self = getpid();
+    const numa::ForkSafeBinding binding(slots[i].cpus,
+                                        slots[i].node ? std::optional<NodeSet>(slots[i].mems) : std::nullopt);
     const pid_t pid = fork();
-    if (pid == 0) exec_worker(slots[i], config.command, original, self);
+    if (pid == 0) exec_worker(binding, argv.data(), original, self);
     if (pid < 0) {
       log(LogLevel::kError, std::string("fork: ") + std::strerror(errno), {{"worker", slots[i].name()}});
       workers[i].start_at = Clock::now() + std::chrono::seconds(1);

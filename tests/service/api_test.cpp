@@ -37,7 +37,7 @@ class Running {
     auto placement = discover_placement("/");
     auto topology = discover_topology(TopologySource::live());
     EXPECT_TRUE(placement && topology);
-    auto plan = placement::plan_threads(*placement, *topology, {o.workers, 0});
+    auto plan = threads::plan_threads(*placement, *topology, {o.workers, 0});
     EXPECT_TRUE(plan.has_value()) << plan.error().message;
     PlacementReport report;
     report.plan = *plan;

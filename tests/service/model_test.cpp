@@ -153,7 +153,7 @@ TEST(Load, NamesWhatIsWrong) {
 TEST(Weights, AreResidentAndLocatable) {
   auto m = load(demo_dir() / "ranker_a");
   ASSERT_TRUE(m);
-  auto pages = placement::locate_pages(m->weights());
+  auto pages = numa::locate_pages(m->weights());
   ASSERT_TRUE(pages.has_value()) << pages.error().message;
   EXPECT_GE(pages->resident() * 4096, m->weight_bytes());  // loaded weights are written, hence resident
   EXPECT_EQ(pages->not_resident, 0u);

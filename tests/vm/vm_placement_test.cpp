@@ -23,7 +23,8 @@
 #include "numaserve/common/text_file.h"
 #include "numaserve/common/topology.h"
 #include "numaserve/common/topology_json.h"
-#include "placement/placement.h"
+#include "numa/numa.h"
+#include "threads/threads.h"
 
 namespace numaserve {
 namespace {
@@ -199,14 +200,14 @@ TEST_F(InVm, ServicePlacementKeepsWorkersAndPagesOnItsNode) {
     auto placement = discover_placement();
     auto topology = discover_topology(TopologySource::live());
     if (!placement || !topology) return (void)std::printf("discovery failed");
-    auto plan = placement::plan_threads(*placement, *topology, {});
+    auto plan = threads::plan_threads(*placement, *topology, {});
     if (!plan) return (void)std::printf("plan: %s", plan.error().message.c_str());
     CpuSet workers;
     for (const auto& w : plan->workers) workers |= w.cpus;
-    const auto policy = placement::apply_memory_policy(plan->mems);
+    const auto policy = numa::bind_memory(plan->mems);
     std::string pages;
     std::thread worker([&] {
-      if (placement::bind_current_thread(plan->workers.front().cpus)) pages = allocate_and_locate();
+      if (numa::bind_current_thread(plan->workers.front().cpus)) pages = allocate_and_locate();
     });
     worker.join();
     std::printf("workers=%s mems=%s policy=%d pages=%s", workers.to_list().c_str(), plan->mems.to_list().c_str(),

@@ -1,17 +1,10 @@
-#include "placement/placement.h"
+#include "threads/threads.h"
 
 #include <gtest/gtest.h>
-#include <sched.h>
-#include <sys/mman.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <atomic>
-#include <thread>
 
 #include "machines.h"
 
-namespace numaserve::placement {
+namespace numaserve::threads {
 namespace {
 
 using numaserve::testing::confined_to;
@@ -89,91 +82,5 @@ TEST(ThreadPlan, NoUsableCpusIsAnError) {
   EXPECT_NE(plan.error().message.find("no usable CPUs"), std::string::npos);
 }
 
-TEST(Apply, BindsTheCallingThread) {
-  const CpuSet first{0};
-  std::size_t count = 0;
-  std::thread worker([&] {
-    ASSERT_TRUE(bind_current_thread(first).has_value());
-    cpu_set_t mask;
-    CPU_ZERO(&mask);
-    sched_getaffinity(0, sizeof mask, &mask);
-    count = static_cast<std::size_t>(CPU_COUNT(&mask));
-    EXPECT_TRUE(CPU_ISSET(0, &mask));
-  });
-  worker.join();
-  EXPECT_EQ(count, 1u);
-  auto none = bind_current_thread({});
-  EXPECT_FALSE(none.has_value());
-  auto offline = bind_current_thread(CpuSet{4000});
-  ASSERT_FALSE(offline.has_value());
-  EXPECT_NE(offline.error().message.find("cannot bind thread to CPUs 4000"), std::string::npos);
-}
-
-TEST(Apply, MemoryPolicyOnTheAllowedNodeOrAReason) {
-  // In a child, so the test process keeps its default policy.
-  int fds[2];
-  ASSERT_EQ(pipe(fds), 0);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const auto outcome = apply_memory_policy(NodeSet{0});
-    const char result = outcome.applied ? 'y' : (outcome.reason.empty() ? '?' : 'n');
-    (void)!write(fds[1], &result, 1);
-    _exit(0);
-  }
-  char result = 0;
-  ASSERT_EQ(read(fds[0], &result, 1), 1);
-  waitpid(pid, nullptr, 0);
-  EXPECT_TRUE(result == 'y' || result == 'n') << "applied, or not with a reason";
-  EXPECT_FALSE(apply_memory_policy({}).applied);
-  EXPECT_EQ(apply_memory_policy({}).reason, "no memory nodes to bind to");
-}
-
-TEST(Locate, TouchedPagesAreResidentOnAnAllowedNode) {
-  const std::size_t bytes = 64 * 4096;
-  std::vector<char> touched(bytes, 1);
-  auto pages = locate_pages({{touched.data(), bytes}, {touched.data(), 10}});  // overlap counts once
-  ASSERT_TRUE(pages.has_value()) << pages.error().message;
-  EXPECT_GE(pages->resident(), 64u);
-  EXPECT_LE(pages->resident(), 65u);  // the vector need not start on a page boundary
-  const auto mems = discover_placement("/").value().mems();
-  EXPECT_DOUBLE_EQ(pages->share_on(mems), 1.0);
-  EXPECT_DOUBLE_EQ(pages->share_on(NodeSet{}), 0.0);
-}
-
-TEST(Locate, UntouchedPagesAreNotResident) {
-  void* fresh = mmap(nullptr, 16 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  ASSERT_NE(fresh, MAP_FAILED);
-  auto pages = locate_pages({{fresh, 16 * 4096}});
-  munmap(fresh, 16 * 4096);
-  ASSERT_TRUE(pages.has_value());
-  EXPECT_EQ(pages->not_resident, 16u);
-  EXPECT_EQ(pages->resident(), 0u);
-  EXPECT_DOUBLE_EQ(pages->share_on(NodeSet{}), 1.0);  // nothing resident: nothing remote
-}
-
-TEST(Threads, ListsNamedThreadsWithTheirCpus) {
-  const auto cpus = discover_placement("/").value().cpus();
-  const CpuSet first = CpuSet::range(cpus.ids().front(), cpus.ids().front());
-  std::atomic<bool> done{false};
-  std::atomic<bool> started{false};
-  std::thread worker([&] {
-    pthread_setname_np(pthread_self(), "ns-test-thread");
-    ASSERT_TRUE(bind_current_thread(first).has_value());
-    started = true;
-    while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  });
-  while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  bool found = false;
-  for (const auto& t : list_threads()) {
-    if (t.name != "ns-test-thread") continue;
-    found = true;
-    EXPECT_EQ(t.allowed_cpus, first);
-    EXPECT_GT(t.tid, 0);
-  }
-  done = true;
-  worker.join();
-  EXPECT_TRUE(found);
-}
-
 }  // namespace
-}  // namespace numaserve::placement
+}  // namespace numaserve::threads
