@@ -1,9 +1,11 @@
 #include "metrics/metrics.h"
 
-#include <cstdio>
+#include "numaserve/common/prometheus.h"
 
 namespace numaserve::metrics {
 namespace {
+
+using prometheus::TextWriter;
 
 // Latency buckets from 50 µs to 10 s: forward of one small batch sits near
 // the bottom, a queue under overload near the top.
@@ -17,37 +19,10 @@ std::vector<double> powers_of_two(double last) {
   return out;
 }
 
-std::string number(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
-}
-
-// Label values escaped as the exposition format asks.
-std::string escape(const std::string& value) {
-  std::string out;
-  for (char c : value) {
-    if (c == '\\' || c == '"') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out;
-}
-
-void header(std::string& out, const char* name, const char* type, const char* help) {
-  out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
-}
-
-void sample(std::string& out, const std::string& name, const std::string& labels, double value) {
-  out += name + (labels.empty() ? "" : "{" + labels + "}") + " " + number(value) + "\n";
-}
-
 // Per worker: how evenly connections and forwards spread, and how much
 // work idle workers took from busy ones.
 void render_workers(std::string& out, const std::vector<WorkerGauges>& workers) {
+  TextWriter text(out);
   struct Family {
     const char* name;
     const char* type;
@@ -76,25 +51,26 @@ void render_workers(std::string& out, const std::vector<WorkerGauges>& workers) 
        [](const WorkerGauges& w) { return static_cast<double>(w.queued); }},
   };
   for (const auto& family : kFamilies) {
-    header(out, family.name, family.type, family.help);
+    text.family(family.name, family.type, family.help);
     for (std::size_t i = 0; i < workers.size(); ++i) {
-      sample(out, family.name, "worker=\"" + std::to_string(i) + "\"", family.value(workers[i]));
+      text.sample(family.name, family.value(workers[i]), prometheus::label("worker", std::to_string(i)));
     }
   }
 }
 
 void render_transport(std::string& out, const TransportGauges& t) {
-  header(out, "numaserve_http_connections_closed_total", "counter",
+  TextWriter w(out);
+  w.family("numaserve_http_connections_closed_total", "counter",
          "Connections the server closed: idle past the idle timeout, timeout (a header or body not received, or a "
          "reply not taken, in time; 408), rejected (malformed, header or body over the limit; 400, 431, 413).");
-  sample(out, "numaserve_http_connections_closed_total", "reason=\"idle\"", static_cast<double>(t.idle_closed));
-  sample(out, "numaserve_http_connections_closed_total", "reason=\"timeout\"", static_cast<double>(t.timed_out));
-  sample(out, "numaserve_http_connections_closed_total", "reason=\"rejected\"", static_cast<double>(t.rejected));
-  header(out, "numaserve_http_connections_refused_total", "counter",
+  w.sample("numaserve_http_connections_closed_total", t.idle_closed, "reason=\"idle\"");
+  w.sample("numaserve_http_connections_closed_total", t.timed_out, "reason=\"timeout\"");
+  w.sample("numaserve_http_connections_closed_total", t.rejected, "reason=\"rejected\"");
+  w.family("numaserve_http_connections_refused_total", "counter",
          "Connections answered 503 and closed because max_connections were open.");
-  sample(out, "numaserve_http_connections_refused_total", "", static_cast<double>(t.refused));
-  header(out, "numaserve_http_max_connections", "gauge", "The open-connection limit in force.");
-  sample(out, "numaserve_http_max_connections", "", static_cast<double>(t.max_connections));
+  w.sample("numaserve_http_connections_refused_total", t.refused);
+  w.family("numaserve_http_max_connections", "gauge", "The open-connection limit in force.");
+  w.sample("numaserve_http_max_connections", t.max_connections);
 }
 
 }  // namespace
@@ -110,15 +86,16 @@ void Histogram::observe(double value) {
 }
 
 void Histogram::render(std::string& out, const std::string& name, const std::string& labels) const {
+  TextWriter w(out);
   const std::string prefix = labels.empty() ? "" : labels + ",";
   std::uint64_t cumulative = 0;
   for (std::size_t i = 0; i <= bounds_.size(); ++i) {
     cumulative += counts_[i].load(std::memory_order_relaxed);
-    const std::string le = i < bounds_.size() ? number(bounds_[i]) : "+Inf";
-    sample(out, name + "_bucket", prefix + "le=\"" + le + "\"", static_cast<double>(cumulative));
+    const std::string le = i < bounds_.size() ? prometheus::number(bounds_[i]) : "+Inf";
+    w.sample(name + "_bucket", cumulative, prefix + "le=\"" + le + "\"");
   }
-  sample(out, name + "_sum", labels, sum_.load(std::memory_order_relaxed));
-  sample(out, name + "_count", labels, static_cast<double>(cumulative));
+  w.sample(name + "_sum", sum_.load(std::memory_order_relaxed), labels);
+  w.sample(name + "_count", cumulative, labels);
 }
 
 Metrics::Metrics(const std::vector<std::string>& models)
@@ -146,53 +123,52 @@ void Metrics::observe_batch(std::size_t items, std::size_t requests) {
 
 std::string Metrics::render(const Gauges& gauges) const {
   std::string out;
-  header(out, "numaserve_requests_total", "counter", "HTTP requests answered, by route and status code.");
+  TextWriter w(out);
+  w.family("numaserve_requests_total", "counter", "HTTP requests answered, by route and status code.");
   {
     std::lock_guard lock(requests_mutex_);
     for (const auto& [key, count] : requests_) {
-      sample(out, "numaserve_requests_total",
-             "route=\"" + escape(key.first) + "\",code=\"" + std::to_string(key.second) + "\"",
-             static_cast<double>(count));
+      w.sample("numaserve_requests_total", count, prometheus::label("route", key.first) + "," + prometheus::label("code", std::to_string(key.second)));
     }
   }
-  header(out, "numaserve_stage_seconds", "histogram",
+  w.family("numaserve_stage_seconds", "histogram",
          "Time per request in each stage: query (feature store), extract, queue, forward, total.");
   for (const auto& [model, stages] : stages_) {
     for (std::size_t s = 0; s < stages.size(); ++s) {
       stages[s].render(out, "numaserve_stage_seconds",
-                       "model=\"" + escape(model) + "\",stage=\"" + kStageNames[s] + "\"");
+                       prometheus::label("model", model) + "," + prometheus::label("stage", kStageNames[s]));
     }
   }
-  header(out, "numaserve_batch_items", "histogram", "Rows per forward call (one request's items, or a dynamic batch's).");
+  w.family("numaserve_batch_items", "histogram", "Rows per forward call (one request's items, or a dynamic batch's).");
   batch_items_.render(out, "numaserve_batch_items", "");
-  header(out, "numaserve_batch_requests", "histogram", "Requests per forward call.");
+  w.family("numaserve_batch_requests", "histogram", "Requests per forward call.");
   batch_requests_.render(out, "numaserve_batch_requests", "");
 
   render_workers(out, gauges.workers);
   render_transport(out, gauges.transport);
 
-  header(out, "numaserve_queue_depth", "gauge", "Requests waiting for an inference worker.");
-  sample(out, "numaserve_queue_depth", "", static_cast<double>(gauges.queue_depth));
-  header(out, "numaserve_in_flight_requests", "gauge", "Requests being handled.");
-  sample(out, "numaserve_in_flight_requests", "", static_cast<double>(gauges.in_flight));
-  header(out, "numaserve_busy_workers", "gauge", "Inference workers running a forward.");
-  sample(out, "numaserve_busy_workers", "", static_cast<double>(gauges.busy_workers));
-  header(out, "numaserve_ready", "gauge", "1 when warmed up and not draining.");
-  sample(out, "numaserve_ready", "", gauges.ready ? 1 : 0);
-  header(out, "numaserve_threads", "gauge", "Threads by kind.");
+  w.family("numaserve_queue_depth", "gauge", "Requests waiting for an inference worker.");
+  w.sample("numaserve_queue_depth", gauges.queue_depth);
+  w.family("numaserve_in_flight_requests", "gauge", "Requests being handled.");
+  w.sample("numaserve_in_flight_requests", gauges.in_flight);
+  w.family("numaserve_busy_workers", "gauge", "Inference workers running a forward.");
+  w.sample("numaserve_busy_workers", gauges.busy_workers);
+  w.family("numaserve_ready", "gauge", "1 when warmed up and not draining.");
+  w.sample("numaserve_ready", gauges.ready ? 1 : 0);
+  w.family("numaserve_threads", "gauge", "Threads by kind.");
   for (const auto& [kind, count] : gauges.threads) {
-    sample(out, "numaserve_threads", "kind=\"" + escape(kind) + "\"", static_cast<double>(count));
+    w.sample("numaserve_threads", count, prometheus::label("kind", kind));
   }
-  header(out, "numaserve_placement_info", "gauge", "Where this process runs: cpus, mems, NUMA nodes, threads.");
+  w.family("numaserve_placement_info", "gauge", "Where this process runs: cpus, mems, NUMA nodes, threads.");
   std::string labels;
   for (const auto& [key, value] : gauges.placement) {
-    labels += (labels.empty() ? "" : ",") + key + "=\"" + escape(value) + "\"";
+    labels += (labels.empty() ? "" : ",") + prometheus::label(key, value);
   }
-  sample(out, "numaserve_placement_info", labels, 1);
-  header(out, "numaserve_model_weights_local_ratio", "gauge",
+  w.sample("numaserve_placement_info", 1, labels);
+  w.family("numaserve_model_weights_local_ratio", "gauge",
          "Share of the model's resident weight pages on the NUMA nodes of the service's cpuset.");
   for (const auto& [model, ratio] : gauges.model_local_ratio) {
-    sample(out, "numaserve_model_weights_local_ratio", "model=\"" + escape(model) + "\"", ratio);
+    w.sample("numaserve_model_weights_local_ratio", ratio, prometheus::label("model", model));
   }
   return out;
 }

@@ -1,43 +1,25 @@
 #include "serve/metrics.h"
 
-#include <sstream>
-
+#include "numaserve/common/prometheus.h"
 #include "plan/plan_output.h"
 
 namespace numaserve::agent::serve {
 namespace {
 
-class Writer {
- public:
-  // One HELP/TYPE header per metric family, then its samples.
-  Writer& family(const std::string& name, const char* type, const std::string& help) {
-    out_ << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
-    return *this;
-  }
-  template <typename T>
-  Writer& sample(const std::string& name, T value, const std::string& labels = "") {
-    out_ << name << (labels.empty() ? "" : "{" + labels + "}") << " " << value << "\n";
-    return *this;
-  }
-  std::string str() const { return out_.str(); }
-
- private:
-  std::ostringstream out_;
-};
-
-std::string node_label(unsigned node) { return "numa_node=\"" + std::to_string(node) + "\""; }
+std::string node_label(unsigned node) { return prometheus::label("numa_node", std::to_string(node)); }
 
 }  // namespace
 
 std::string render_metrics(const updater::CycleResult& last, const updater::Counters& counters) {
-  Writer w;
+  std::string out;
+  prometheus::TextWriter w(out);
   w.family("numaserve_agent_cycles_total", "counter", "Discover-plan-publish cycles run.")
       .sample("numaserve_agent_cycles_total", counters.cycles);
   w.family("numaserve_agent_failures_total", "counter", "Failed stages, by stage.");
   for (const char* stage : {"discover", "podresources", "plan", "publish", "apiserver"}) {
     const auto it = counters.failures.find(stage);
     w.sample("numaserve_agent_failures_total", it == counters.failures.end() ? 0 : it->second,
-             std::string("stage=\"") + stage + "\"");
+             prometheus::label("stage", stage));
   }
   w.family("numaserve_agent_apiserver_retries_total", "counter", "API server requests retried after a transient failure.")
       .sample("numaserve_agent_apiserver_retries_total", counters.apiserver_retries);
@@ -98,7 +80,7 @@ std::string render_metrics(const updater::CycleResult& last, const updater::Coun
     w.family("numaserve_plan_replicas", "gauge", "Replicas that fit this machine, one NUMA node each.")
         .sample("numaserve_plan_replicas", plan->pod.replicas_per_machine);
   }
-  return w.str();
+  return out;
 }
 
 http::Snapshot snapshot_of(const updater::CycleResult& last, const updater::Counters& counters) {
