@@ -48,6 +48,10 @@ Result<LogLevel> parse_log_level(std::string_view text) {
                     "log level '" + std::string(text) + "': want debug, info, warning or error", "log_level");
 }
 
+std::string_view to_string(LogLevel level) { return kLevelNames[static_cast<int>(level)]; }
+
+std::string_view to_string(LogFormat format) { return format == LogFormat::kJson ? "json" : "text"; }
+
 Result<LogFormat> parse_log_format(std::string_view text) {
   if (text == "text") return LogFormat::kText;
   if (text == "json") return LogFormat::kJson;

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "api/config.h"
 #include "batching/batcher.h"
 #include "features/feature_store.h"
 #include "http/message.h"
@@ -45,17 +46,6 @@ struct PlacementReport {
   numa::MemoryPolicyOutcome memory_policy;
   std::string runtime;   // "LibTorch 1.13.1 (OpenMP), BLAS openblas-openmp"
   std::string instance;  // who answers: host name and pid (and worker, under a supervisor)
-};
-
-struct ServiceConfig {
-  http::RequestLimits limits;
-  batching::BatcherConfig batching;  // workers come from the plan
-  unsigned warmup_rounds = 3;
-  std::size_t warmup_rows = 64;
-  std::string version;  // numaserve's, for GET /v2
-  // Under the supervisor: stay not ready after warm-up until open_group(),
-  // so a group sharing one port turns ready together.
-  bool wait_for_group = false;
 };
 
 // The {name} and {version} segments of a matched path.

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <filesystem>
 
+#include "numaserve/common/options.h"
 #include "numaserve/common/result.h"
 
 namespace numaserve::model {
@@ -22,5 +23,8 @@ struct DemoConfig {
 };
 
 Status make_demo_models(const std::filesystem::path& dir, const DemoConfig& config);
+
+// make-demo-models' flags, on `config`'s defaults.
+std::vector<OptionSpec> demo_options(DemoConfig& config);
 
 }  // namespace numaserve::model

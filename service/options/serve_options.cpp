@@ -1,103 +1,139 @@
 #include "options/serve_options.h"
 
-#include "numaserve/common/log.h"
+#include <cstdlib>
 
 namespace numaserve::serve {
 namespace {
 
-// "none", or a port (0: any free one).
-Status set_admin_port(const std::string& text, int& target) {
-  if (text == "none") {
-    target = -1;
-    return {};
-  }
-  unsigned port = 0;
-  if (auto parsed = numaserve::set_unsigned("admin_port", text, port, 65535); !parsed) return parsed;
-  target = static_cast<int>(port);
-  return {};
+// A port of the listeners' int: 0 any free one; with `none_allowed`, "none"
+// is -1 (no such listener).
+OptionSpec port_option(std::string name, std::string help, int& target, bool none_allowed) {
+  return {name, "N", std::move(help), target < 0 ? "none" : std::to_string(target),
+          [name, &target, none_allowed](const std::string& text) {
+            if (none_allowed && text == "none") {
+              target = -1;
+              return Status();
+            }
+            unsigned port = 0;
+            auto set = set_unsigned(name, text, port, 65535);
+            if (set) target = static_cast<int>(port);
+            return set;
+          }};
+}
+
+OptionSpec bind_option(supervisor::Bind& target) {
+  return {"bind", "numa|none", "With replicas: pin each worker to one NUMA node, or let all use the whole cpuset",
+          target == supervisor::Bind::kNuma ? "numa" : "none", [&target](const std::string& text) {
+            if (text != "numa" && text != "none") {
+              return Status(make_error(Error::Code::kInvalidArgument, "bind: '" + text + "' is not numa or none", "bind"));
+            }
+            target = text == "numa" ? supervisor::Bind::kNuma : supervisor::Bind::kNone;
+            return Status();
+          }};
+}
+
+std::vector<OptionSpec> transport_options(http::ServerConfig& h) {
+  return {
+      text_option("listen_address", "ADDR", "Address to listen on", h.host),
+      port_option("port", "HTTP port; 0 picks a free one (logged)", h.port, false),
+      port_option("admin_port",
+                  "Port for /metrics and /placement (and the probes, also on --port), which --port then no longer "
+                  "serves; 0 picks a free one (logged); none: all on --port",
+                  h.admin_port, true),
+      quantity_option("max_body_bytes", "Largest request body, chunked or not (413 beyond)", h.max_body_bytes),
+      quantity_option("max_header_bytes", "Largest request line and header (431 beyond)", h.max_header_bytes),
+      count_option("max_connections", "N",
+                   "Open connections before a new one gets 503 and is closed; 0: the file-descriptor limit less 256",
+                   h.max_connections),
+      seconds_option("header_timeout", "From a request's first byte to the end of its header, else 408 and close",
+                     h.header_timeout_seconds),
+      seconds_option("body_timeout", "From the end of a header to the end of its body, and the longest send of a reply",
+                     h.body_timeout_seconds),
+      seconds_option("idle_timeout", "A keep-alive connection without a request is closed after this",
+                     h.idle_timeout_seconds),
+      switch_option("reuse_port", "Share the port with other processes (SO_REUSEPORT)", h.reuse_port),
+  };
+}
+
+std::vector<OptionSpec> serving_options(api::ServiceConfig& s) {
+  auto& b = s.batching;
+  return {
+      count_option("queue_capacity", "N", "Requests waiting for a forward, per worker, before 503 + Retry-After",
+                   b.queue_capacity),
+      duration_option("max_queue_delay",
+                      "Longest wait for a forward: older requests get 503, and a worker refuses new ones at once when "
+                      "its oldest waited longer or its queued rows would take longer",
+                      b.max_queue_delay),
+      count_option("max_batch_items", "N",
+                   "Most rows in one forward: requests that arrived together are joined up to it (1: one request per "
+                   "forward)",
+                   b.max_batch_items),
+      {"max_batch_delay_us", "N",
+       "Wait this long after a worker's first queued request for more to join it, in microseconds (0: never wait)",
+       std::to_string(b.max_batch_delay.count()),
+       [&b](const std::string& text) {
+         unsigned us = 0;
+         auto set = set_unsigned("max_batch_delay_us", text, us);
+         if (set) b.max_batch_delay = std::chrono::microseconds(us);
+         return set;
+       }},
+      count_option("max_items", "N", "Most items in one /predict request (400 beyond)", s.limits.max_items),
+      count_option("warmup_rounds", "N", "Forwards per model and worker before turning ready", s.warmup_rounds),
+  };
 }
 
 }  // namespace
 
 std::vector<OptionSpec> serve_options(ServeOptions& o) {
-  using numaserve::set_list;
-  using numaserve::set_quantity;
-  using numaserve::set_string;
-  using numaserve::set_bool;
-  using numaserve::set_unsigned;
   std::vector<OptionSpec> rows = {
-      {"model_dir", "DIR", "A model directory (model.pt + model.yaml); the first is the default model", "",
-       [&o](const std::string& t) { return set_list(o.model_dirs, t); }, true},
-      {"feature_store", "FILE", "JSON Lines file of user and item features, loaded at start (none: inline features only)",
-       "", [&o](const std::string& t) { return set_string(o.feature_store, t); }},
-      {"listen_address", "ADDR", "Address to listen on", "0.0.0.0",
-       [&o](const std::string& t) { return set_string(o.listen_address, t); }},
-      {"port", "N", "HTTP port; 0 picks a free one (logged)", "8080",
-       [&o](const std::string& t) { return set_unsigned("port", t, o.port, 65535); }},
-      {"admin_port", "N",
-       "Port for /metrics and /placement (and the probes, also on --port), which --port then no longer serves; "
-       "0 picks a free one (logged); none: all on --port",
-       "none", [&o](const std::string& t) { return set_admin_port(t, o.admin_port); }},
-      {"workers", "N", "Inference workers; 0: one per physical core of the cpuset", "0",
-       [&o](const std::string& t) { return set_unsigned("workers", t, o.threads.workers); }},
-      {"intra_op_threads", "N", "LibTorch threads per worker; 0: the worker's CPUs (workers x threads <= cpuset)", "0",
-       [&o](const std::string& t) { return set_unsigned("intra_op_threads", t, o.threads.intra_op_threads); }},
-      {"queue_capacity", "N", "Requests waiting for a forward, per worker, before 503 + Retry-After", "64",
-       [&o](const std::string& t) { return set_unsigned("queue_capacity", t, o.queue_capacity); }},
-      {"max_queue_delay", "DURATION",
-       "Longest wait for a forward: older requests get 503, and a worker refuses new ones at once when its oldest "
-       "waited longer or its queued rows would take longer",
-       "1s", [&o](const std::string& t) { return numaserve::set_seconds("max_queue_delay", t, o.max_queue_delay); }},
-      {"max_batch_items", "N",
-       "Most rows in one forward: requests that arrived together are joined up to it (1: one request per forward)",
-       "1024", [&o](const std::string& t) { return set_unsigned("max_batch_items", t, o.max_batch_items); }},
-      {"max_batch_delay_us", "N",
-       "Wait this long after a worker's first queued request for more to join it, in microseconds (0: never wait)",
-       "0", [&o](const std::string& t) { return set_unsigned("max_batch_delay_us", t, o.max_batch_delay_us); }},
-      {"max_items", "N", "Most items in one /predict request (400 beyond)", "2000",
-       [&o](const std::string& t) { return set_unsigned("max_items", t, o.max_items); }},
-      {"max_body_bytes", "QUANTITY", "Largest request body, chunked or not (413 beyond)", "8Mi",
-       [&o](const std::string& t) { return set_quantity("max_body_bytes", t, o.max_body_bytes); }},
-      {"max_header_bytes", "QUANTITY", "Largest request line and header (431 beyond)", "16Ki",
-       [&o](const std::string& t) { return set_quantity("max_header_bytes", t, o.max_header_bytes); }},
-      {"max_connections", "N",
-       "Open connections before a new one gets 503 and is closed; 0: the file-descriptor limit less 256", "0",
-       [&o](const std::string& t) { return set_unsigned("max_connections", t, o.max_connections); }},
-      {"header_timeout", "DURATION", "From a request's first byte to the end of its header, else 408 and close", "10s",
-       [&o](const std::string& t) { return numaserve::set_seconds("header_timeout", t, o.header_timeout); }},
-      {"body_timeout", "DURATION", "From the end of a header to the end of its body, and the longest send of a reply",
-       "30s", [&o](const std::string& t) { return numaserve::set_seconds("body_timeout", t, o.body_timeout); }},
-      {"idle_timeout", "DURATION", "A keep-alive connection without a request is closed after this", "60s",
-       [&o](const std::string& t) { return numaserve::set_seconds("idle_timeout", t, o.idle_timeout); }},
-      {"memory_bind", "", "Bind memory to the cpuset's nodes with set_mempolicy where the kernel allows it", "true",
-       [&o](const std::string& t) { return set_bool("memory_bind", t, o.memory_bind); }},
-      {"warmup_rounds", "N", "Forwards per model and worker before turning ready", "3",
-       [&o](const std::string& t) { return set_unsigned("warmup_rounds", t, o.warmup_rounds); }},
-      {"shutdown_delay", "DURATION", "After SIGTERM, keep serving (not ready) this long before closing the port", "0s",
-       [&o](const std::string& t) { return numaserve::set_seconds("shutdown_delay", t, o.shutdown_delay); }},
-      {"shutdown_grace", "DURATION", "Longest drain after SIGTERM; then exit 1 with what was left", "30s",
-       [&o](const std::string& t) { return numaserve::set_seconds("shutdown_grace", t, o.shutdown_grace); }},
-      {"reuse_port", "", "Share the port with other processes (SO_REUSEPORT)", "false",
-       [&o](const std::string& t) { return set_bool("reuse_port", t, o.reuse_port); }},
-      {"replicas_per_numa_node", "N",
-       "Run a supervisor and N worker processes per NUMA node of the cpuset, each pinned to its node's CPUs "
-       "and memory, sharing the port",
-       "0", [&o](const std::string& t) { return set_unsigned("replicas_per_numa_node", t, o.replicas.per_node); }},
-      {"replicas", "N", "Run a supervisor and N worker processes (spread evenly over the nodes with --bind numa)", "0",
-       [&o](const std::string& t) { return set_unsigned("replicas", t, o.replicas.replicas); }},
-      {"bind", "numa|none", "With replicas: pin each worker to one NUMA node, or let all use the whole cpuset", "numa",
-       [&o](const std::string& t) {
-         if (t != "numa" && t != "none") {
-           return Status(numaserve::make_error(numaserve::Error::Code::kInvalidArgument,
-                                               "bind: '" + t + "' is not numa or none", "bind"));
-         }
-         o.replicas.bind = t == "numa" ? numaserve::supervisor::Bind::kNuma : numaserve::supervisor::Bind::kNone;
-         return Status();
-       }},
-      {"max_restarts", "N", "With replicas: restarts of one worker within 5 minutes before the group stops", "5",
-       [&o](const std::string& t) { return set_unsigned("max_restarts", t, o.max_restarts); }},
+      list_option("model_dir", "DIR", "A model directory (model.pt + model.yaml); the first is the default model",
+                  o.model_dirs),
+      text_option("feature_store", "FILE",
+                  "JSON Lines file of user and item features, loaded at start (none: inline features only)",
+                  o.feature_store),
+      count_option("workers", "N", "Inference workers; 0: one per physical core of the cpuset", o.threads.workers),
+      count_option("intra_op_threads", "N",
+                   "LibTorch threads per worker; 0: the worker's CPUs (workers x threads <= cpuset)",
+                   o.threads.intra_op_threads),
+      switch_option("memory_bind", "Bind memory to the cpuset's nodes with set_mempolicy where the kernel allows it",
+                    o.memory_bind),
+      seconds_option("shutdown_delay", "After SIGTERM, keep serving (not ready) this long before closing the port",
+                     o.shutdown_delay),
+      seconds_option("shutdown_grace", "Longest drain after SIGTERM; then exit 1 with what was left", o.shutdown_grace),
+      count_option("replicas_per_numa_node", "N",
+                   "Run a supervisor and N worker processes per NUMA node of the cpuset, each pinned to its node's "
+                   "CPUs and memory, sharing the port",
+                   o.replicas.per_node),
+      count_option("replicas", "N",
+                   "Run a supervisor and N worker processes (spread evenly over the nodes with --bind numa)",
+                   o.replicas.replicas),
+      bind_option(o.replicas.bind),
+      count_option("max_restarts", "N", "With replicas: restarts of one worker within 5 minutes before the group stops",
+                   o.supervisor.max_restarts),
   };
-  for (auto& row : numaserve::log_options(o.log)) rows.push_back(std::move(row));
+  for (auto& row : transport_options(o.http)) rows.push_back(std::move(row));
+  for (auto& row : serving_options(o.service)) rows.push_back(std::move(row));
+  for (auto& row : log_options(o.log)) rows.push_back(std::move(row));
+  return rows;
+}
+
+unsigned HealthOptions::default_port() {
+  for (const char* name : {"NUMASERVE_ADMIN_PORT", "NUMASERVE_PORT"}) {
+    const char* value = std::getenv(name);
+    unsigned port = 0;
+    if (value != nullptr && set_unsigned(name, value, port, 65535)) return port;
+  }
+  return 8080;
+}
+
+std::vector<OptionSpec> health_options(HealthOptions& o) {
+  std::vector<OptionSpec> rows = {
+      count_option("port", "N", "Port (default: NUMASERVE_ADMIN_PORT, else NUMASERVE_PORT, else 8080)", o.port, 65535u),
+      text_option("path", "PATH", "Path to GET", o.path),
+      number_option("timeout", "SECONDS", "Seconds to wait for the status line", o.timeout_seconds),
+  };
+  rows[0].default_text.clear();  // the environment's, read when the probe runs: the help says which
+  for (auto& row : rows) row.command_line_only = true;
   return rows;
 }
 

@@ -1,47 +1,53 @@
 #pragma once
-// `numaserve serve`'s options: the values, and the one table that declares
-// each of them (flag, NUMASERVE_* variable, YAML key, default, help, parser;
-// common/options.h). A library of its own so that the table's tests and the
-// fuzz target of the options file see the very table the binary uses.
+// The `numaserve` binary's options: the values, and the one table per
+// subcommand that declares each of them (flag, NUMASERVE_* variable, YAML
+// key, default, help, parser; common/options.h). Each value lives in the
+// config struct of the part that uses it, so its default is written once,
+// there, and the rows show it. A library of its own so that the tables'
+// tests and the options file's fuzz target see the very tables the binary
+// uses.
 
-#include <cstdint>
 #include <string>
 #include <vector>
 
+#include "api/config.h"
+#include "http/server.h"
 #include "numaserve/common/options.h"
-#include "threads/threads.h"
 #include "supervisor/supervisor.h"
+#include "threads/threads.h"
 
 namespace numaserve::serve {
 
 struct ServeOptions {
   std::vector<std::string> model_dirs;
-  std::string feature_store;
-  std::string listen_address = "0.0.0.0";
-  unsigned port = 8080;
-  int admin_port = -1;  // -1: /metrics, /placement and probes on `port` too
-  numaserve::threads::ThreadConfig threads;
-  unsigned queue_capacity = 64;
-  double max_queue_delay = 1;
-  unsigned max_batch_items = 1024;
-  unsigned max_batch_delay_us = 0;
-  unsigned max_items = 2000;
-  std::uint64_t max_body_bytes = 8u << 20;
-  std::uint64_t max_header_bytes = 16u << 10;
-  unsigned max_connections = 0;
-  double header_timeout = 10;
-  double body_timeout = 30;
-  double idle_timeout = 60;
+  std::string feature_store;  // a JSON Lines file; empty: inline features only
+  http::ServerConfig http;    // loops and reuse under a supervisor are start-up's to set
+  threads::ThreadConfig threads;
+  api::ServiceConfig service;  // version and wait_for_group are start-up's to set
+  supervisor::ReplicaConfig replicas;
+  supervisor::SupervisorConfig supervisor;  // command and grace are start-up's to set
+  // Start-up's own: the memory policy, and the shutdown's timing.
   bool memory_bind = true;
-  unsigned warmup_rounds = 3;
-  double shutdown_delay = 0;
-  double shutdown_grace = 30;
-  bool reuse_port = false;
-  numaserve::supervisor::ReplicaConfig replicas;
-  unsigned max_restarts = 5;
+  double shutdown_delay = 0;   // seconds serving not-ready after SIGTERM
+  double shutdown_grace = 30;  // seconds for the drain, then exit 1
   LogOptions log;
+
+  bool replicated() const { return replicas.per_node != 0 || replicas.replicas != 0; }
 };
 
 std::vector<OptionSpec> serve_options(ServeOptions& o);
+
+// `numaserve health`: the image's HEALTHCHECK (no shell, no curl in it).
+struct HealthOptions {
+  // The admin port when the service has one, as it was told through the
+  // environment, else its port, else 8080.
+  unsigned port = default_port();
+  std::string path = "/readyz";
+  double timeout_seconds = 3;
+
+  static unsigned default_port();
+};
+
+std::vector<OptionSpec> health_options(HealthOptions& o);
 
 }  // namespace numaserve::serve

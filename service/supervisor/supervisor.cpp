@@ -117,6 +117,11 @@ Result<std::vector<Slot>> plan_replicas(const Placement& placement, const Topolo
 
 bool supervised() { return std::getenv(kReadyFdEnv) != nullptr; }
 
+std::string worker_name() {
+  const char* name = std::getenv(kWorkerEnv);
+  return name != nullptr ? name : "";
+}
+
 void report_ready() {
   const char* fd = std::getenv(kReadyFdEnv);
   const char* index = std::getenv(kWorkerIndexEnv);

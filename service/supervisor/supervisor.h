@@ -58,5 +58,7 @@ int run(const std::vector<Slot>& slots, const SupervisorConfig& config);
 // whole group is; an unsupervised process is its own group.
 bool supervised();
 void report_ready();
+// This worker's slot, "worker-1 (node 1)"; empty when not supervised.
+std::string worker_name();
 
 }  // namespace numaserve::supervisor

@@ -43,7 +43,7 @@ readme=$FIXTURES/../../README.md
 if diff <("$AGENT" options) <(sed -n '/<!-- agent-options:begin -->/,/<!-- agent-options:end -->/p' "$readme" | sed '1d;$d') >/dev/null; then
   pass=$((pass + 1)); echo "PASS README option table matches 'options'"
 else
-  fail=$((fail + 1)); echo "FAIL README option table differs from '$AGENT options'; paste its output into README.md"
+  fail=$((fail + 1)); echo "FAIL README option table differs from '$AGENT options'; run scripts/update-option-tables.sh"
 fi
 if command -v python3 >/dev/null; then
   json=$("$AGENT" discover --json --xml "$xml")

@@ -35,7 +35,7 @@ check "options table in Markdown" 0 '^\| `--model-dir DIR` \| `NUMASERVE_MODEL_D
 if diff <("$NUMASERVE" options) <(sed -n '/<!-- service-options:begin -->/,/<!-- service-options:end -->/p' "$ROOT/README.md" | sed '1d;$d') >/dev/null; then
   pass=$((pass + 1)); echo "PASS README option table matches 'numaserve options'"
 else
-  fail=$((fail + 1)); echo "FAIL README option table differs from '$NUMASERVE options'; paste its output into README.md"
+  fail=$((fail + 1)); echo "FAIL README option table differs from '$NUMASERVE options'; run scripts/update-option-tables.sh"
 fi
 echo "$pass passed, $fail failed"
 ((fail == 0))

@@ -16,9 +16,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                applied.error().message.c_str());
     return 0;
   }
-  FUZZ_CHECK(o.port <= 65535, "port %u", o.port);
-  FUZZ_CHECK(o.interval_seconds >= 0 && o.interval_seconds <= kMaxSeconds, "interval %g s", o.interval_seconds);
-  FUZZ_CHECK(o.plan.pod_memory_fraction >= 0 && o.plan.pod_memory_fraction <= 1, "pod memory fraction %g",
-             o.plan.pod_memory_fraction);
+  FUZZ_CHECK(o.endpoint.port <= 65535, "port %u", o.endpoint.port);
+  const double interval = o.loop.interval.count();
+  FUZZ_CHECK(interval >= 0 && interval <= kMaxSeconds, "interval %g s", interval);
+  const double fraction = o.updater.plan.pod_memory_fraction;
+  FUZZ_CHECK(fraction >= 0 && fraction <= 1, "pod memory fraction %g", fraction);
   return 0;
 }

@@ -20,6 +20,12 @@ struct Snapshot {
   std::string unhealthy_reason;  // empty: healthy
 };
 
+// Where the endpoint listens.
+struct EndpointConfig {
+  std::string host = "0.0.0.0";
+  unsigned port = 9300;  // 0: any free port
+};
+
 class StatusServer {
  public:
   StatusServer();

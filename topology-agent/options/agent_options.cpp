@@ -4,7 +4,10 @@
 
 #include <cstdlib>
 
+#include <sstream>
+
 #include "numaserve/common/quantity.h"
+#include "publish/renderings.h"
 
 namespace numaserve::agent::options {
 
@@ -15,7 +18,42 @@ std::string default_node_name() {
   return host;
 }
 
+discover::DiscoverConfig AgentOptions::discover_config() const {
+  discover::DiscoverConfig out;
+  if (!xml.empty()) out.source = TopologySource::xml(xml);
+  if (!sysfs_root.empty()) out.source = TopologySource::sysfs(sysfs_root);
+  if (!synthetic.empty()) out.source = TopologySource::synthetic(synthetic);
+  if (!kubelet_config.empty()) out.kubelet_config = kubelet_config;
+  if (!kubelet_state_dir.empty()) out.kubelet_state_dir = kubelet_state_dir;
+  if (!podresources.socket.empty()) out.podresources = podresources;
+  return out;
+}
+
+updater::UpdaterConfig AgentOptions::updater_config() const {
+  updater::UpdaterConfig config = updater;
+  config.discover = discover_config();
+  config.publish = !no_publish;
+  if (!kubelet_dropin_dir.empty()) config.kubelet_dropin_dir = kubelet_dropin_dir;
+  if (no_apiserver) return config;
+  config.apiserver = apiserver::in_cluster_config();
+  if (!apiserver_url.empty()) {
+    if (!config.apiserver) config.apiserver.emplace();
+    config.apiserver->url = apiserver_url;
+  }
+  if (config.apiserver) {
+    if (!apiserver_ca_file.empty()) config.apiserver->ca_file = apiserver_ca_file;
+    if (!apiserver_token_file.empty()) config.apiserver->token_file = apiserver_token_file;
+  }
+  return config;
+}
+
 namespace {
+
+std::string format_number(double value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
 
 // A share: more than 0, at most 1.
 Status set_fraction(const std::string& name, const std::string& text, double& target) {
@@ -58,6 +96,33 @@ Status set_milliseconds(const std::string& name, const std::string& text, std::c
   return {};
 }
 
+OptionSpec fraction_option(std::string name, std::string help, double& target) {
+  return {name, "F", std::move(help), format_number(target),
+          [name, &target](const std::string& t) { return set_fraction(name, t, target); }};
+}
+
+// For a default that is this machine's (the host name): not one to print
+// as the table's.
+OptionSpec without_default(OptionSpec row) {
+  row.default_text.clear();
+  return row;
+}
+
+// plan -o: one of the renderings' names.
+OptionSpec output_option(std::string& target) {
+  std::string names;
+  for (const auto& r : publish::renderings()) names += (names.empty() ? "" : ", ") + std::string(r.name);
+  OptionSpec row{"output", "FORMAT", "plan: print the plan as " + names, target, [&target](const std::string& t) {
+                   if (publish::find_rendering(t) == nullptr) {
+                     return Status(make_error(Error::Code::kInvalidArgument, "output: '" + t + "' is not a rendering", "output"));
+                   }
+                   target = t;
+                   return Status();
+                 }};
+  row.short_flag = 'o';
+  return row;
+}
+
 // Every option of the agent, once, with the groups that take it.
 struct Row {
   int groups;
@@ -65,75 +130,70 @@ struct Row {
 };
 
 std::vector<Row> agent_options(AgentOptions& o) {
-  auto& p = o.plan;
-  return {
-      {kSource, {"xml", "FILE", "Describe the machine in this hwloc XML export instead of this one", "",
-                 [&o](const std::string& t) { return set_string(o.xml, t); }}},
-      {kSource, {"sysfs_root", "DIR", "Read /sys and /proc under DIR (the host's, mounted at /host in the pod)", "",
-                 [&o](const std::string& t) { return set_string(o.sysfs_root, t); }}},
-      {kSource, {"synthetic", "DESC", "Describe an hwloc synthetic machine, e.g. \"pack:2 numa:1 core:8 pu:2\"", "",
-                 [&o](const std::string& t) { return set_string(o.synthetic, t); }}},
-      {kSource, {"kubelet_config", "FILE", "The kubelet's KubeletConfiguration, e.g. /var/lib/kubelet/config.yaml", "",
-                 [&o](const std::string& t) { return set_string(o.kubelet_config, t); }}},
-      {kSource, {"kubelet_state_dir", "DIR", "Where cpu_manager_state and memory_manager_state are, e.g. /var/lib/kubelet",
-                 "", [&o](const std::string& t) { return set_string(o.kubelet_state_dir, t); }}},
-      {kSource, {"podresources_socket", "FILE",
-                 "The kubelet's PodResources API socket (\"\" to not ask it); without it, the state files are read",
-                 o.podresources.socket.string(),
-                 [&o](const std::string& t) {
-                   std::string socket;
-                   auto set = set_string(socket, t);
-                   o.podresources.socket = socket;
-                   return set;
-                 }}},
+  auto& p = o.updater.plan;
+  std::vector<Row> rows = {
+      {kSource, text_option("xml", "FILE", "Describe the machine in this hwloc XML export instead of this one", o.xml)},
+      {kSource, text_option("sysfs_root", "DIR", "Read /sys and /proc under DIR (the host's, mounted at /host in the pod)",
+                            o.sysfs_root)},
+      {kSource, text_option("synthetic", "DESC", "Describe an hwloc synthetic machine, e.g. \"pack:2 numa:1 core:8 pu:2\"",
+                            o.synthetic)},
+      {kSource, text_option("kubelet_config", "FILE", "The kubelet's KubeletConfiguration, e.g. /var/lib/kubelet/config.yaml",
+                            o.kubelet_config)},
+      {kSource, text_option("kubelet_state_dir", "DIR",
+                            "Where cpu_manager_state and memory_manager_state are, e.g. /var/lib/kubelet",
+                            o.kubelet_state_dir)},
+      {kSource, path_option("podresources_socket", "FILE",
+                            "The kubelet's PodResources API socket (\"\" to not ask it); without it, the state files are read",
+                            o.podresources.socket)},
       {kSource, {"podresources_timeout", "DURATION", "Deadline of each PodResources call (retried twice with backoff)",
-                 std::to_string(o.podresources.deadline.count()) + "ms",
+                 format_seconds(std::chrono::duration<double>(o.podresources.deadline).count()),
                  [&o](const std::string& t) { return set_milliseconds("podresources_timeout", t, o.podresources.deadline); }}},
       {kPlan | kRun, {"fingerprint_method", "METHOD",
                       "Pods the NodeResourceTopology's pod-set fingerprint counts: with-exclusive-resources or all",
-                      std::string(publish::to_string(o.fingerprint_method)),
-                      [&o](const std::string& t) { return set_fingerprint_method(t, o.fingerprint_method); }}},
-      {kPlan, {"reserved_cores_per_node", "N", "Whole cores per NUMA node kept for the system (reservedSystemCPUs)",
-               std::to_string(p.reserved_cores_per_node),
-               [&p](const std::string& t) { return numaserve::set_unsigned("reserved_cores_per_node", t, p.reserved_cores_per_node); }}},
-      {kPlan, {"kube_reserved_memory", "QUANTITY", "kubeReserved memory", format_quantity(p.kube_reserved_memory),
-               [&p](const std::string& t) { return numaserve::set_quantity("kube_reserved_memory", t, p.kube_reserved_memory); }}},
-      {kPlan, {"system_reserved_memory", "QUANTITY", "systemReserved memory", format_quantity(p.system_reserved_memory),
-               [&p](const std::string& t) { return numaserve::set_quantity("system_reserved_memory", t, p.system_reserved_memory); }}},
-      {kPlan, {"eviction_hard_memory", "QUANTITY", "evictionHard memory.available", format_quantity(p.eviction_hard_memory),
-               [&p](const std::string& t) { return numaserve::set_quantity("eviction_hard_memory", t, p.eviction_hard_memory); }}},
-      {kPlan, {"pod_memory_fraction", "F", "Share of a NUMA node's allocatable memory one replica requests", "0.9",
-               [&p](const std::string& t) { return set_fraction("pod_memory_fraction", t, p.pod_memory_fraction); }}},
-      {kPlan, {"replicas_per_numa_node", "N", "Replicas sharing one NUMA node", "1",
-               [&p](const std::string& t) { return numaserve::set_unsigned("replicas_per_numa_node", t, p.replicas_per_node); }}},
-      {kPlan | kRun, {"node_name", "NAME", "Kubernetes node name (NUMASERVE_NODE_NAME or NODE_NAME; default the host name)",
-                      "", [&o](const std::string& t) { return set_string(o.node_name, t); }}},
-      {kRun, {"interval", "DURATION", "Rediscover this often (also on SIGHUP)", "60s",
-              [&o](const std::string& t) { return numaserve::set_seconds("interval", t, o.interval_seconds); }}},
+                      std::string(publish::to_string(o.updater.fingerprint_method)),
+                      [&o](const std::string& t) { return set_fingerprint_method(t, o.updater.fingerprint_method); }}},
+      {kPlan, count_option("reserved_cores_per_node", "N", "Whole cores per NUMA node kept for the system (reservedSystemCPUs)",
+                           p.reserved_cores_per_node)},
+      {kPlan, quantity_option("kube_reserved_memory", "kubeReserved memory", p.kube_reserved_memory)},
+      {kPlan, quantity_option("system_reserved_memory", "systemReserved memory", p.system_reserved_memory)},
+      {kPlan, quantity_option("eviction_hard_memory", "evictionHard memory.available", p.eviction_hard_memory)},
+      {kPlan, fraction_option("pod_memory_fraction", "Share of a NUMA node's allocatable memory one replica requests",
+                              p.pod_memory_fraction)},
+      {kPlan, count_option("replicas_per_numa_node", "N", "Replicas sharing one NUMA node", p.replicas_per_node)},
+      {kPlan | kRun, without_default(text_option("node_name", "NAME",
+                                                 "Kubernetes node name (NUMASERVE_NODE_NAME or NODE_NAME; default the "
+                                                 "host name)",
+                                                 o.updater.node_name))},
+      {kRun, duration_option("interval", "Rediscover this often (also on SIGHUP)", o.loop.interval)},
       {kRun, {"max_events_per_second", "N",
-              "Most cycles a second that kubelet state changes trigger (inotify); --interval still runs", "1",
-              [&o](const std::string& t) { return set_rate("max_events_per_second", t, o.max_events_per_second); }}},
-      {kRun, {"listen_address", "ADDR", "Address for /topology, /plan, /metrics, /healthz", "0.0.0.0",
-              [&o](const std::string& t) { return set_string(o.listen_address, t); }}},
-      {kRun, {"port", "N", "Port for the HTTP endpoint; 0 picks a free one", "9300",
-              [&o](const std::string& t) { return numaserve::set_unsigned("port", t, o.port, 65535); }}},
-      {kRun, {"hints_dir", "DIR", "Where topology.json, plan.json, kubelet-config.yaml... are written", "/var/lib/numaserve/hints",
-              [&o](const std::string& t) { return set_string(o.hints_dir, t); }}},
-      {kRun, {"kubelet_dropin_dir", "DIR", "Also write the kubelet drop-in here (opt-in; never restarts the kubelet)", "",
-              [&o](const std::string& t) { return set_string(o.kubelet_dropin_dir, t); }}},
-      {kRun, {"oneshot", "", "Run one cycle and exit (status 1 if it failed)", "false",
-              [&o](const std::string& t) { return numaserve::set_bool("oneshot", t, o.oneshot); }}},
-      {kRun, {"no_publish", "", "Discover and plan, but write nothing", "false",
-              [&o](const std::string& t) { return numaserve::set_bool("no_publish", t, o.no_publish); }}},
-      {kRun, {"no_apiserver", "", "Do not apply the NodeResourceTopology and labels even in a cluster", "false",
-              [&o](const std::string& t) { return numaserve::set_bool("no_apiserver", t, o.no_apiserver); }}},
-      {kRun, {"apiserver_url", "URL", "API server to apply to (default in a pod: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)",
-              "", [&o](const std::string& t) { return set_string(o.apiserver_url, t); }}},
-      {kRun, {"apiserver_ca_file", "FILE", "CA bundle for the API server (default the service account's ca.crt)", "",
-              [&o](const std::string& t) { return set_string(o.apiserver_ca_file, t); }}},
-      {kRun, {"apiserver_token_file", "FILE", "Bearer token file (default the service account's token)", "",
-              [&o](const std::string& t) { return set_string(o.apiserver_token_file, t); }}},
+              "Most cycles a second that kubelet state changes trigger (inotify); --interval still runs",
+              format_number(o.loop.max_events_per_second),
+              [&o](const std::string& t) { return set_rate("max_events_per_second", t, o.loop.max_events_per_second); }}},
+      {kRun, text_option("listen_address", "ADDR", "Address for /topology, /plan, /metrics, /healthz", o.endpoint.host)},
+      {kRun, count_option("port", "N", "Port for the HTTP endpoint; 0 picks a free one", o.endpoint.port, 65535u)},
+      {kRun, path_option("hints_dir", "DIR", "Where topology.json, plan.json, kubelet-config.yaml... are written",
+                         o.updater.hints_dir)},
+      {kRun, text_option("kubelet_dropin_dir", "DIR",
+                         "Also write the kubelet drop-in here (opt-in; never restarts the kubelet)", o.kubelet_dropin_dir)},
+      {kRun, switch_option("oneshot", "Run one cycle and exit (status 1 if it failed)", o.oneshot)},
+      {kRun, switch_option("no_publish", "Discover and plan, but write nothing", o.no_publish)},
+      {kRun, switch_option("no_apiserver", "Do not apply the NodeResourceTopology and labels even in a cluster",
+                           o.no_apiserver)},
+      {kRun, text_option("apiserver_url", "URL",
+                         "API server to apply to (default in a pod: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)",
+                         o.apiserver_url)},
+      {kRun, text_option("apiserver_ca_file", "FILE", "CA bundle for the API server (default the service account's ca.crt)",
+                         o.apiserver_ca_file)},
+      {kRun, text_option("apiserver_token_file", "FILE", "Bearer token file (default the service account's token)",
+                         o.apiserver_token_file)},
+      {kDiscover, switch_option("json", "discover: print JSON instead of text", o.json)},
+      {kDiscover | kPlanOnly, text_option("svg", "FILE",
+                                          "discover, plan: also draw the node (with plan: its reserved CPUs and "
+                                          "replica slots) into this SVG file",
+                                          o.svg)},
+      {kPlanOnly, output_option(o.output)},
   };
+  return rows;
 }
 
 }  // namespace
@@ -141,6 +201,7 @@ std::vector<Row> agent_options(AgentOptions& o) {
 OptionTable table_for(AgentOptions& o, int groups) {
   std::vector<OptionSpec> specs;
   for (auto& row : agent_options(o)) {
+    if (row.groups & (kDiscover | kPlanOnly)) row.spec.command_line_only = true;
     if (row.groups & groups) specs.push_back(std::move(row.spec));
   }
   if (groups & kRun) {

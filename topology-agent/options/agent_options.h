@@ -1,16 +1,22 @@
 #pragma once
 // The agent's options: the values, and the one table that declares each of
-// them for every subcommand (common/options.h). A library of its own so that
+// them for every subcommand (common/options.h). Each value lives in the
+// config struct of the part that uses it (the plan's, the updater's, its
+// loop's, the endpoint's, the PodResources client's), so its default is
+// written once, there, and the rows show it. A library of its own so that
 // the table's tests and the options file's fuzz target see the very table
 // the binary uses.
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "apiserver/apiserver.h"
 #include "discover/discover.h"
+#include "http/http.h"
 #include "numaserve/common/options.h"
-#include "plan/plan.h"
-#include "publish/fingerprint.h"
+#include "updater/loop.h"
+#include "updater/updater.h"
 
 namespace numaserve::agent::options {
 
@@ -19,20 +25,19 @@ namespace numaserve::agent::options {
 std::string default_node_name();
 
 struct AgentOptions {
+  AgentOptions() { updater.node_name = default_node_name(); }
+
+  // Where the machine is read from: at most one of these, else this machine.
   std::string xml;
   std::string sysfs_root;
   std::string synthetic;
   std::string kubelet_config;
   std::string kubelet_state_dir;
   podresources::ClientConfig podresources;  // socket "" = do not ask the API
-  publish::FingerprintMethod fingerprint_method = publish::FingerprintMethod::kWithExclusiveResources;
-  plan::PlanConfig plan;
-  std::string node_name = default_node_name();  // NODE_NAME, else the host name
-  double interval_seconds = 60;
-  double max_events_per_second = 1;
-  std::string listen_address = "0.0.0.0";
-  unsigned port = 9300;
-  std::string hints_dir = "/var/lib/numaserve/hints";
+  // What run does; discover and plan use its plan and fingerprint method.
+  updater::UpdaterConfig updater;  // discover, publish and apiserver are filled from the rows below
+  updater::LoopConfig loop;
+  http::EndpointConfig endpoint;
   std::string kubelet_dropin_dir;
   bool oneshot = false;
   bool no_publish = false;
@@ -41,22 +46,22 @@ struct AgentOptions {
   std::string apiserver_token_file;
   bool no_apiserver = false;
   LogOptions log;  // run's
+  // The subcommands' own flags.
+  bool json = false;            // discover
+  std::string svg;              // discover, plan
+  std::string output = "text";  // plan -o: a rendering's name (publish/renderings.h)
 
-  discover::DiscoverConfig discover_config() const {
-    discover::DiscoverConfig out;
-    if (!xml.empty()) out.source = TopologySource::xml(xml);
-    if (!sysfs_root.empty()) out.source = TopologySource::sysfs(sysfs_root);
-    if (!synthetic.empty()) out.source = TopologySource::synthetic(synthetic);
-    if (!kubelet_config.empty()) out.kubelet_config = kubelet_config;
-    if (!kubelet_state_dir.empty()) out.kubelet_state_dir = kubelet_state_dir;
-    if (!podresources.socket.empty()) out.podresources = podresources;
-    return out;
-  }
+  discover::DiscoverConfig discover_config() const;
+  // The updater's whole config: the rows' values, the API server's from the
+  // pod's service account unless told otherwise (none outside a cluster).
+  updater::UpdaterConfig updater_config() const;
 };
 
 // Which subcommands take a row: discover the sources, plan also the plan's
-// settings, run everything.
-enum Group { kSource = 1, kPlan = 2, kRun = 4 };
+// settings, run everything; kDiscover and kPlanOnly rows are those
+// subcommands' own flags.
+enum Group { kSource = 1, kPlan = 2, kRun = 4, kDiscover = 8, kPlanOnly = 16 };
+inline constexpr int kAllGroups = kSource | kPlan | kRun | kDiscover | kPlanOnly;
 
 // The rows of `groups`, writing into `o`.
 OptionTable table_for(AgentOptions& o, int groups);

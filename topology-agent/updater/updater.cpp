@@ -2,22 +2,12 @@
 
 #include <chrono>
 
-#include "numaserve/common/topology_json.h"
 #include "plan/plan_output.h"
 #include "publish/files.h"
 #include "publish/nrt.h"
-#include "publish/yaml.h"
-#include "report/svg.h"
+#include "publish/renderings.h"
 
 namespace numaserve::agent::updater {
-namespace {
-
-// The hint files made from a plan; without one they are removed, so that no
-// reader takes an old plan for this machine's.
-constexpr const char* kPlanHints[] = {"plan.json", "kubelet-config.yaml", "helm-values.yaml"};
-
-}  // namespace
-
 Updater::Updater(UpdaterConfig config) : config_(std::move(config)) {}
 
 void Updater::keep_last_good(discover::NodeReport& report) {
@@ -80,22 +70,25 @@ CycleResult Updater::run_cycle() {
   }
   if (!config_.publish) return result;
 
-  const plan::Plan* plan = result.plan ? &*result.plan : nullptr;
-  const auto nrt =
-      publish::make_node_resource_topology(config_.node_name, *result.report, plan, config_.fingerprint_method);
-  std::vector<publish::HintFile> hints = {{"topology.json", nlohmann::json(*result.report).dump(2) + "\n"},
-                                          {"noderesourcetopology.yaml", publish::to_yaml(nrt)},
-                                          {"node.svg", report::render_svg(*result.report, result.plan)}};
-  if (plan) {
-    hints.push_back({kPlanHints[0], nlohmann::json(*plan).dump(2) + "\n"});
-    hints.push_back({kPlanHints[1], plan::kubelet_config_yaml(*plan)});
-    hints.push_back({kPlanHints[2], plan::helm_values_yaml(*plan)});
-  } else {
-    count_written(publish::remove_hints(config_.hints_dir, {std::begin(kPlanHints), std::end(kPlanHints)}));
+  // Every rendering with a file; without a plan, the plan's are removed.
+  const publish::RenderInput input{*result.report, result.plan, config_.node_name, config_.fingerprint_method};
+  std::vector<publish::HintFile> hints;
+  std::vector<std::string> stale;
+  for (const auto& rendering : publish::renderings()) {
+    if (rendering.hint_file.empty()) continue;
+    if (rendering.needs_plan && !result.plan) {
+      stale.emplace_back(rendering.hint_file);
+    } else {
+      hints.push_back({std::string(rendering.hint_file), rendering.render(input)});
+    }
   }
+  if (!stale.empty()) count_written(publish::remove_hints(config_.hints_dir, stale));
   count_written(publish::write_hints(config_.hints_dir, hints));
+  const plan::Plan* plan = result.plan ? &*result.plan : nullptr;
   if (config_.apiserver) {
     apiserver::ApiServer api(*config_.apiserver);
+    const auto nrt =
+        publish::make_node_resource_topology(config_.node_name, *result.report, plan, config_.fingerprint_method);
     const auto labels = publish::make_node_labels(*result.report, plan);
     apply_if_changed("nrt", nrt.dump(), [&] { return api.apply_node_resource_topology(nrt); }, result);
     apply_if_changed("labels", nlohmann::json(labels).dump(),

@@ -129,7 +129,7 @@ TEST(Options, BadValuesNameOptionAndSource) {
   auto table = table_for(c);
   auto from_yaml = table.apply_yaml("interval: soon\n", "agent.yaml");
   ASSERT_FALSE(from_yaml.has_value());
-  EXPECT_EQ(from_yaml.error().message, "agent.yaml line 1: interval: 'soon' is not a duration (30, 30s, 5m, 250ms) up to 1e9 s");
+  EXPECT_EQ(from_yaml.error().message, "agent.yaml line 1: interval: 'soon' is not a duration (30, 30s, 5m, 250ms, 1m30s) up to 1e9 s");
   auto from_flag = parse(table, {"--workers", "-2"});
   ASSERT_FALSE(from_flag.has_value());
   EXPECT_EQ(from_flag.error().message, "--workers / NUMASERVE_WORKERS: workers: '-2' is not a whole number");
@@ -145,11 +145,18 @@ TEST(Options, BadValuesNameOptionAndSource) {
 TEST(Options, Durations) {
   double s = 0;
   for (const auto& [text, want] : std::vector<std::pair<std::string, double>>{
-           {"30", 30}, {"30s", 30}, {"5m", 300}, {"250ms", 0.25}, {"1h", 3600}, {"1.5s", 1.5}}) {
+           {"30", 30}, {"30s", 30}, {"5m", 300}, {"250ms", 0.25}, {"1h", 3600}, {"1.5s", 1.5},
+           // Go's syntax, as the chart's schema admits it.
+           {"1m30s", 90}, {"500us", 0.0005}, {"500\u00b5s", 0.0005}, {"100ns", 1e-7}, {"1h0m0.5s", 3600.5}}) {
     ASSERT_TRUE(set_seconds("t", text, s).has_value()) << text;
     EXPECT_DOUBLE_EQ(s, want) << text;
   }
-  for (const char* bad : {"", "s", "-1s", "1d", "nan", "1 s", "inf", "2e9", "17000000m"}) EXPECT_FALSE(set_seconds("t", bad, s).has_value()) << bad;
+  for (const char* bad : {"", "s", "-1s", "1d", "nan", "1 s", "inf", "2e9", "17000000m", "1m30", "1.2.3s", "m5", "5ms5"}) {
+    EXPECT_FALSE(set_seconds("t", bad, s).has_value()) << bad;
+  }
+  EXPECT_EQ(format_seconds(60), "60s");
+  EXPECT_EQ(format_seconds(0.25), "250ms");
+  EXPECT_EQ(format_seconds(0), "0s");
 }
 
 TEST(Options, MarkdownTableListsEveryRow) {

@@ -121,12 +121,12 @@ TEST(ForkSafeBinding, PinsAndBindsTheChild) {
     get_mempolicy(&mode, &nodes, 64, nullptr, 0);
     // 'b': bound to node 0, 'd': the kernel refused (seccomp), default kept.
     const char policy = mode == MPOL_BIND && nodes == 1 ? 'b' : mode == MPOL_DEFAULT ? 'd' : '?';
-    const char result[2] = {static_cast<char>(CPU_COUNT(&mask)), policy};
-    (void)!write(fds[1], result, 2);
+    const int pinned = CPU_COUNT(&mask);
     cpus_only.apply();
     sched_getaffinity(0, sizeof mask, &mask);
-    const char widened = static_cast<char>(CPU_COUNT(&mask));
-    (void)!write(fds[1], &widened, 1);
+    // One write: the parent's one read gets all three bytes.
+    const char result[3] = {static_cast<char>(pinned), policy, static_cast<char>(CPU_COUNT(&mask))};
+    (void)!write(fds[1], result, 3);
     _exit(0);
   }
   char result[3] = {};

@@ -18,6 +18,8 @@ enum class LogFormat { kText, kJson };
 
 Result<LogLevel> parse_log_level(std::string_view text);    // debug|info|warning|error
 Result<LogFormat> parse_log_format(std::string_view text);  // text|json
+std::string_view to_string(LogLevel level);
+std::string_view to_string(LogFormat format);
 
 void configure_logging(std::string component, LogLevel level, LogFormat format);
 

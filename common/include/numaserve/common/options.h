@@ -5,7 +5,10 @@
 // environment, the YAML config file, --help and the README's option table,
 // so the four can never disagree. Precedence: default < YAML < env < flag.
 
+#include <chrono>
+#include <concepts>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <string>
@@ -31,6 +34,11 @@ struct OptionSpec {
   // comma-separated list; `set` gets all values joined by commas, and a
   // later source replaces the list of an earlier one.
   bool repeatable = false;
+  // Only a flag: no NUMASERVE_* variable, no YAML key. For a subcommand's
+  // own switches (an output format, a file to draw into), which no
+  // deployment sets and whose names would collide across subcommands.
+  bool command_line_only = false;
+  char short_flag = 0;  // also -x
 
   std::string flag() const;  // "--hints-dir"
   std::string env() const;   // "NUMASERVE_HINTS_DIR"
@@ -61,10 +69,32 @@ class OptionTable {
   std::string markdown() const;  // the README's table
 
  private:
+  bool configurable() const;  // some row has a YAML key and a variable: --config applies
   std::vector<OptionSpec> rows_;
   std::string config_file_;
   std::vector<std::pair<const OptionSpec*, std::string>> from_command_line_;
 };
+
+// Rows bound to a field of a config struct. The default shown is the
+// field's value when the row is made: a table built on default-constructed
+// configs shows the libraries' own defaults, so none is written twice.
+OptionSpec text_option(std::string name, std::string value, std::string help, std::string& target);
+OptionSpec path_option(std::string name, std::string value, std::string help, std::filesystem::path& target);
+OptionSpec list_option(std::string name, std::string value, std::string help, std::vector<std::string>& target);
+OptionSpec switch_option(std::string name, std::string help, bool& target);
+OptionSpec number_option(std::string name, std::string value, std::string help, double& target);
+// "8Mi", "1G", "4096"; shown as a quantity.
+OptionSpec quantity_option(std::string name, std::string help, std::uint64_t& target);
+// "30", "30s", "5m", "250ms", "1m30s"; shown as seconds.
+OptionSpec seconds_option(std::string name, std::string help, double& seconds);
+template <std::unsigned_integral T>
+OptionSpec count_option(std::string name, std::string value, std::string help, T& target,
+                        T max = std::numeric_limits<T>::max());
+template <class Rep, class Period>
+OptionSpec duration_option(std::string name, std::string help, std::chrono::duration<Rep, Period>& target);
+
+// How defaults are shown: 60 -> "60s", 0.25 -> "250ms".
+std::string format_seconds(double seconds);
 
 // Value parsers for rows, each with an error naming the option.
 Status set_string(std::string& target, const std::string& text);
@@ -72,10 +102,13 @@ Status set_string(std::string& target, const std::string& text);
 Status set_list(std::vector<std::string>& target, const std::string& text);
 Status set_unsigned(const std::string& name, const std::string& text, unsigned& target,
                     unsigned max = std::numeric_limits<unsigned>::max());
+Status set_count(const std::string& name, const std::string& text, std::uint64_t& target, std::uint64_t max);
 Status set_double(const std::string& name, const std::string& text, double& target);
 Status set_bool(const std::string& name, const std::string& text, bool& target);
-// "30", "30s", "5m", "250ms"; at most kMaxSeconds, so that any duration
-// converts to the clocks' integer ticks.
+// A bare number of seconds, or Go's duration syntax as Kubernetes and the
+// chart's schema write it: "30s", "5m", "250ms", "1m30s", "500us", "1.5h";
+// at most kMaxSeconds, so that any duration converts to the clocks' integer
+// ticks.
 inline constexpr double kMaxSeconds = 1e9;
 Status set_seconds(const std::string& name, const std::string& text, double& target);
 // A Kubernetes quantity of bytes: "8Mi", "1G", "4096".
@@ -87,5 +120,28 @@ struct LogOptions {
   LogFormat format = LogFormat::kText;
 };
 std::vector<OptionSpec> log_options(LogOptions& o);  // log_level, log_format
+
+template <std::unsigned_integral T>
+OptionSpec count_option(std::string name, std::string value, std::string help, T& target, T max) {
+  std::string shown = std::to_string(target);
+  return {name, std::move(value), std::move(help), std::move(shown), [name, &target, max](const std::string& text) {
+            std::uint64_t parsed = 0;
+            auto set = set_count(name, text, parsed, max);
+            if (set) target = static_cast<T>(parsed);
+            return set;
+          }};
+}
+
+template <class Rep, class Period>
+OptionSpec duration_option(std::string name, std::string help, std::chrono::duration<Rep, Period>& target) {
+  using Seconds = std::chrono::duration<double>;
+  std::string shown = format_seconds(std::chrono::duration_cast<Seconds>(target).count());
+  return {name, "DURATION", std::move(help), std::move(shown), [name, &target](const std::string& text) {
+            double seconds = 0;
+            auto set = set_seconds(name, text, seconds);
+            if (set) target = std::chrono::duration_cast<std::chrono::duration<Rep, Period>>(Seconds(seconds));
+            return set;
+          }};
+}
 
 }  // namespace numaserve

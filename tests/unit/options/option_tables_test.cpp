@@ -1,0 +1,55 @@
+// The binaries' real option tables (not synthetic rows): every name once,
+// and every default shown is one its parser reads back to the same value.
+#include <gtest/gtest.h>
+
+#include "options/agent_options.h"
+#include "options/serve_options.h"
+
+namespace numaserve {
+namespace {
+
+// Applies each row's shown default to the config the table was made on,
+// then makes the table again: a default that does not read back as itself
+// (a rounded duration, a quantity in the wrong unit) shows up as a change.
+template <typename MakeRows>
+void expect_defaults_read_back(MakeRows make_rows) {
+  const auto before = make_rows();
+  for (const auto& row : before) {
+    if (row.default_text.empty()) continue;
+    EXPECT_TRUE(row.set(row.default_text).has_value()) << row.name << " = " << row.default_text;
+  }
+  const auto after = make_rows();
+  ASSERT_EQ(before.size(), after.size());
+  for (std::size_t i = 0; i < before.size(); ++i) {
+    EXPECT_EQ(before[i].default_text, after[i].default_text) << before[i].name;
+  }
+}
+
+TEST(OptionTables, ServeHealthAndAgentDeclareEachNameOnce) {
+  serve::ServeOptions serve_options;
+  EXPECT_TRUE(OptionTable(serve::serve_options(serve_options)).check_unique().has_value());
+  serve::HealthOptions health;
+  EXPECT_TRUE(OptionTable(serve::health_options(health)).check_unique().has_value());
+  agent::options::AgentOptions agent;
+  using namespace agent::options;
+  for (int groups : {kSource | kDiscover, kSource | kPlan | kPlanOnly, kSource | kPlan | kRun, kAllGroups}) {
+    const auto status = table_for(agent, groups).check_unique();
+    EXPECT_TRUE(status.has_value()) << groups << ": " << status.error().message;
+  }
+}
+
+TEST(OptionTables, ShownDefaultsAreTheConfigsOwnAndReadBack) {
+  serve::ServeOptions serve_options;
+  expect_defaults_read_back([&] { return serve::serve_options(serve_options); });
+  agent::options::AgentOptions agent;
+  expect_defaults_read_back([&] { return agent::options::table_for(agent, agent::options::kAllGroups).rows(); });
+  // The rows show the parts' own defaults, not copies of them.
+  const http::ServerConfig transport;
+  const auto rows = serve::serve_options(serve_options);
+  const auto port = std::find_if(rows.begin(), rows.end(), [](const OptionSpec& r) { return r.name == "port"; });
+  ASSERT_NE(port, rows.end());
+  EXPECT_EQ(port->default_text, std::to_string(transport.port));
+}
+
+}  // namespace
+}  // namespace numaserve
