@@ -49,3 +49,34 @@ function(numaserve_add_test name)
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 30
     PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT} RUN_SERIAL ${T_SERIAL})
 endfunction()
+
+# numaserve_library(NAME [FOLDER dir] [HEADER_ONLY] SOURCES a.cpp ... [PUBLIC dep ...] [PRIVATE dep ...])
+# One part: the static library numaserve_NAME (alias numaserve::NAME) of a
+# folder (FOLDER, relative to the current source dir; default the current
+# dir). Its include root holds only that folder, under its own name, so
+# `#include "features/extract.h"` resolves for the part itself and for what
+# links it, and a part cannot include a sibling it does not link.
+# HEADER_ONLY: an interface library of the folder's headers.
+function(numaserve_library name)
+  cmake_parse_arguments(L "HEADER_ONLY" "FOLDER" "SOURCES;PUBLIC;PRIVATE" ${ARGN})
+  if(NOT L_FOLDER)
+    set(L_FOLDER .)
+  endif()
+  get_filename_component(dir "${CMAKE_CURRENT_SOURCE_DIR}/${L_FOLDER}" ABSOLUTE)
+  get_filename_component(part "${dir}" NAME)
+  set(root "${PROJECT_BINARY_DIR}/include/numaserve_${name}")
+  file(MAKE_DIRECTORY "${root}")
+  file(CREATE_LINK "${dir}" "${root}/${part}" SYMBOLIC)
+  set(target numaserve_${name})
+  if(L_HEADER_ONLY)
+    add_library(${target} INTERFACE)
+    target_include_directories(${target} INTERFACE "${root}")
+    target_link_libraries(${target} INTERFACE ${L_PUBLIC})
+  else()
+    add_library(${target} STATIC ${L_SOURCES})
+    numaserve_target_defaults(${target})
+    target_include_directories(${target} PUBLIC "${root}")
+    target_link_libraries(${target} PUBLIC ${L_PUBLIC} PRIVATE ${L_PRIVATE})
+  endif()
+  add_library(numaserve::${name} ALIAS ${target})
+endfunction()

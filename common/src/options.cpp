@@ -104,10 +104,10 @@ Status OptionTable::apply() {
 Status OptionTable::apply_yaml(const std::string& yaml, const std::string& file) {
   auto parsed = parse_yaml(yaml, file);
   if (!parsed) return tl::unexpected(parsed.error());
-  const YAML::Node& root = *parsed;
-  if (root.IsNull()) return {};
-  if (!root.IsMap()) return make_error(Error::Code::kInvalidArgument, file + ": want a map of options", file);
-  for (const auto& entry : root) {
+  const YamlNode& root = *parsed;
+  if (root.is_null()) return {};
+  if (!root.is_map()) return make_error(Error::Code::kInvalidArgument, file + ": want a map of options", file);
+  for (const auto& entry : root.entries()) {
     auto name = yaml_key(file, entry.first);
     if (!name) return tl::unexpected(name.error());
     const std::string& key = *name;
@@ -118,15 +118,15 @@ Status OptionTable::apply_yaml(const std::string& yaml, const std::string& file)
       return make_error(Error::Code::kInvalidArgument, where + ": unknown option '" + key + "'", key);
     }
     std::string value;
-    if (row->repeatable && entry.second.IsSequence()) {
-      for (const auto& item : entry.second) {
-        if (!item.IsScalar()) {
+    if (row->repeatable && entry.second.is_sequence()) {
+      for (const auto& item : entry.second.items()) {
+        if (!item.is_scalar()) {
           return make_error(Error::Code::kInvalidArgument, where + ": " + key + " wants a list of values", key);
         }
-        value += (value.empty() ? "" : ",") + item.as<std::string>();
+        value += (value.empty() ? "" : ",") + item.text().value_or("");
       }
-    } else if (entry.second.IsScalar()) {
-      value = entry.second.as<std::string>();
+    } else if (entry.second.is_scalar()) {
+      value = entry.second.text().value_or("");
     } else {
       return make_error(Error::Code::kInvalidArgument, where + ": " + key + " wants a single value", key);
     }

@@ -8,13 +8,13 @@
 namespace numaserve::features {
 namespace {
 
-Error bad(const std::string& file, const YAML::Node& at, const std::string& field, const std::string& message) {
+Error bad(const std::string& file, const YamlNode& at, const std::string& field, const std::string& message) {
   return Error{Error::Code::kInvalidArgument, yaml_location(file, at) + ": " + field + ": " + message, field};
 }
 
 // Looks a scalar up in a table of names; the error lists what is allowed.
 template <typename T>
-Result<T> one_of(const YAML::Node& node, const std::string& file, const std::string& field,
+Result<T> one_of(const YamlNode& node, const std::string& file, const std::string& field,
                  std::initializer_list<std::pair<const char*, T>> choices) {
   std::string allowed;
   if (const auto text = yaml_text(node)) {
@@ -26,25 +26,22 @@ Result<T> one_of(const YAML::Node& node, const std::string& file, const std::str
   return tl::unexpected(bad(file, node, field, "want one of " + allowed));
 }
 
-Result<double> number(const YAML::Node& node, const std::string& file, const std::string& field) {
-  try {
-    if (node.IsScalar()) return node.as<double>();
-  } catch (const YAML::Exception&) {
-  }
+Result<double> number(const YamlNode& node, const std::string& file, const std::string& field) {
+  if (const auto value = node.number()) return *value;
   return tl::unexpected(bad(file, node, field, "want a number"));
 }
 
-Result<FeatureValue> default_for(const YAML::Node& node, Kind kind, const std::string& file,
+Result<FeatureValue> default_for(const YamlNode& node, Kind kind, const std::string& file,
                                  const std::string& field) {
   if (kind == Kind::kNumeric) {
     auto n = number(node, file, field);
     if (!n) return tl::unexpected(n.error());
     return FeatureValue(*n);
   }
-  if (kind == Kind::kId && node.IsScalar()) return FeatureValue(node.as<std::string>());
-  if (kind == Kind::kIdList && node.IsSequence()) {
+  if (kind == Kind::kId && node.is_scalar()) return FeatureValue(node.text().value_or(""));
+  if (kind == Kind::kIdList && node.is_sequence()) {
     std::vector<std::string> ids;
-    for (const auto& id : node) {
+    for (const auto& id : node.items()) {
       auto text = yaml_text(id);
       if (!text) return tl::unexpected(bad(file, id, field, "want a list of ids"));
       ids.push_back(std::move(*text));
@@ -54,21 +51,21 @@ Result<FeatureValue> default_for(const YAML::Node& node, Kind kind, const std::s
   return tl::unexpected(bad(file, node, field, kind == Kind::kId ? "want an id" : "want a list of ids"));
 }
 
-Result<FeatureSpec> parse_feature(const YAML::Node& node, const ModelSpec& model, const std::string& file,
+Result<FeatureSpec> parse_feature(const YamlNode& node, const ModelSpec& model, const std::string& file,
                                   const std::string& field) {
   static const std::set<std::string> kKeys = {"name", "source", "kind", "table", "max_len", "transform",
                                               "mean", "std", "clip", "default"};
-  if (!node.IsMap()) return tl::unexpected(bad(file, node, field, "want a map"));
-  for (const auto& entry : node) {
+  if (!node.is_map()) return tl::unexpected(bad(file, node, field, "want a map"));
+  for (const auto& entry : node.entries()) {
     auto key = yaml_key(file, entry.first);
     if (!key) return tl::unexpected(key.error());
     if (!kKeys.contains(*key)) return tl::unexpected(bad(file, entry.first, field + "." + *key, "unknown key"));
   }
   FeatureSpec f;
-  if (!node["name"] || !node["name"].IsScalar() || node["name"].as<std::string>().empty()) {
+  if (!node["name"] || !node["name"].is_scalar() || node["name"].text().value_or("").empty()) {
     return tl::unexpected(bad(file, node, field + ".name", "required"));
   }
-  f.name = node["name"].as<std::string>();
+  f.name = node["name"].text().value_or("");
   auto source = one_of<Source>(node["source"] ? node["source"] : node, file, field + ".source",
                                {{"user", Source::kUser}, {"context", Source::kContext}, {"item", Source::kItem}});
   if (!source) return tl::unexpected(source.error());
@@ -97,7 +94,7 @@ Result<FeatureSpec> parse_feature(const YAML::Node& node, const ModelSpec& model
       return tl::unexpected(bad(file, node, field + ".std", "standardize needs std > 0"));
     }
     if (const auto clip = node["clip"]) {
-      if (!clip.IsSequence() || clip.size() != 2) {
+      if (!clip.is_sequence() || clip.size() != 2) {
         return tl::unexpected(bad(file, clip, field + ".clip", "want [low, high]"));
       }
       auto low = number(clip[0], file, field + ".clip");
@@ -170,47 +167,41 @@ const char* to_string(Source source) {
 Result<ModelSpec> parse_model_spec(const std::string& yaml, const std::string& file) {
   auto parsed = parse_yaml(yaml, file);
   if (!parsed) return tl::unexpected(parsed.error());
-  const YAML::Node& root = *parsed;
-  if (!root.IsMap()) return make_error(Error::Code::kInvalidArgument, file + ": want a map", file);
+  const YamlNode& root = *parsed;
+  if (!root.is_map()) return make_error(Error::Code::kInvalidArgument, file + ": want a map", file);
   static const std::set<std::string> kKeys = {"name", "version", "hash_seed", "tables", "features", "output"};
-  for (const auto& entry : root) {
+  for (const auto& entry : root.entries()) {
     auto key = yaml_key(file, entry.first);
     if (!key) return tl::unexpected(key.error());
     if (!kKeys.contains(*key)) return tl::unexpected(bad(file, entry.first, *key, "unknown key"));
   }
   ModelSpec model;
   for (auto [key, target] : {std::pair{"name", &model.name}, std::pair{"version", &model.version}}) {
-    if (!root[key] || !root[key].IsScalar() || root[key].as<std::string>().empty()) {
+    if (!root[key] || !root[key].is_scalar() || root[key].text().value_or("").empty()) {
       return tl::unexpected(bad(file, root, key, "required"));
     }
     // Read as text: a version like 01 or 1.10 must not become a number.
-    *target = root[key].Scalar();
+    *target = root[key].text().value_or("");
   }
   if (root["hash_seed"]) {
-    try {
-      model.hash_seed = root["hash_seed"].as<std::uint64_t>();
-    } catch (const YAML::Exception&) {
-      return tl::unexpected(bad(file, root["hash_seed"], "hash_seed", "want a whole number"));
-    }
+    const auto seed = root["hash_seed"].whole_number();
+    if (!seed) return tl::unexpected(bad(file, root["hash_seed"], "hash_seed", "want a whole number"));
+    model.hash_seed = *seed;
   }
   const auto tables = root["tables"];
-  if (tables && !tables.IsMap()) return tl::unexpected(bad(file, tables, "tables", "want a map of name: rows"));
+  if (tables && !tables.is_map()) return tl::unexpected(bad(file, tables, "tables", "want a map of name: rows"));
   if (tables) {
-    for (const auto& entry : tables) {
+    for (const auto& entry : tables.entries()) {
       auto key = yaml_key(file, entry.first);
       if (!key) return tl::unexpected(key.error());
       const std::string& name = *key;
-      std::uint64_t rows = 0;
-      try {
-        rows = entry.second.as<std::uint64_t>();
-      } catch (const YAML::Exception&) {
-      }
+      const std::uint64_t rows = entry.second.whole_number().value_or(0);
       if (rows == 0) return tl::unexpected(bad(file, entry.second, "tables." + name, "want rows >= 1"));
       model.tables[name] = rows;
     }
   }
   const auto features = root["features"];
-  if (!features || !features.IsSequence() || features.size() == 0) {
+  if (!features || !features.is_sequence() || features.size() == 0) {
     return tl::unexpected(bad(file, features ? features : root, "features", "want a non-empty list"));
   }
   for (std::size_t i = 0; i < features.size(); ++i) {

@@ -44,32 +44,32 @@ constexpr std::string_view kKnownFields[] = {
     "localStorageCapacityIsolation", "containerRuntimeEndpoint", "imageServiceEndpoint", "failCgroupV1",
     "userNamespaces"};
 
-Result<std::string> scalar(const YAML::Node& map, const char* key, const std::string& fallback,
+Result<std::string> scalar(const YamlNode& map, const char* key, const std::string& fallback,
                            const std::string& file) {
-  const YAML::Node value = map[key];
+  const YamlNode value = map[key];
   if (!value) return fallback;
-  if (!value.IsScalar()) {
+  if (!value.is_scalar()) {
     return make_error(Error::Code::kInvalidArgument, yaml_location(file, value) + ": " + key + " must be a string", key);
   }
-  return value.as<std::string>();
+  return value.text().value_or("");
 }
 
-Result<std::map<std::string, std::string>> string_map(const YAML::Node& map, const char* key,
+Result<std::map<std::string, std::string>> string_map(const YamlNode& map, const char* key,
                                                       const std::string& file) {
   std::map<std::string, std::string> out;
-  const YAML::Node value = map[key];
+  const YamlNode value = map[key];
   if (!value) return out;
-  if (!value.IsMap()) {
+  if (!value.is_map()) {
     return make_error(Error::Code::kInvalidArgument, yaml_location(file, value) + ": " + key + " must be a map", key);
   }
-  for (const auto& entry : value) {
-    if (!entry.second.IsScalar()) {
+  for (const auto& entry : value.entries()) {
+    if (!entry.second.is_scalar()) {
       return make_error(Error::Code::kInvalidArgument,
                         yaml_location(file, entry.second) + ": " + key + " values must be strings", key);
     }
     auto name = yaml_key(file, entry.first);
     if (!name) return tl::unexpected(name.error());
-    out[*name] = entry.second.as<std::string>();
+    out[*name] = entry.second.text().value_or("");
   }
   return out;
 }
@@ -90,22 +90,22 @@ Result<nlohmann::json> parse_state(std::string_view text, const std::string& fil
 Result<KubeletConfig> parse_kubelet_config(std::string_view yaml, const std::string& file) {
   auto parsed = parse_yaml(std::string(yaml), file);
   if (!parsed) return tl::unexpected(parsed.error());
-  const YAML::Node& root = *parsed;
-  if (!root.IsMap()) {
+  const YamlNode& root = *parsed;
+  if (!root.is_map()) {
     return make_error(Error::Code::kInvalidArgument, file + ": not a KubeletConfiguration (a YAML map)", file);
   }
-  const std::string kind = root["kind"] && root["kind"].IsScalar() ? root["kind"].as<std::string>() : "";
+  const std::string kind = root["kind"] && root["kind"].is_scalar() ? root["kind"].text().value_or("") : "";
   if (kind != "KubeletConfiguration") {
     return make_error(Error::Code::kInvalidArgument,
                       file + ": kind is '" + kind + "', want KubeletConfiguration", "kind");
   }
   KubeletConfig out;
-  for (const auto& entry : root) {
+  for (const auto& entry : root.entries()) {
     auto name = yaml_key(file, entry.first);
     if (!name) return tl::unexpected(name.error());
     const std::string& key = *name;
     if (std::find(std::begin(kKnownFields), std::end(kKnownFields), key) == std::end(kKnownFields)) {
-      out.unknown_fields.push_back(key + " (line " + std::to_string(entry.first.Mark().line + 1) + ")");
+      out.unknown_fields.push_back(key + " (line " + std::to_string(entry.first.line()) + ")");
     }
   }
   auto read = [&](const char* key, const char* fallback, std::string& target) -> Status {
