@@ -1,16 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian packages numaserve needs, only those missing; safe to
-# run again and again. Usage: scripts/install-deps.sh build|test|bench|fuzz
+# run again and again. Usage: scripts/install-deps.sh build|build-agent|test|bench|fuzz
+# (build-agent: without LibTorch, for -DNUMASERVE_WITH_TORCH=OFF, as the
+# agent's image is built)
 set -euo pipefail
 
 # Compiler, CMake and the libraries the code links.
 BUILD_PACKAGES=(
   g++ cmake make pkg-config
   libhwloc-dev hwloc libnuma-dev numactl
-  # LibTorch links whichever BLAS the alternatives system names: the OpenMP
-  # OpenBLAS is 17x faster than the reference one and, unlike the pthread
-  # flavour, shares LibTorch's OpenMP threads instead of adding its own.
-  libtorch-dev libopenblas0-openmp
   nlohmann-json3-dev libcli11-dev libexpected-dev libyaml-cpp-dev libcpp-httplib-dev libxxhash-dev
   libsimdjson-dev
   # The agent's client of the kubelet's PodResources API: gRPC C++ and protoc.
@@ -18,6 +16,11 @@ BUILD_PACKAGES=(
   # The service's HTTP transport: Boost.Asio and Boost.Beast, header-only.
   libboost1.81-dev
 )
+# LibTorch links whichever BLAS the alternatives system names: the OpenMP
+# OpenBLAS is 17x faster than the reference one and, unlike the pthread
+# flavour, shares LibTorch's OpenMP threads instead of adding its own.
+TORCH_PACKAGES=(libtorch-dev libopenblas0-openmp)
+
 # GoogleTest; what the multi-NUMA VM tests boot (qemu, busybox for the
 # initramfs, a kernel with modules, the decompressors for it); openssl makes
 # the certificate of the TLS test server; curl and jq drive the service in the VM;
@@ -45,15 +48,16 @@ BENCH_PACKAGES=(
 )
 
 case ${1:-} in
-  build) wanted=("${BUILD_PACKAGES[@]}") ;;
-  bench) wanted=("${BUILD_PACKAGES[@]}" "${BENCH_PACKAGES[@]}") ;;
-  fuzz) wanted=("${BUILD_PACKAGES[@]}" "${FUZZ_PACKAGES[@]}") ;;
+  build) wanted=("${BUILD_PACKAGES[@]}" "${TORCH_PACKAGES[@]}") ;;
+  build-agent) wanted=("${BUILD_PACKAGES[@]}") ;;
+  bench) wanted=("${BUILD_PACKAGES[@]}" "${TORCH_PACKAGES[@]}" "${BENCH_PACKAGES[@]}") ;;
+  fuzz) wanted=("${BUILD_PACKAGES[@]}" "${TORCH_PACKAGES[@]}" "${FUZZ_PACKAGES[@]}") ;;
   test)
-    wanted=("${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}" "${FUZZ_PACKAGES[@]}")
+    wanted=("${BUILD_PACKAGES[@]}" "${TORCH_PACKAGES[@]}" "${TEST_PACKAGES[@]}" "${FUZZ_PACKAGES[@]}")
     # Node.js runs the offline Kubernetes schema checks; any install will do.
     command -v node >/dev/null && command -v npm >/dev/null || wanted+=(nodejs npm)
     ;;
-  *) echo "usage: $0 build|test|bench|fuzz" >&2; exit 2 ;;
+  *) echo "usage: $0 build|build-agent|test|bench|fuzz" >&2; exit 2 ;;
 esac
 
 # The deployment checks' npm packages, pinned by tests/k8s/package-lock.json

@@ -1,6 +1,7 @@
 #include "numaserve/common/placement.h"
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
@@ -68,6 +69,12 @@ CpuSet Placement::cpus() const {
 NodeSet Placement::mems() const {
   if (cgroup && cgroup->mems) return mems_allowed & *cgroup->mems;
   return mems_allowed;
+}
+
+std::string host_name() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return host;
 }
 
 Result<Placement> discover_placement(const fs::path& root) {

@@ -240,91 +240,74 @@ Result<ItemCache> ItemCache::build(const ModelSpec& model, const FeatureStore& s
   return cache;
 }
 
-Result<Batch> extract(const ModelSpec& model, const Request& request, const StoredFeatures& stored,
-                      const ItemCache* cache) {
-  if (auto s = check_known(model, request.user.features, Source::kUser, "user.features"); !s) {
-    return tl::unexpected(s.error());
-  }
-  if (auto s = check_known(model, request.context, Source::kContext, "context"); !s) return tl::unexpected(s.error());
+namespace {
+
+// Inline features must be ones the model reads, from the right source.
+Status check_request(const ModelSpec& model, const Request& request) {
+  if (auto s = check_known(model, request.user.features, Source::kUser, "user.features"); !s) return s;
+  if (auto s = check_known(model, request.context, Source::kContext, "context"); !s) return s;
   for (std::size_t i = 0; i < request.items.size(); ++i) {
     if (request.items[i].features.empty()) continue;  // most items: no path string to build
     const std::string path = "items[" + std::to_string(i) + "].features";
-    if (auto s = check_known(model, request.items[i].features, Source::kItem, path); !s) {
-      return tl::unexpected(s.error());
-    }
+    if (auto s = check_known(model, request.items[i].features, Source::kItem, path); !s) return s;
   }
+  return {};
+}
 
-  const std::size_t n = request.items.size();
-  const auto dense = model.dense_features();
-  const auto sparse = model.sparse_features();
-  Batch batch;
-  batch.rows = n;
-  batch.dense_width = dense.size();
-  batch.dense.resize(n * dense.size());
-  batch.bags.resize(sparse.size());
+// Where row i's features come from: the request, the store's entries
+// query() found, or the item cache's rows.
+struct Rows {
+  const Request& request;
+  const StoredFeatures& stored;
+  const ItemCache* cache;
 
-  if (stored.items.size() != n) {
-    return make_error(Error::Code::kInternal, "stored features for " + std::to_string(stored.items.size()) +
-                                                  " items, the request has " + std::to_string(n));
-  }
-  const Features* stored_user = stored.user;
-  const auto& stored_items = stored.items;
-
-  const auto& cached = stored.cached_rows;
-  if (!cached.empty() && (cache == nullptr || cached.size() != n)) {
-    return make_error(Error::Code::kInternal, "cached rows without the item cache query() used");
-  }
-  auto cached_row = [&](std::size_t i) { return cached.empty() ? -1 : cached[i]; };
-  // Each cached row's embedding ids, all bags together, on their way before
-  // the copies below need them (their offsets were prefetched by query()).
-  if (cache != nullptr && cache->sparse_width_ > 0) {
-    for (std::size_t i = 0; i < cached.size(); ++i) {
-      if (cached[i] < 0) continue;
-      const std::int64_t* ids = cache->ids_.data() + cache->id_starts_[static_cast<std::size_t>(cached[i]) * cache->sparse_width_];
-      for (std::size_t line = 0; line < 4; ++line) __builtin_prefetch(ids + 8 * line);
-    }
-  }
-
+  std::size_t count() const { return request.items.size(); }
+  std::int64_t cached(std::size_t i) const { return stored.cached_rows.empty() ? -1 : stored.cached_rows[i]; }
   // The value of `spec` for row i; user and context features do not depend on i.
-
-  auto find = [&](const FeatureSpec& spec, std::size_t i) -> Found {
+  Found find(const FeatureSpec& spec, std::size_t i) const {
     switch (spec.source) {
-      case Source::kUser: return lookup(spec, request.user.features, stored_user, &request.user.id);
+      case Source::kUser: return lookup(spec, request.user.features, stored.user, &request.user.id);
       case Source::kContext: return lookup(spec, request.context, nullptr, nullptr);
-      case Source::kItem: return lookup(spec, request.items[i].features, stored_items[i], &request.items[i].id);
+      case Source::kItem: return lookup(spec, request.items[i].features, stored.items[i], &request.items[i].id);
     }
     return {};
-  };
+  }
+};
 
+Status fill_dense(const std::vector<const FeatureSpec*>& dense, const Rows& rows, Batch& batch) {
+  const std::size_t n = rows.count();
   for (std::size_t c = 0; c < dense.size(); ++c) {
     const FeatureSpec& spec = *dense[c];
     if (spec.source != Source::kItem) {  // once per request
-      auto v = numeric(spec, find(spec, 0), {spec.source});
+      auto v = numeric(spec, rows.find(spec, 0), {spec.source});
       if (!v) return tl::unexpected(v.error());
       for (std::size_t i = 0; i < n; ++i) batch.dense[i * dense.size() + c] = *v;
       continue;
     }
     for (std::size_t i = 0; i < n; ++i) {
-      if (const auto row = cached_row(i); row >= 0) {
-        batch.dense[i * dense.size() + c] =
-            cache->dense_[static_cast<std::size_t>(row) * cache->dense_width_ + static_cast<std::size_t>(cache->dense_slot_[c])];
+      if (const auto row = rows.cached(i); row >= 0) {
+        batch.dense[i * dense.size() + c] = rows.cache->dense_value(row, c);
         continue;
       }
-      auto v = numeric(spec, find(spec, i), {Source::kItem, i});
+      auto v = numeric(spec, rows.find(spec, i), {Source::kItem, i});
       if (!v) return tl::unexpected(v.error());
       batch.dense[i * dense.size() + c] = *v;
     }
   }
+  return {};
+}
+
+Status fill_bags(const ModelSpec& model, const std::vector<const FeatureSpec*>& sparse, const Rows& rows,
+                 Batch& batch) {
+  const std::size_t n = rows.count();
   for (std::size_t b = 0; b < sparse.size(); ++b) {
     const FeatureSpec& spec = *sparse[b];
-    const std::uint64_t rows = model.tables.at(spec.table);
+    const std::uint64_t table_rows = model.tables.at(spec.table);
     Bag& bag = batch.bags[b];
     bag.offsets.reserve(n);
     if (spec.source != Source::kItem) {  // once per request, repeated on every row
       std::vector<std::int64_t> shared;
-      if (auto s = append_ids(spec, find(spec, 0), {spec.source}, model.hash_seed, rows, shared); !s) {
-        return tl::unexpected(s.error());
-      }
+      if (auto s = append_ids(spec, rows.find(spec, 0), {spec.source}, model.hash_seed, table_rows, shared); !s) return s;
       bag.indices.reserve(n * shared.size());
       for (std::size_t i = 0; i < n; ++i) {
         bag.offsets.push_back(static_cast<std::int64_t>(bag.indices.size()));
@@ -335,17 +318,49 @@ Result<Batch> extract(const ModelSpec& model, const Request& request, const Stor
     bag.indices.reserve(n);
     for (std::size_t i = 0; i < n; ++i) {
       bag.offsets.push_back(static_cast<std::int64_t>(bag.indices.size()));
-      if (const auto row = cached_row(i); row >= 0) {
-        const std::size_t at = static_cast<std::size_t>(row) * cache->sparse_width_ + static_cast<std::size_t>(cache->sparse_slot_[b]);
-        bag.indices.insert(bag.indices.end(), cache->ids_.begin() + cache->id_starts_[at],
-                           cache->ids_.begin() + cache->id_starts_[at + 1]);
+      if (const auto row = rows.cached(i); row >= 0) {
+        const auto ids = rows.cache->ids(row, b);
+        bag.indices.insert(bag.indices.end(), ids.begin(), ids.end());
         continue;
       }
-      if (auto s = append_ids(spec, find(spec, i), {Source::kItem, i}, model.hash_seed, rows, bag.indices); !s) {
-        return tl::unexpected(s.error());
+      if (auto s = append_ids(spec, rows.find(spec, i), {Source::kItem, i}, model.hash_seed, table_rows, bag.indices);
+          !s) {
+        return s;
       }
     }
   }
+  return {};
+}
+
+}  // namespace
+
+Result<Batch> extract(const ModelSpec& model, const Request& request, const StoredFeatures& stored,
+                      const ItemCache* cache) {
+  if (auto s = check_request(model, request); !s) return tl::unexpected(s.error());
+  const std::size_t n = request.items.size();
+  if (stored.items.size() != n) {
+    return make_error(Error::Code::kInternal, "stored features for " + std::to_string(stored.items.size()) +
+                                                  " items, the request has " + std::to_string(n));
+  }
+  const auto& cached = stored.cached_rows;
+  if (!cached.empty() && (cache == nullptr || cached.size() != n)) {
+    return make_error(Error::Code::kInternal, "cached rows without the item cache query() used");
+  }
+  // Each cached row's embedding ids on their way before the copies need
+  // them (their offsets were prefetched by query()).
+  for (const std::int64_t row : cached) {
+    if (row >= 0) cache->prefetch_ids(row);
+  }
+  const auto dense = model.dense_features();
+  const auto sparse = model.sparse_features();
+  Batch batch;
+  batch.rows = n;
+  batch.dense_width = dense.size();
+  batch.dense.resize(n * dense.size());
+  batch.bags.resize(sparse.size());
+  const Rows rows{request, stored, cache};
+  if (auto s = fill_dense(dense, rows, batch); !s) return tl::unexpected(s.error());
+  if (auto s = fill_bags(model, sparse, rows, batch); !s) return tl::unexpected(s.error());
   return batch;
 }
 

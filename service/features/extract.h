@@ -4,6 +4,7 @@
 // and context features computed once and shared by every row.
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -61,9 +62,25 @@ class ItemCache {
   static Result<ItemCache> build(const ModelSpec& model, const FeatureStore& store);
   std::size_t items() const { return item_ids_.size(); }
 
+  // A cached row's value of the model's dense feature `column`, and its ids
+  // of sparse feature `bag` (in ModelSpec::dense_features() and
+  // sparse_features() order; item features only).
+  float dense_value(std::int64_t row, std::size_t column) const {
+    return dense_[static_cast<std::size_t>(row) * dense_width_ + static_cast<std::size_t>(dense_slot_[column])];
+  }
+  std::span<const std::int64_t> ids(std::int64_t row, std::size_t bag) const {
+    const std::size_t at = static_cast<std::size_t>(row) * sparse_width_ + static_cast<std::size_t>(sparse_slot_[bag]);
+    return {ids_.data() + id_starts_[at], ids_.data() + id_starts_[at + 1]};
+  }
+  // Starts loading a row's embedding ids, all bags together, into the cache.
+  void prefetch_ids(std::int64_t row) const {
+    if (sparse_width_ == 0) return;
+    const std::int64_t* ids = ids_.data() + id_starts_[static_cast<std::size_t>(row) * sparse_width_];
+    for (std::size_t line = 0; line < 4; ++line) __builtin_prefetch(ids + 8 * line);
+  }
+
  private:
   friend StoredFeatures query(const Request&, const FeatureStore&, const ItemCache*);
-  friend Result<Batch> extract(const ModelSpec&, const Request&, const StoredFeatures&, const ItemCache*);
   // Sets rows[i] to the row of request item i, for items without inline
   // features that the cache holds (others keep -1).
   void find_rows(const Request& request, std::vector<std::int64_t>& rows) const;

@@ -99,31 +99,21 @@ std::string v2_model_metadata(const features::ModelSpec& model) {
       .dump();
 }
 
-Result<InferRequest> parse_infer_request(std::string_view body, const features::ModelSpec& model,
-                                         const RequestLimits& limits) {
-  const json root = json::parse(body, nullptr, false);
-  if (root.is_discarded()) return bad("body", "not valid JSON");
-  if (!root.is_object()) return bad("body", "want a JSON object");
-  for (const auto& [key, v] : root.items()) {
-    if (key != "id" && key != "inputs" && key != "outputs" && key != "parameters") return bad(member_field("", key), "unknown field");
-  }
-  InferRequest out;
-  if (root.contains("id")) {
-    if (!root["id"].is_string()) return bad("id", "want a string");
-    out.id = root["id"].get<std::string>();
-  }
-  if (!root.contains("inputs") || !root["inputs"].is_array()) return bad("inputs", "required: a list of tensors");
+namespace {
 
+// The model's input tensors, by slot: 0 dense, 2k+1 indices and 2k+2
+// offsets of sparse feature k; each given once, none missing.
+Result<std::vector<Tensor>> input_tensors(const json& inputs, const features::ModelSpec& model,
+                                          const RequestLimits& limits) {
   const auto dense = model.dense_features();
   const auto sparse = model.sparse_features();
-  std::map<std::string, std::size_t> wanted{{"dense", 0}};  // name -> slot: 0 dense, 2k+1 indices, 2k+2 offsets
+  std::map<std::string, std::size_t> wanted{{"dense", 0}};
   for (std::size_t k = 0; k < sparse.size(); ++k) {
     wanted[input_name(*sparse[k], "indices")] = 2 * k + 1;
     wanted[input_name(*sparse[k], "offsets")] = 2 * k + 2;
   }
   const std::size_t max_ids = limits.max_items * limits.max_list_length;
   std::vector<std::optional<Tensor>> slots(wanted.size());
-  const json& inputs = root["inputs"];
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const std::string field = "inputs[" + std::to_string(i) + "]";
     if (!inputs[i].is_object() || !inputs[i].contains("name") || !inputs[i]["name"].is_string()) {
@@ -139,52 +129,87 @@ Result<InferRequest> parse_infer_request(std::string_view body, const features::
     if (!t) return tl::unexpected(t.error());
     slots[slot->second] = std::move(*t);
   }
+  std::vector<Tensor> out;
   for (const auto& [name, slot] : wanted) {
     if (!slots[slot]) return bad("inputs", "missing tensor '" + name + "'");
   }
+  for (auto& slot : slots) out.push_back(std::move(*slot));
+  return out;
+}
 
-  const Tensor& d = *slots[0];
-  if (d.shape[1] != static_cast<std::int64_t>(dense.size())) {
-    return bad(d.field + ".shape", "want [N, " + std::to_string(dense.size()) + "]");
-  }
+// The dense tensor [N, width] into the batch's rows.
+Status read_dense(const Tensor& d, std::size_t width, features::Batch& batch) {
+  if (d.shape[1] != static_cast<std::int64_t>(width)) return bad(d.field + ".shape", "want [N, " + std::to_string(width) + "]");
   const auto rows = static_cast<std::size_t>(d.shape[0]);
   if (rows == 0) return bad(d.field + ".shape", "no rows");
-  out.batch.rows = rows;
-  out.batch.dense_width = dense.size();
-  out.batch.dense.reserve(d.data.size());
+  batch.rows = rows;
+  batch.dense_width = width;
+  batch.dense.reserve(d.data.size());
   for (std::size_t i = 0; i < d.data.size(); ++i) {
     if (!d.data[i]->is_number() || !std::isfinite(d.data[i]->get<double>())) {
       return bad(d.field + ".data[" + std::to_string(i) + "]", "want a finite number");
     }
-    out.batch.dense.push_back(d.data[i]->get<float>());
+    batch.dense.push_back(d.data[i]->get<float>());
   }
+  return {};
+}
+
+// One embedding bag: indices inside the table, one offset per row, offsets
+// from 0 that never fall or pass the indices.
+Result<features::Bag> read_bag(const Tensor& ti, const Tensor& to, std::size_t rows, const std::string& table,
+                               std::int64_t table_rows) {
+  auto indices = int64s(ti);
+  if (!indices) return tl::unexpected(indices.error());
+  auto offsets = int64s(to);
+  if (!offsets) return tl::unexpected(offsets.error());
+  if (offsets->size() != rows) return bad(to.field + ".shape", "want [" + std::to_string(rows) + "], one offset per row");
+  for (std::size_t i = 0; i < indices->size(); ++i) {
+    const std::int64_t v = (*indices)[i];
+    if (v < 0 || v >= table_rows) {
+      return bad(ti.field + ".data[" + std::to_string(i) + "]",
+                 "index " + std::to_string(v) + " outside table '" + table + "' (rows 0.." +
+                     std::to_string(table_rows - 1) + ")");
+    }
+  }
+  std::int64_t previous = 0;
+  for (std::size_t r = 0; r < rows; ++r) {
+    const std::int64_t o = (*offsets)[r];
+    if ((r == 0 && o != 0) || o < previous || o > static_cast<std::int64_t>(indices->size())) {
+      return bad(to.field + ".data[" + std::to_string(r) + "]",
+                 "offsets start at 0 and never fall or pass the " + std::to_string(indices->size()) + " indices");
+    }
+    previous = o;
+  }
+  return features::Bag{std::move(*indices), std::move(*offsets)};
+}
+
+}  // namespace
+
+Result<InferRequest> parse_infer_request(std::string_view body, const features::ModelSpec& model,
+                                         const RequestLimits& limits) {
+  const json root = json::parse(body, nullptr, false);
+  if (root.is_discarded()) return bad("body", "not valid JSON");
+  if (!root.is_object()) return bad("body", "want a JSON object");
+  for (const auto& [key, v] : root.items()) {
+    if (key != "id" && key != "inputs" && key != "outputs" && key != "parameters") return bad(member_field("", key), "unknown field");
+  }
+  InferRequest out;
+  if (root.contains("id")) {
+    if (!root["id"].is_string()) return bad("id", "want a string");
+    out.id = root["id"].get<std::string>();
+  }
+  if (!root.contains("inputs") || !root["inputs"].is_array()) return bad("inputs", "required: a list of tensors");
+  auto tensors = input_tensors(root["inputs"], model, limits);
+  if (!tensors) return tl::unexpected(tensors.error());
+  if (auto read = read_dense((*tensors)[0], model.dense_features().size(), out.batch); !read) {
+    return tl::unexpected(read.error());
+  }
+  const auto sparse = model.sparse_features();
   for (std::size_t k = 0; k < sparse.size(); ++k) {
-    const Tensor& ti = *slots[2 * k + 1];
-    const Tensor& to = *slots[2 * k + 2];
-    auto indices = int64s(ti);
-    if (!indices) return tl::unexpected(indices.error());
-    auto offsets = int64s(to);
-    if (!offsets) return tl::unexpected(offsets.error());
-    if (offsets->size() != rows) return bad(to.field + ".shape", "want [" + std::to_string(rows) + "], one offset per row");
-    const auto table_rows = static_cast<std::int64_t>(model.tables.at(sparse[k]->table));
-    for (std::size_t i = 0; i < indices->size(); ++i) {
-      const std::int64_t v = (*indices)[i];
-      if (v < 0 || v >= table_rows) {
-        return bad(ti.field + ".data[" + std::to_string(i) + "]",
-                   "index " + std::to_string(v) + " outside table '" + sparse[k]->table + "' (rows 0.." +
-                       std::to_string(table_rows - 1) + ")");
-      }
-    }
-    std::int64_t previous = 0;
-    for (std::size_t r = 0; r < rows; ++r) {
-      const std::int64_t o = (*offsets)[r];
-      if ((r == 0 && o != 0) || o < previous || o > static_cast<std::int64_t>(indices->size())) {
-        return bad(to.field + ".data[" + std::to_string(r) + "]",
-                   "offsets start at 0 and never fall or pass the " + std::to_string(indices->size()) + " indices");
-      }
-      previous = o;
-    }
-    out.batch.bags.push_back({std::move(*indices), std::move(*offsets)});
+    auto bag = read_bag((*tensors)[2 * k + 1], (*tensors)[2 * k + 2], out.batch.rows, sparse[k]->table,
+                        static_cast<std::int64_t>(model.tables.at(sparse[k]->table)));
+    if (!bag) return tl::unexpected(bag.error());
+    out.batch.bags.push_back(std::move(*bag));
   }
   return out;
 }

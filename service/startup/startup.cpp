@@ -31,10 +31,8 @@ int fail(const std::string& message) {
 
 // Who answers: host/pid, and the worker's slot under the supervisor.
 std::string instance_name() {
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
   const std::string worker = supervisor::worker_name();
-  return std::string(host) + "/" + std::to_string(getpid()) + (worker.empty() ? "" : " " + worker);
+  return host_name() + "/" + std::to_string(getpid()) + (worker.empty() ? "" : " " + worker);
 }
 
 // Where this process may run, and the machine around it: what both the

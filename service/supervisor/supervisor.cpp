@@ -131,6 +131,135 @@ void report_ready() {
   [[maybe_unused]] const ssize_t n = ::write(std::atoi(fd), line.data(), line.size());
 }
 
+namespace {
+
+// The running group: its workers, and what the loop in run() does with them.
+class Group {
+ public:
+  Group(const std::vector<Slot>& slots, const SupervisorConfig& config, const sigset_t& original_mask, int ready_fd)
+      : slots_(slots), config_(config), original_mask_(original_mask), ready_fd_(ready_fd), workers_(slots.size()) {
+    for (const auto& arg : config.command) argv_.push_back(const_cast<char*>(arg.c_str()));
+    argv_.push_back(nullptr);
+  }
+
+  void start(std::size_t i) {
+    setenv(kWorkerEnv, slots_[i].name().c_str(), 1);
+    setenv(kWorkerIndexEnv, std::to_string(i).c_str(), 1);
+    const pid_t self = getpid();
+    const numa::ForkSafeBinding binding(slots_[i].cpus,
+                                        slots_[i].node ? std::optional<NodeSet>(slots_[i].mems) : std::nullopt);
+    const pid_t pid = fork();
+    if (pid == 0) exec_worker(binding, argv_.data(), original_mask_, self);
+    if (pid < 0) {
+      log(LogLevel::kError, std::string("fork: ") + std::strerror(errno), {{"worker", slots_[i].name()}});
+      workers_[i].start_at = Clock::now() + std::chrono::seconds(1);
+      return;
+    }
+    workers_[i].pid = pid;
+    workers_[i].ready = false;
+    log(LogLevel::kInfo, "worker started", {{"worker", slots_[i].name()}, {"pid", std::to_string(pid)}});
+  }
+
+  // SIGTERM to every worker; SIGKILL to those left after the grace period.
+  void stop(Clock::time_point now, bool failure) {
+    stopping_ = true;
+    failed_ |= failure;
+    kill_at_ = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(config_.grace_seconds));
+    signal_all(SIGTERM);
+  }
+
+  // Every exited worker (SIGCHLD may stand for several): restarted after a
+  // backoff, or the group stopped when one keeps failing.
+  void reap(Clock::time_point now) {
+    int status = 0;
+    for (pid_t pid; (pid = waitpid(-1, &status, WNOHANG)) > 0;) {
+      const auto it = std::find_if(workers_.begin(), workers_.end(), [pid](const Worker& w) { return w.pid == pid; });
+      if (it == workers_.end()) continue;
+      const auto i = static_cast<std::size_t>(it - workers_.begin());
+      it->pid = -1;
+      const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (stopping_) {
+        failed_ |= !clean;
+        log(clean ? LogLevel::kInfo : LogLevel::kWarning, "worker stopped",
+            {{"worker", slots_[i].name()}, {"status", describe_exit(status)}});
+        continue;
+      }
+      auto& r = it->restarts;
+      while (!r.empty() && now - r.front() > std::chrono::duration<double>(config_.restart_window_seconds)) r.pop_front();
+      if (r.size() >= config_.max_restarts) {
+        log(LogLevel::kError, "worker keeps failing; stopping the group",
+            {{"worker", slots_[i].name()}, {"status", describe_exit(status)}, {"restarts", std::to_string(r.size())}});
+        stop(now, true);
+        continue;
+      }
+      r.push_back(now);
+      // 1 s, 2 s, 4 s ... 30 s: a crash loop does not spin.
+      const double backoff = std::min(30.0, std::pow(2.0, static_cast<double>(r.size() - 1)));
+      it->start_at = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(backoff));
+      log(LogLevel::kWarning, "worker died; restarting",
+          {{"worker", slots_[i].name()}, {"status", describe_exit(status)}, {"in_seconds", std::to_string(backoff)}});
+    }
+  }
+
+  // Ready reports, "<index>\n" per warm worker; the group opens when all are.
+  void read_ready() {
+    char buffer[256];
+    for (ssize_t n; (n = ::read(ready_fd_, buffer, sizeof buffer)) > 0;) pending_.append(buffer, static_cast<std::size_t>(n));
+    for (std::size_t eol; (eol = pending_.find('\n')) != std::string::npos; pending_.erase(0, eol + 1)) {
+      const auto i = static_cast<std::size_t>(std::atoi(pending_.substr(0, eol).c_str()));
+      if (i >= workers_.size() || workers_[i].pid < 0) continue;
+      workers_[i].ready = true;
+      if (open_) {
+        kill(workers_[i].pid, SIGUSR1);  // a restarted worker joins the open group
+        log(LogLevel::kInfo, "worker ready", {{"worker", slots_[i].name()}});
+      }
+    }
+    if (!open_ && !stopping_ && std::all_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.ready; })) {
+      open_ = true;
+      signal_all(SIGUSR1);
+      log(LogLevel::kInfo, "ready: every worker is warm", {{"workers", std::to_string(workers_.size())}});
+    }
+  }
+
+  // false once stopping and every worker is gone.
+  bool tend(Clock::time_point now) {
+    if (stopping_) {
+      if (std::all_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.pid < 0; })) return false;
+      if (now >= kill_at_) {
+        signal_all(SIGKILL);
+        failed_ = true;
+      }
+      return true;
+    }
+    for (std::size_t i = 0; i < workers_.size(); ++i) {
+      if (workers_[i].pid < 0 && now >= workers_[i].start_at) start(i);
+    }
+    return true;
+  }
+
+  bool stopping() const { return stopping_; }
+  bool failed() const { return failed_; }
+
+ private:
+  void signal_all(int signal) {
+    for (const auto& w : workers_) {
+      if (w.pid > 0) kill(w.pid, signal);
+    }
+  }
+
+  const std::vector<Slot>& slots_;
+  const SupervisorConfig& config_;
+  const sigset_t original_mask_;
+  const int ready_fd_;
+  std::vector<Worker> workers_;
+  std::vector<char*> argv_;  // made before any fork: the child only execs it
+  bool open_ = false, stopping_ = false, failed_ = false;
+  Clock::time_point kill_at_;
+  std::string pending_;
+};
+
+}  // namespace
+
 int run(const std::vector<Slot>& slots, const SupervisorConfig& config) {
   sigset_t signals, original;
   sigemptyset(&signals);
@@ -149,111 +278,22 @@ int run(const std::vector<Slot>& slots, const SupervisorConfig& config) {
   for (const auto& slot : slots) {
     log(LogLevel::kInfo, "slot", {{"worker", slot.name()}, {"cpus", slot.cpus.to_list()}, {"mems", slot.mems.to_list()}});
   }
-  std::vector<Worker> workers(slots.size());
-  std::vector<char*> argv;
-  for (const auto& arg : config.command) argv.push_back(const_cast<char*>(arg.c_str()));
-  argv.push_back(nullptr);
-  const auto start = [&](std::size_t i) {
-    setenv(kWorkerEnv, slots[i].name().c_str(), 1);
-    setenv(kWorkerIndexEnv, std::to_string(i).c_str(), 1);
-    const pid_t self = getpid();
-    const numa::ForkSafeBinding binding(slots[i].cpus,
-                                        slots[i].node ? std::optional<NodeSet>(slots[i].mems) : std::nullopt);
-    const pid_t pid = fork();
-    if (pid == 0) exec_worker(binding, argv.data(), original, self);
-    if (pid < 0) {
-      log(LogLevel::kError, std::string("fork: ") + std::strerror(errno), {{"worker", slots[i].name()}});
-      workers[i].start_at = Clock::now() + std::chrono::seconds(1);
-      return;
-    }
-    workers[i].pid = pid;
-    workers[i].ready = false;
-    log(LogLevel::kInfo, "worker started", {{"worker", slots[i].name()}, {"pid", std::to_string(pid)}});
-  };
-  for (std::size_t i = 0; i < slots.size(); ++i) start(i);
-
-  bool open = false, stopping = false, failed = false;
-  Clock::time_point kill_at;
-  std::string pending;
+  Group group(slots, config, original, ready_pipe[0]);
+  for (std::size_t i = 0; i < slots.size(); ++i) group.start(i);
   while (true) {
     timespec tick{0, 100 * 1000 * 1000};
     const int signal = sigtimedwait(&signals, nullptr, &tick);
     const auto now = Clock::now();
-    if ((signal == SIGTERM || signal == SIGINT) && !stopping) {
+    if ((signal == SIGTERM || signal == SIGINT) && !group.stopping()) {
       log(LogLevel::kInfo, "stopping: SIGTERM to every worker");
-      stopping = true;
-      kill_at = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(config.grace_seconds));
-      for (const auto& w : workers) {
-        if (w.pid > 0) kill(w.pid, SIGTERM);
-      }
+      group.stop(now, false);
     }
-    // Reap every exited worker (SIGCHLD may stand for several).
-    int status = 0;
-    for (pid_t pid; (pid = waitpid(-1, &status, WNOHANG)) > 0;) {
-      const auto it = std::find_if(workers.begin(), workers.end(), [pid](const Worker& w) { return w.pid == pid; });
-      if (it == workers.end()) continue;
-      const auto i = static_cast<std::size_t>(it - workers.begin());
-      it->pid = -1;
-      const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      if (stopping) {
-        failed |= !clean;
-        log(clean ? LogLevel::kInfo : LogLevel::kWarning, "worker stopped",
-            {{"worker", slots[i].name()}, {"status", describe_exit(status)}});
-        continue;
-      }
-      auto& r = it->restarts;
-      while (!r.empty() && now - r.front() > std::chrono::duration<double>(config.restart_window_seconds)) r.pop_front();
-      if (r.size() >= config.max_restarts) {
-        log(LogLevel::kError, "worker keeps failing; stopping the group",
-            {{"worker", slots[i].name()}, {"status", describe_exit(status)},
-             {"restarts", std::to_string(r.size())}});
-        stopping = failed = true;
-        kill_at = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(config.grace_seconds));
-        for (const auto& w : workers) {
-          if (w.pid > 0) kill(w.pid, SIGTERM);
-        }
-        continue;
-      }
-      r.push_back(now);
-      // 1 s, 2 s, 4 s ... 30 s: a crash loop does not spin.
-      const double backoff = std::min(30.0, std::pow(2.0, static_cast<double>(r.size() - 1)));
-      it->start_at = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(backoff));
-      log(LogLevel::kWarning, "worker died; restarting",
-          {{"worker", slots[i].name()}, {"status", describe_exit(status)}, {"in_seconds", std::to_string(backoff)}});
-    }
-    // Ready reports: "<index>\n" per warm worker.
-    char buffer[256];
-    for (ssize_t n; (n = ::read(ready_pipe[0], buffer, sizeof buffer)) > 0;) pending.append(buffer, static_cast<std::size_t>(n));
-    for (std::size_t eol; (eol = pending.find('\n')) != std::string::npos; pending.erase(0, eol + 1)) {
-      const auto i = static_cast<std::size_t>(std::atoi(pending.substr(0, eol).c_str()));
-      if (i >= workers.size() || workers[i].pid < 0) continue;
-      workers[i].ready = true;
-      if (open) {
-        kill(workers[i].pid, SIGUSR1);  // a restarted worker joins the open group
-        log(LogLevel::kInfo, "worker ready", {{"worker", slots[i].name()}});
-      }
-    }
-    if (!open && !stopping && std::all_of(workers.begin(), workers.end(), [](const Worker& w) { return w.ready; })) {
-      open = true;
-      for (const auto& w : workers) kill(w.pid, SIGUSR1);
-      log(LogLevel::kInfo, "ready: every worker is warm", {{"workers", std::to_string(workers.size())}});
-    }
-    if (stopping) {
-      if (std::all_of(workers.begin(), workers.end(), [](const Worker& w) { return w.pid < 0; })) break;
-      if (now >= kill_at) {
-        for (const auto& w : workers) {
-          if (w.pid > 0) kill(w.pid, SIGKILL);
-        }
-        failed = true;
-      }
-      continue;
-    }
-    for (std::size_t i = 0; i < workers.size(); ++i) {
-      if (workers[i].pid < 0 && now >= workers[i].start_at) start(i);
-    }
+    group.reap(now);
+    group.read_ready();
+    if (!group.tend(now)) break;
   }
-  log(failed ? LogLevel::kError : LogLevel::kInfo, "stopped");
-  return failed ? 1 : 0;
+  log(group.failed() ? LogLevel::kError : LogLevel::kInfo, "stopped");
+  return group.failed() ? 1 : 0;
 }
 
 }  // namespace numaserve::supervisor

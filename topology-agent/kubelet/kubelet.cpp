@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "numaserve/common/quantity.h"
 #include "numaserve/common/yaml_file.h"
 
 namespace numaserve::agent::kubelet {
@@ -215,7 +216,7 @@ Allocations allocations_of_pods(std::string source, std::optional<Allocatable> a
           // sizes come off the wire.
           const std::uint64_t share = block.bytes / nodes.size() + (i == 0 ? block.bytes % nodes.size() : 0);
           std::uint64_t& total = out.assigned[nodes[i]][block.resource];
-          total = share > UINT64_MAX - total ? UINT64_MAX : total + share;
+          total = saturating_add(total, share);
         }
       }
     }

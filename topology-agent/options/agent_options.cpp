@@ -1,11 +1,10 @@
 #include "options/agent_options.h"
 
-#include <unistd.h>
-
 #include <cstdlib>
 
 #include <sstream>
 
+#include "numaserve/common/placement.h"
 #include "numaserve/common/quantity.h"
 #include "publish/renderings.h"
 
@@ -13,9 +12,7 @@ namespace numaserve::agent::options {
 
 std::string default_node_name() {
   if (const char* name = std::getenv("NODE_NAME"); name != nullptr && *name != '\0') return name;
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  return host;
+  return host_name();
 }
 
 discover::DiscoverConfig AgentOptions::discover_config() const {

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "numaserve/common/text_file.h"
+#include "numaserve/common/unique_fd.h"
 
 namespace numaserve::agent::publish {
 namespace {
@@ -16,13 +17,6 @@ Error os_error(const std::string& what, const std::filesystem::path& path) {
   return Error{Error::Code::kIo, what + " " + path.string() + ": " + std::strerror(errno), path.string()};
 }
 
-// Closes a descriptor on every path out.
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 }  // namespace
 
@@ -32,7 +26,7 @@ Result<bool> write_if_changed(const std::filesystem::path& dir, const std::strin
   if (auto current = read_text_file(target); current && *current == content) return false;
 
   std::string tmp_name = (dir / ("." + name + ".XXXXXX")).string();
-  Fd tmp{::mkstemp(tmp_name.data())};
+  UniqueFd tmp{::mkstemp(tmp_name.data())};
   if (tmp.fd < 0) return tl::unexpected(os_error("cannot create a file in", dir));
   auto fail = [&](const std::string& what) {
     Error e = os_error(what, tmp_name);
@@ -50,7 +44,7 @@ Result<bool> write_if_changed(const std::filesystem::path& dir, const std::strin
   if (::fsync(tmp.fd) != 0) return fail("cannot fsync");
   if (::rename(tmp_name.c_str(), target.c_str()) != 0) return fail("cannot rename to " + target.string() + ":");
   // The rename itself is durable only once the directory is synced.
-  Fd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY)};
+  UniqueFd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY)};
   if (d.fd >= 0) ::fsync(d.fd);
   return true;
 }
@@ -83,7 +77,7 @@ Result<std::vector<std::string>> remove_hints(const std::filesystem::path& dir, 
     }
   }
   if (!removed.empty()) {
-    Fd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY)};
+    UniqueFd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY)};
     if (d.fd >= 0) ::fsync(d.fd);
   }
   return removed;

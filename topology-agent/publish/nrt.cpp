@@ -24,8 +24,7 @@ std::optional<std::uint64_t> api_allocatable(const std::optional<kubelet::Alloca
   std::optional<std::uint64_t> bytes;
   for (const auto& block : allocations->allocatable->memory) {
     if (block.resource == resource && block.nodes.contains(node)) {
-      const std::uint64_t sum = bytes.value_or(0);
-      bytes = block.bytes > UINT64_MAX - sum ? UINT64_MAX : sum + block.bytes;  // saturating: off the wire
+      bytes = saturating_add(bytes.value_or(0), block.bytes);
     }
   }
   return bytes.value_or(0);

@@ -100,22 +100,14 @@ std::map<unsigned, std::string> holders_of(const discover::NodeReport& report) {
   return out;
 }
 
-}  // namespace
+// Packages side by side; each stacks its NUMA nodes. Nodes in no package
+// (memory-only ones off-package, synthetic machines) get a column of their own.
+struct Column {
+  std::string title;
+  std::vector<const NumaNode*> nodes;
+};
 
-std::string render_svg(const discover::NodeReport& report, const std::optional<plan::Plan>& plan) {
-  const Topology& t = report.topology;
-  std::ostringstream body;
-  int x = kPad;
-  int height = 0;
-  const int core_h = core_height(t.threads_per_core());
-  const auto holders = holders_of(report);
-
-  // Packages side by side; each stacks its NUMA nodes. Nodes in no package
-  // (memory-only ones off-package, synthetic machines) get a column of their own.
-  struct Column {
-    std::string title;
-    std::vector<const NumaNode*> nodes;
-  };
+std::vector<Column> columns_of(const Topology& t) {
   std::vector<Column> columns;
   NodeSet placed;
   for (const auto& pkg : t.packages) {
@@ -133,8 +125,57 @@ std::string render_svg(const discover::NodeReport& report, const std::optional<p
     if (!placed.contains(node.os_index)) rest.nodes.push_back(&node);
   }
   if (!rest.nodes.empty()) columns.push_back(std::move(rest));
+  return columns;
+}
 
-  for (const auto& col : columns) {
+// What every node's drawing needs.
+struct Drawing {
+  const Topology& topology;
+  const std::optional<plan::Plan>& plan;
+  int core_h;
+  std::map<unsigned, std::string> holders;  // first CPU of a held core -> its pod
+  std::ostringstream body;
+
+  // A core: coloured by who has it, its PUs one per line.
+  void core(const CpuSet& core, int cx, int cy, const std::map<unsigned, int>& slots) {
+    const bool reserved = plan && core.intersects(plan->kubelet.reserved_system_cpus);
+    const auto slot = slots.find(core.first());
+    const auto holder = holders.find(core.first());
+    const char* fill = holder != holders.end() ? kHeldColor
+                       : reserved              ? "#bbb"
+                       : slot != slots.end()   ? kSlotColors[slot->second % 6]
+                                               : "#e8e8e8";
+    const std::string label = "core " + core.to_list() + (reserved ? ", reserved for the system" : "") +
+                              (slot != slots.end() ? ", replica slot " + std::to_string(slot->second) : "") +
+                              (holder != holders.end() ? ", held by pod " + holder->second : "");
+    body << "<g class=\"core\"><title>" << escape(label) << "</title><rect x=\"" << cx << "\" y=\"" << cy
+         << "\" width=\"" << kCore << "\" height=\"" << core_h << "\" rx=\"4\" fill=\"" << fill
+         << "\" stroke=\"#333\"/>\n";
+    const auto pus = core.ids();
+    for (std::size_t p = 0; p < pus.size(); ++p) {
+      body << "<text x=\"" << cx + kCore / 2 << "\" y=\"" << cy + 16 + static_cast<int>(p) * 11
+           << "\" class=\"pu\">" << pus[p] << "</text>\n";
+    }
+    body << "</g>\n";
+  }
+
+  void node(const NumaNode& n, int nx, int y) {
+    const Box b = node_box(n, core_h);
+    body << "<g class=\"numa-node\"><rect x=\"" << nx << "\" y=\"" << y << "\" width=\"" << b.w << "\" height=\""
+         << b.h << "\" rx=\"8\" fill=\"#fff\" stroke=\"#333\"" << (n.memory_only() ? " stroke-dasharray=\"6 4\"" : "")
+         << "/>\n";
+    body << "<text x=\"" << nx + kPad << "\" y=\"" << y + 22 << "\" class=\"n\">" << escape(node_title(n))
+         << "</text>\n";
+    const auto slots = plan ? slots_of(n, *plan, topology.threads_per_core()) : std::map<unsigned, int>{};
+    for (std::size_t i = 0; i < n.cores.size(); ++i) {
+      core(n.cores[i], nx + kPad + static_cast<int>(i % kCoresPerRow) * (kCore + kCoreGap),
+           y + kTitle + static_cast<int>(i / kCoresPerRow) * (core_h + kCoreGap), slots);
+    }
+    body << "</g>\n";
+  }
+
+  // A package's column at x; returns its width and height.
+  Box column(const Column& col, int x) {
     int w = std::max(260, text_width(col.title, 15, true) + 2 * kPad);
     int h = kTitle;
     for (const NumaNode* n : col.nodes) {
@@ -148,70 +189,53 @@ std::string render_svg(const discover::NodeReport& report, const std::optional<p
     body << "<text x=\"" << x + kPad << "\" y=\"" << kPad + 22 << "\" class=\"h\">" << escape(col.title) << "</text>\n";
     int y = kPad + kTitle;
     for (const NumaNode* n : col.nodes) {
-      const Box b = node_box(*n, core_h);
-      const int nx = x + kPad;
-      body << "<g class=\"numa-node\"><rect x=\"" << nx << "\" y=\"" << y << "\" width=\"" << b.w << "\" height=\""
-           << b.h << "\" rx=\"8\" fill=\"#fff\" stroke=\"#333\"" << (n->memory_only() ? " stroke-dasharray=\"6 4\"" : "")
-           << "/>\n";
-      body << "<text x=\"" << nx + kPad << "\" y=\"" << y + 22 << "\" class=\"n\">" << escape(node_title(*n))
-           << "</text>\n";
-      const auto slots = plan ? slots_of(*n, *plan, t.threads_per_core()) : std::map<unsigned, int>{};
-      for (std::size_t i = 0; i < n->cores.size(); ++i) {
-        const CpuSet& core = n->cores[i];
-        const int cx = nx + kPad + static_cast<int>(i % kCoresPerRow) * (kCore + kCoreGap);
-        const int cy = y + kTitle + static_cast<int>(i / kCoresPerRow) * (core_h + kCoreGap);
-        const bool reserved = plan && core.intersects(plan->kubelet.reserved_system_cpus);
-        const auto slot = slots.find(core.first());
-        const auto holder = holders.find(core.first());
-        const char* fill = holder != holders.end() ? kHeldColor
-                           : reserved              ? "#bbb"
-                           : slot != slots.end()   ? kSlotColors[slot->second % 6]
-                                                   : "#e8e8e8";
-        const std::string label = "core " + core.to_list() + (reserved ? ", reserved for the system" : "") +
-                                  (slot != slots.end() ? ", replica slot " + std::to_string(slot->second) : "") +
-                                  (holder != holders.end() ? ", held by pod " + holder->second : "");
-        body << "<g class=\"core\"><title>" << escape(label) << "</title><rect x=\"" << cx << "\" y=\"" << cy
-             << "\" width=\"" << kCore << "\" height=\"" << core_h << "\" rx=\"4\" fill=\"" << fill
-             << "\" stroke=\"#333\"/>\n";
-        // One line per SMT sibling: the PUs of this core.
-        const auto pus = core.ids();
-        for (std::size_t p = 0; p < pus.size(); ++p) {
-          body << "<text x=\"" << cx + kCore / 2 << "\" y=\"" << cy + 16 + static_cast<int>(p) * 11
-               << "\" class=\"pu\">" << pus[p] << "</text>\n";
-        }
-        body << "</g>\n";
-      }
-      body << "</g>\n";
-      y += b.h + kPad;
+      node(*n, x + kPad, y);
+      y += node_box(*n, core_h).h + kPad;
     }
     body << "</g>\n";
-    x += w + kPad;
-    height = std::max(height, h + 2 * kPad);
+    return {w, h};
   }
 
-  // Legend and the plan in one line.
-  std::ostringstream legend;
-  const int ly = height + 10;
-  legend << "<g class=\"legend\"><rect x=\"" << kPad << "\" y=\"" << ly << "\" width=\"14\" height=\"14\" fill=\"#bbb\" stroke=\"#333\"/>"
-         << "<text x=\"" << kPad + 20 << "\" y=\"" << ly + 12 << "\" class=\"l\">reserved for the system</text>";
-  legend << "<rect x=\"" << kPad + 190 << "\" y=\"" << ly << "\" width=\"14\" height=\"14\" fill=\"" << kSlotColors[0]
-         << "\" stroke=\"#333\"/><text x=\"" << kPad + 210 << "\" y=\"" << ly + 12
-         << "\" class=\"l\">replica slot (colour per slot on a node)</text>";
-  if (!holders.empty()) {
-    legend << "<rect x=\"" << kPad + 540 << "\" y=\"" << ly << "\" width=\"14\" height=\"14\" fill=\"" << kHeldColor
-           << "\" stroke=\"#333\"/><text x=\"" << kPad + 560 << "\" y=\"" << ly + 12
-           << "\" class=\"l\">held by a pod (its name in the core's tooltip)</text>";
+  // Legend and the plan in one line, under everything at `height`.
+  std::string legend(int height) const {
+    std::ostringstream out;
+    const int ly = height + 10;
+    out << "<g class=\"legend\"><rect x=\"" << kPad << "\" y=\"" << ly << "\" width=\"14\" height=\"14\" fill=\"#bbb\" stroke=\"#333\"/>"
+        << "<text x=\"" << kPad + 20 << "\" y=\"" << ly + 12 << "\" class=\"l\">reserved for the system</text>";
+    out << "<rect x=\"" << kPad + 190 << "\" y=\"" << ly << "\" width=\"14\" height=\"14\" fill=\"" << kSlotColors[0]
+        << "\" stroke=\"#333\"/><text x=\"" << kPad + 210 << "\" y=\"" << ly + 12
+        << "\" class=\"l\">replica slot (colour per slot on a node)</text>";
+    if (!holders.empty()) {
+      out << "<rect x=\"" << kPad + 540 << "\" y=\"" << ly << "\" width=\"14\" height=\"14\" fill=\"" << kHeldColor
+          << "\" stroke=\"#333\"/><text x=\"" << kPad + 560 << "\" y=\"" << ly + 12
+          << "\" class=\"l\">held by a pod (its name in the core's tooltip)</text>";
+    }
+    out << "<rect x=\"" << kPad + 470 << "\" y=\"" << ly << "\" width=\"14\" height=\"14\" fill=\"#e8e8e8\" stroke=\"#333\"/>"
+        << "<text x=\"" << kPad + 490 << "\" y=\"" << ly + 12 << "\" class=\"l\">free</text>";
+    std::string summary = std::to_string(topology.nodes.size()) + " NUMA nodes, " +
+                          std::to_string(topology.core_count()) + " cores, " +
+                          std::to_string(topology.online_cpus.count()) + " CPUs";
+    if (plan) {
+      summary += " · replica " + std::to_string(plan->pod.cpus) + " CPUs / " + format_bytes(plan->pod.memory_bytes) +
+                 ", " + std::to_string(plan->pod.replicas_per_machine) + " per machine";
+    }
+    out << "<text x=\"" << kPad << "\" y=\"" << ly + 40 << "\" class=\"l\">" << escape(summary) << "</text></g>\n";
+    return out.str();
   }
-  legend << "<rect x=\"" << kPad + 470 << "\" y=\"" << ly << "\" width=\"14\" height=\"14\" fill=\"#e8e8e8\" stroke=\"#333\"/>"
-         << "<text x=\"" << kPad + 490 << "\" y=\"" << ly + 12 << "\" class=\"l\">free</text>";
-  std::string summary = std::to_string(t.nodes.size()) + " NUMA nodes, " + std::to_string(t.core_count()) +
-                        " cores, " + std::to_string(t.online_cpus.count()) + " CPUs";
-  if (plan) {
-    summary += " · replica " + std::to_string(plan->pod.cpus) + " CPUs / " + format_bytes(plan->pod.memory_bytes) +
-               ", " + std::to_string(plan->pod.replicas_per_machine) + " per machine";
-  }
-  legend << "<text x=\"" << kPad << "\" y=\"" << ly + 40 << "\" class=\"l\">" << escape(summary) << "</text></g>\n";
+};
 
+}  // namespace
+
+std::string render_svg(const discover::NodeReport& report, const std::optional<plan::Plan>& plan) {
+  const Topology& t = report.topology;
+  Drawing drawing{t, plan, core_height(t.threads_per_core()), holders_of(report), {}};
+  int x = kPad;
+  int height = 0;
+  for (const auto& col : columns_of(t)) {
+    const Box size = drawing.column(col, x);
+    x += size.w + kPad;
+    height = std::max(height, size.h + 2 * kPad);
+  }
   const int width = std::max(x, 640);
   std::ostringstream svg;
   svg << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
@@ -220,7 +244,7 @@ std::string render_svg(const discover::NodeReport& report, const std::optional<p
       << "<style>.h{font-size:15px;font-weight:bold}.n{font-size:13px}.pu{font-size:10px;text-anchor:middle}"
          ".l{font-size:12px}</style>\n"
       << "<rect width=\"100%\" height=\"100%\" fill=\"#fff\"/>\n"
-      << body.str() << legend.str() << "</svg>\n";
+      << drawing.body.str() << drawing.legend(height) << "</svg>\n";
   return svg.str();
 }
 

@@ -12,22 +12,13 @@
 #include <map>
 
 #include "numaserve/common/log.h"
+#include "numaserve/common/unique_fd.h"
 
 namespace numaserve::agent::updater {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Closes a descriptor on every path out.
-struct Fd {
-  int fd = -1;
-  explicit Fd(int f) : fd(f) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 // inotify over a few directories, reporting only the names asked for.
 class Watcher {
@@ -73,7 +64,7 @@ class Watcher {
   }
 
  private:
-  Fd fd_;
+  UniqueFd fd_;
   std::map<int, Watched> watches_;
 };
 
@@ -95,7 +86,7 @@ Status run_loop(Updater& updater, const LoopConfig& config, const OnCycle& on_cy
   sigset_t signals;
   sigemptyset(&signals);
   for (int s : {SIGHUP, SIGTERM, SIGINT}) sigaddset(&signals, s);
-  Fd signal_fd(::signalfd(-1, &signals, SFD_CLOEXEC | SFD_NONBLOCK));
+  UniqueFd signal_fd(::signalfd(-1, &signals, SFD_CLOEXEC | SFD_NONBLOCK));
   if (signal_fd.fd < 0) {
     return make_error(Error::Code::kInternal, std::string("signalfd: ") + std::strerror(errno));
   }

@@ -42,6 +42,9 @@ struct Placement {
 // (a fixture tree, or the host's /proc mounted elsewhere).
 Result<Placement> discover_placement(const std::filesystem::path& root = "/");
 
+// This machine's host name (in a pod: the pod's), for logs and reports.
+std::string host_name();
+
 // Settings that work but hurt: a CPU quota without exclusive CPUs (threads
 // sized to the cpuset get throttled), a fractional quota, a cpuset spanning
 // several NUMA nodes. Each warning names the numbers on both sides.

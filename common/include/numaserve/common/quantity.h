@@ -19,4 +19,10 @@ Result<std::uint64_t> parse_quantity(std::string_view text);
 // ("1Gi", "1536Mi"), else plain bytes.
 std::string format_quantity(std::uint64_t bytes);
 
+// a + b, or the largest value when the sum would not fit: for sizes read
+// off the wire, where a sum must not wrap round to a small number.
+inline std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) {
+  return b > ~std::uint64_t{0} - a ? ~std::uint64_t{0} : a + b;
+}
+
 }  // namespace numaserve
