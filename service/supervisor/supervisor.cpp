@@ -177,6 +177,7 @@ class Group {
       if (it == workers_.end()) continue;
       const auto i = static_cast<std::size_t>(it - workers_.begin());
       it->pid = -1;
+      it->ready = false;  // a dead worker is not warm: the group waits for its restart
       const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
       if (stopping_) {
         failed_ |= !clean;
