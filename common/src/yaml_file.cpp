@@ -97,6 +97,4 @@ Result<std::string> yaml_key(const std::string& file, const YamlNode& key) {
   return key.text().value_or("");
 }
 
-std::optional<std::string> yaml_text(const YamlNode& node) { return node.text(); }
-
 }  // namespace numaserve

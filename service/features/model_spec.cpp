@@ -17,7 +17,7 @@ template <typename T>
 Result<T> one_of(const YamlNode& node, const std::string& file, const std::string& field,
                  std::initializer_list<std::pair<const char*, T>> choices) {
   std::string allowed;
-  if (const auto text = yaml_text(node)) {
+  if (const auto text = node.text()) {
     for (const auto& [name, value] : choices) {
       if (*text == name) return value;
     }
@@ -42,7 +42,7 @@ Result<FeatureValue> default_for(const YamlNode& node, Kind kind, const std::str
   if (kind == Kind::kIdList && node.is_sequence()) {
     std::vector<std::string> ids;
     for (const auto& id : node.items()) {
-      auto text = yaml_text(id);
+      auto text = id.text();
       if (!text) return tl::unexpected(bad(file, id, field, "want a list of ids"));
       ids.push_back(std::move(*text));
     }
@@ -105,7 +105,7 @@ Result<FeatureSpec> parse_feature(const YamlNode& node, const ModelSpec& model, 
       f.clip_high = *high;
     }
   } else {
-    const auto table = yaml_text(node["table"]);
+    const auto table = node["table"].text();
     if (!table || !model.tables.contains(*table)) {
       return tl::unexpected(bad(file, node["table"] ? node["table"] : node, field + ".table",
                                 "want one of the model's tables"));

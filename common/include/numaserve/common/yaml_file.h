@@ -55,7 +55,4 @@ std::string yaml_location(const std::string& file, const YamlNode& node);
 // no numaserve file has one, so it is refused, naming the line.
 Result<std::string> yaml_key(const std::string& file, const YamlNode& key);
 
-// A scalar's text; nothing for an absent or null node, a list or a map.
-std::optional<std::string> yaml_text(const YamlNode& node);
-
 }  // namespace numaserve
