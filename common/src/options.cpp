@@ -293,10 +293,19 @@ OptionSpec switch_option(std::string name, std::string help, bool& target) {
           [name, &target](const std::string& text) { return set_bool(name, text, target); }};
 }
 
+std::string format_number(double value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
+
+OptionSpec without_default(OptionSpec row) {
+  row.default_text.clear();
+  return row;
+}
+
 OptionSpec number_option(std::string name, std::string value, std::string help, double& target) {
-  std::ostringstream shown;
-  shown << target;
-  return {name, std::move(value), std::move(help), shown.str(),
+  return {name, std::move(value), std::move(help), format_number(target),
           [name, &target](const std::string& text) { return set_double(name, text, target); }};
 }
 

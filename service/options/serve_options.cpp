@@ -128,11 +128,11 @@ unsigned HealthOptions::default_port() {
 
 std::vector<OptionSpec> health_options(HealthOptions& o) {
   std::vector<OptionSpec> rows = {
-      count_option("port", "N", "Port (default: NUMASERVE_ADMIN_PORT, else NUMASERVE_PORT, else 8080)", o.port, 65535u),
+      without_default(
+          count_option("port", "N", "Port (default: NUMASERVE_ADMIN_PORT, else NUMASERVE_PORT, else 8080)", o.port, 65535u)),
       text_option("path", "PATH", "Path to GET", o.path),
       number_option("timeout", "SECONDS", "Seconds to wait for the status line", o.timeout_seconds),
   };
-  rows[0].default_text.clear();  // the environment's, read when the probe runs: the help says which
   for (auto& row : rows) row.command_line_only = true;
   return rows;
 }

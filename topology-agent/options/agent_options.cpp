@@ -2,8 +2,6 @@
 
 #include <cstdlib>
 
-#include <sstream>
-
 #include "numaserve/common/placement.h"
 #include "numaserve/common/quantity.h"
 #include "publish/renderings.h"
@@ -45,12 +43,6 @@ updater::UpdaterConfig AgentOptions::updater_config() const {
 }
 
 namespace {
-
-std::string format_number(double value) {
-  std::ostringstream out;
-  out << value;
-  return out.str();
-}
 
 // A share: more than 0, at most 1.
 Status set_fraction(const std::string& name, const std::string& text, double& target) {
@@ -96,13 +88,6 @@ Status set_milliseconds(const std::string& name, const std::string& text, std::c
 OptionSpec fraction_option(std::string name, std::string help, double& target) {
   return {name, "F", std::move(help), format_number(target),
           [name, &target](const std::string& t) { return set_fraction(name, t, target); }};
-}
-
-// For a default that is this machine's (the host name): not one to print
-// as the table's.
-OptionSpec without_default(OptionSpec row) {
-  row.default_text.clear();
-  return row;
 }
 
 // plan -o: one of the renderings' names.

@@ -93,8 +93,13 @@ OptionSpec count_option(std::string name, std::string value, std::string help, T
 template <class Rep, class Period>
 OptionSpec duration_option(std::string name, std::string help, std::chrono::duration<Rep, Period>& target);
 
-// How defaults are shown: 60 -> "60s", 0.25 -> "250ms".
+// How defaults are shown: 60 -> "60s", 0.25 -> "250ms"; 0.9 -> "0.9".
 std::string format_seconds(double seconds);
+std::string format_number(double value);
+
+// `row` without a shown default, for one that is this machine's or this
+// environment's (a host name, a port from a variable): not the table's.
+OptionSpec without_default(OptionSpec row);
 
 // Value parsers for rows, each with an error naming the option.
 Status set_string(std::string& target, const std::string& text);
