@@ -11,6 +11,12 @@
 #         serve one request at a time
 #   (w)   Debian's wrk (a Lua script posting the same bodies) with (b)'s
 #         connections: a second, independent load generator
+#   (r)   (b) with the features in Redis (Feast's online format, a
+#         redis-server on --client-cpus, loaded by `feature-store load`):
+#         warm, the item cache holding every item (a request asks Redis for
+#         its user only), and cold, every item fetched every time
+#         (--item-cache-ttl 0); with Redis's CPU per request and the p99
+#         they add to (b)
 # Prints items/s, the ratios b/a, b16/a, p/a and w/b (each taken within its
 # round, median over rounds), p50/p99, the mean batch, and the server's CPU
 # per request: the stages it measures itself (parse, query, extract,
@@ -67,13 +73,35 @@ source bench/lib.sh
 port=$(free_port)
 start_server "$port" "$server_cpus" "$models/ranker_a" "$models/store.jsonl"
 
-# load CONNECTIONS [PROFILE]: one closed-loop measurement, with what the
-# server spent on it per request: CPU by thread kind, its own stage times,
-# and with PROFILE=1 the system calls' share (syscall_profile).
+# (r)'s Redis and the two servers that read it, when this build has the
+# Redis store.
+redis_pid="" redis_warm_port="" redis_cold_port=""
+if "$numaserve" serve --help | grep -q -- --item-cache-ttl; then
+  redis_dir=$(mktemp -d)
+  taskset -c "$client_cpus" redis-server --port 0 --unixsocket "$redis_dir/redis.sock" --save '' --appendonly no \
+    --logfile "$redis_dir/redis.log" &
+  redis_pid=$!
+  for ((i = 0; i < 100; i++)); do [[ -S $redis_dir/redis.sock ]] && break; sleep 0.05; done
+  redis_url=unix://$redis_dir/redis.sock
+  "$numaserve" feature-store load "$models/store.jsonl" --to "$redis_url" --model-dir "$models/ranker_a" > /dev/null
+  redis_warm_port=$(free_port)
+  start_server "$redis_warm_port" "$server_cpus" "$models/ranker_a" "$redis_url" --item-cache-ttl 1h
+  redis_warm_pid=$server_pid
+  redis_cold_port=$(free_port)
+  start_server "$redis_cold_port" "$server_cpus" "$models/ranker_a" "$redis_url" --item-cache-ttl 0
+  redis_cold_pid=$server_pid
+fi
+server_pid=${server_pids[0]}
+
+# load CONNECTIONS [PROFILE [PORT PID]]: one closed-loop measurement, with
+# what the server spent on it per request: CPU by thread kind, its own stage
+# times, Redis's CPU when it has one, and with PROFILE=1 the system calls'
+# share (syscall_profile).
 load() {
-  local m0 m1 t0 t1 result kernel='null' profiled
+  local m0 m1 t0 t1 r0=0 r1=0 result kernel='null' profiled port=${3:-$port} server_pid=${4:-$server_pid}
   m0=$(scrape_stages "$port")
   t0=$(thread_cpu_seconds "$server_pid")
+  [[ -z $redis_pid ]] || r0=$(process_cpu_seconds "$redis_pid")
   if [[ ${2:-0} == 1 ]]; then
     profiled=$(mktemp)
     (sleep "$warmup"; syscall_profile "$server_pid" $((seconds - 1)) > "$profiled") &
@@ -81,6 +109,7 @@ load() {
   result=$(timeout $limit "$bench" load --port "$port" --feature-store "$models/store.jsonl" --items "$items" \
     --connections "$1" --seconds "$seconds" --warmup "$warmup" --cpus "$client_cpus")
   t1=$(thread_cpu_seconds "$server_pid")
+  [[ -z $redis_pid ]] || r1=$(process_cpu_seconds "$redis_pid")
   m1=$(scrape_stages "$port")
   if [[ ${2:-0} == 1 ]]; then
     wait
@@ -88,7 +117,8 @@ load() {
       'with_entries(.value = (.value / ($rps * $s) * 1e6 * 10 | round / 10))' "$profiled")
     rm -f "$profiled"
   fi
-  jq -c --argjson t0 "$t0" --argjson t1 "$t1" --argjson m0 "$m0" --argjson m1 "$m1" --argjson kernel "$kernel" '
+  jq -c --argjson t0 "$t0" --argjson t1 "$t1" --argjson m0 "$m0" --argjson m1 "$m1" --argjson kernel "$kernel" \
+    --argjson r0 "$r0" --argjson r1 "$r1" '
     ($m1.requests - $m0.requests) as $n
     | def per_request($key): (($m1[$key] - $m0[$key]) / $n * 1e6);
     . + {served_requests: $n,
@@ -99,6 +129,7 @@ load() {
                                then ($m1.forward_requests - $m0.forward_requests) / ($m1.forwards - $m0.forwards)
                                else null end)}
     | .transport_us = ((.cpu_us_per_request | [.[]] | add) - (.stages_us | [.[]] | add))
+    | .redis_cpu_us_per_request = (($r1 - $r0) / $n * 1e6 | round)
     | if $kernel then .profile_us = $kernel else . end' <<< "$result"
 }
 
@@ -114,7 +145,7 @@ wrk_load() {
 }
 
 limit=$((seconds * 3 + 60))
-forward=() served=() batched=() stages=() wrks=()
+forward=() served=() batched=() stages=() wrks=() redis_warm=() redis_cold=()
 for ((r = 1; r <= repeats; r++)); do
   # Interleaved, each ratio within its round: this machine's speed drifts by
   # tens of percent over a minute, less over the seconds a round takes.
@@ -125,17 +156,25 @@ for ((r = 1; r <= repeats; r++)); do
   stages+=("$(timeout $limit "$bench" stages --model-dir "$models/ranker_a" --feature-store "$models/store.jsonl" \
     --items "$items" --cpus "$server_cpus" --seconds "$seconds")")
   batched+=("$(load $((connections * 4)))")
+  if [[ -n $redis_pid ]]; then
+    redis_warm+=("$(load "$connections" 0 "$redis_warm_port" "$redis_warm_pid")")
+    redis_cold+=("$(load "$connections" 0 "$redis_cold_port" "$redis_cold_pid")")
+    echo "round $r: Redis, item cache warm $(jq .items_per_s <<< "${redis_warm[-1]}"), cold $(jq .items_per_s <<< "${redis_cold[-1]}") items/s" >&2
+  fi
   echo "round $r: forward $(jq .items_per_s <<< "${forward[-1]}"), /predict $(jq .items_per_s <<< "${served[-1]}")," \
        "wrk $(jq .items_per_s <<< "${wrks[-1]}"), $((connections * 4)) connections $(jq .items_per_s <<< "${batched[-1]}")," \
        "pipeline $(jq .items_per_s <<< "${stages[-1]}") items/s" >&2
 done
 stop_servers
+[[ -z $redis_pid ]] || { kill "$redis_pid"; wait "$redis_pid" 2> /dev/null || true; rm -rf "$redis_dir"; }
 
 jq -n --argjson forward "$(printf '%s\n' "${forward[@]}" | jq -s .)" \
   --argjson served "$(printf '%s\n' "${served[@]}" | jq -s .)" \
   --argjson batched "$(printf '%s\n' "${batched[@]}" | jq -s .)" \
   --argjson stages "$(printf '%s\n' "${stages[@]}" | jq -s .)" \
   --argjson wrks "$(printf '%s\n' "${wrks[@]}" | jq -s .)" \
+  --argjson redis_warm "$(printf '%s\n' "${redis_warm[@]}" | jq -s .)" \
+  --argjson redis_cold "$(printf '%s\n' "${redis_cold[@]}" | jq -s .)" \
   --arg machine "$(machine_summary)" --arg server_cpus "$server_cpus" --arg client_cpus "$client_cpus" \
   --arg numaserve "$numaserve" --argjson connections "$connections" '
   def median: map(select(. != null)) | sort | if length == 0 then null else .[(length / 2 | floor)] end;
@@ -147,20 +186,26 @@ jq -n --argjson forward "$(printf '%s\n' "${forward[@]}" | jq -s .)" \
     cpu_us_per_request: ([$runs[].cpu_us_per_request] | map(keys) | add | unique
       | map({key: ., value: ([$runs[].cpu_us_per_request[.] // 0] | median)}) | from_entries),
     stages_us: ($runs[0].stages_us | keys | map({key: ., value: ([$runs[].stages_us[.]] | median)}) | from_entries),
-    transport_us: ([$runs[].transport_us] | median)};
+    transport_us: ([$runs[].transport_us] | median),
+    redis_cpu_us_per_request: ([$runs[].redis_cpu_us_per_request] | median)};
+  def redis($runs): if ($runs | length) == 0 then null else summary($runs) + {
+    vs_embedded: per_round_ratio($runs; $served),
+    p99_added_ms: ([range(0; $runs | length) as $i | $runs[$i].p99_ms - $served[$i].p99_ms] | median)} end;
   {machine: $machine, numaserve: $numaserve, server_cpus: $server_cpus, client_cpus: $client_cpus,
    connections: $connections,
    forward: {items_per_s: ([$forward[].items_per_s] | median), p50_ms: ([$forward[].p50_ms] | median)},
    predict: summary($served), batched: summary($batched),
    profile_us: ($served[0].profile_us // null),
    wrk: {items_per_s: ([$wrks[].items_per_s] | median), non_200: ([$wrks[].non_200] | add)},
+   redis_warm: redis($redis_warm), redis_cold: redis($redis_cold),
    pipeline: {items_per_s: ([$stages[].items_per_s] | median),
               stages_us: {parse: ([$stages[].parse_us] | median), query: ([$stages[].query_us] | median),
                           extract: ([$stages[].extract_us] | median), forward: ([$stages[].forward_us] | median),
                           reply: ([$stages[].reply_us] | median)}},
    ratios: {b_a: per_round_ratio($served; $forward), b16_a: per_round_ratio($batched; $forward),
             p_a: per_round_ratio($stages; $forward), w_b: per_round_ratio($wrks; $served)},
-   rounds: {forward: $forward, predict: $served, batched: $batched, stages: $stages, wrk: $wrks}}' > "$out"
+   rounds: {forward: $forward, predict: $served, batched: $batched, stages: $stages, wrk: $wrks,
+            redis_warm: $redis_warm, redis_cold: $redis_cold}}' > "$out"
 
 jq -r '
   def r3: . * 1000 | round / 1000;
@@ -173,6 +218,8 @@ jq -r '
   "(b16) POST /predict, \(.connections * 4) conn: \(.batched.items_per_s | floor) items/s, p50 \(.batched.p50_ms | r2) ms, p99 \(.batched.p99_ms | r2) ms, errors \(.batched.errors), mean batch \(.batched.mean_batch_requests // "n/a" | tostring | .[0:4]) requests",
   "(w)   wrk, \(.connections) conn:       \(.wrk.items_per_s | floor) items/s, non-200 \(.wrk.non_200)",
   "(p)   pipeline, no HTTP:   \(.pipeline.items_per_s | floor) items/s",
+  (["warm", .redis_warm], ["cold", .redis_cold] | select(.[1] != null) | .[0] as $cache | .[1] |
+    "(r)   Redis, item cache \($cache): \(.items_per_s | floor) items/s = \(.vs_embedded | r3) x (b), p99 \(.p99_ms | r2) ms (\(.p99_added_ms | r2) ms over (b)), query \(.stages_us.query | round) us/request, Redis CPU \(.redis_cpu_us_per_request) us/request, errors \(.errors)"),
   "ratios: b/a \(.ratios.b_a | r3), b16/a \(.ratios.b16_a | r3), p/a \(.ratios.p_a | r3), wrk/b \(.ratios.w_b | r3)",
   "server CPU per request in (b), by thread: \(.predict.cpu_us_per_request | to_entries | map(select(.value > 0)) | map("\(.key) \(.value) us") | join(", "))",
   "  where it goes (b):   \(.predict | breakdown) us",

@@ -15,6 +15,9 @@ BUILD_PACKAGES=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   # The service's HTTP transport: Boost.Asio and Boost.Beast, header-only.
   libboost1.81-dev
+  # The Redis feature store: hiredis, and MurmurHash3 for Feast's hash fields
+  # (feast.types.Value is protobuf, above).
+  libhiredis-dev libmurmurhash-dev
 )
 # LibTorch links whichever BLAS the alternatives system names: the OpenMP
 # OpenBLAS is 17x faster than the reference one and, unlike the pthread
@@ -32,6 +35,9 @@ TEST_PACKAGES=(
   openssl curl jq
   yamllint unzip
   podman buildah runc debootstrap
+  # The Redis feature store's tests: a real server, and the Python writer of
+  # Feast's format (tests/service/feast_writer.py).
+  redis-server redis-tools python3-redis python3-protobuf
 )
 
 # The fuzz targets (scripts/fuzz.sh, and the fuzz smoke of the tests):
@@ -45,6 +51,7 @@ FUZZ_PACKAGES=(
 # generator the serving benchmark checks its own against; perf for its --profile.
 BENCH_PACKAGES=(
   python3-fastapi python3-uvicorn python3-torch python3-xxhash python3-yaml gnuplot-nox wrk linux-perf
+  redis-server redis-tools
 )
 
 case ${1:-} in

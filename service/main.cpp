@@ -1,11 +1,12 @@
 // numaserve: parses and dispatches. Options are declared once, in the
 // tables of options/ (and model/'s demo_options); what each subcommand does
 // lives in its part: startup/ (serve, supervise), model/ (make-demo-models),
-// http/probe (health).
+// http/probe (health), feast/loader (feature-store load).
 #include <CLI/CLI.hpp>
 
 #include <iostream>
 
+#include "feast/loader.h"
 #include "http/probe.h"
 #include "model/demo_models.h"
 #include "numaserve/common/options.h"
@@ -37,6 +38,16 @@ int make_demo_models(const std::string& dir, const numaserve::model::DemoConfig&
   return 0;
 }
 
+int load_feature_store(const numaserve::feast::LoadConfig& config) {
+  auto loaded = numaserve::feast::load(config);
+  if (!loaded) {
+    std::cerr << kProgram << ": " << loaded.error().message << "\n";
+    return 1;
+  }
+  std::cout << "wrote " << loaded->users << " users and " << loaded->items << " items to " << loaded->where << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -60,6 +71,14 @@ int main(int argc, char** argv) {
   numaserve::OptionTable health_table(numaserve::serve::health_options(probe));
   health_table.add_to(*health_cmd);
 
+  numaserve::feast::LoadConfig load;
+  auto* store_cmd = app.add_subcommand("feature-store", "Work with a Redis feature store");
+  store_cmd->require_subcommand(1);
+  auto* load_cmd = store_cmd->add_subcommand("load", "Write a JSON Lines store into Redis in Feast's online format");
+  load_cmd->add_option("file", load.file, "The JSON Lines store")->required();
+  numaserve::OptionTable load_table(numaserve::feast::load_options(load));
+  load_table.add_to(*load_cmd);
+
   auto* options_cmd = app.add_subcommand("options", "Print every subcommand's options as Markdown tables (for the README)");
 
   try {
@@ -70,16 +89,21 @@ int main(int argc, char** argv) {
   if (options_cmd->parsed()) {
     std::cout << serve_table.markdown() << "\n`numaserve make-demo-models DIR`:\n\n"
               << demo_table.markdown() << "\n`numaserve health`:\n\n"
-              << health_table.markdown();
+              << health_table.markdown() << "\n`numaserve feature-store load FILE`:\n\n"
+              << load_table.markdown();
     return 0;
   }
-  auto& table = serve_cmd->parsed() ? serve_table : demo_cmd->parsed() ? demo_table : health_table;
+  auto& table = serve_cmd->parsed()  ? serve_table
+                : demo_cmd->parsed() ? demo_table
+                : load_cmd->parsed() ? load_table
+                                     : health_table;
   if (auto applied = table.apply(); !applied) {
     std::cerr << kProgram << ": " << applied.error().message << "\n";
     return 2;
   }
   if (health_cmd->parsed()) return health(probe);
   if (demo_cmd->parsed()) return make_demo_models(demo_dir, demo);
+  if (load_cmd->parsed()) return load_feature_store(load);
   if (options.replicated() && !numaserve::supervisor::supervised()) {
     // Each worker runs this same command line and knows it is one from its
     // environment.

@@ -91,6 +91,7 @@ metrics::Gauges Service::gauges() const {
     w.queued = batches[i].queued;
     g.workers.push_back(w);
   }
+  if (remote_) g.feature_store = remote_->stats();
   g.transport.refused = transport_.refused_connections();
   g.transport.max_connections = transport_.max_connections();
   return g;

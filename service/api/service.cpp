@@ -16,11 +16,13 @@ double since(Clock::time_point start) { return std::chrono::duration<double>(Clo
 }  // namespace
 
 Service::Service(ServiceConfig config, PlacementReport placement, std::vector<std::unique_ptr<model::Model>> models,
-                 std::unique_ptr<features::FeatureStore> store, const http::Server& transport)
+                 std::unique_ptr<features::FeatureStore> store, const http::Server& transport,
+                 std::unique_ptr<features::RemoteStore> remote)
     : config_(std::move(config)),
       placement_(std::move(placement)),
       models_(std::move(models)),
       store_(std::move(store)),
+      remote_(std::move(remote)),
       transport_(transport),
       request_id_prefix_("ns-" + std::to_string(getpid()) + "-"),
       metrics_([this] {
@@ -59,6 +61,7 @@ void Service::on_loop_start(std::size_t worker) {
   // worker's CPUs, and the buffers it touches land on the worker's node.
   auto bound = numa::bind_current_thread(placement_.plan.workers[worker].cpus);
   model::set_intra_op_threads(placement_.plan.intra_op_threads);
+  if (remote_) remote_->start_worker(worker);  // connects now; readiness does not wait for it
   workers_[worker].warmup_forwards_left = bound ? models_.size() * config_.warmup_rounds : 0;
   if (!bound) {
     worker_warm(bound.error());

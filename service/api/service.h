@@ -28,6 +28,7 @@
 #include "api/config.h"
 #include "batching/batcher.h"
 #include "features/feature_store.h"
+#include "features/remote_store.h"
 #include "http/message.h"
 #include "http/predict.h"
 #include "http/server.h"
@@ -69,9 +70,11 @@ using Answer = Result<std::optional<http::Reply>>;
 
 class Service final : public http::Handler {
  public:
-  // `transport` is read for /metrics only.
+  // `transport` is read for /metrics only. With a `remote` store (Redis),
+  // requests query it instead of `store`, each on its worker's loop.
   Service(ServiceConfig config, PlacementReport placement, std::vector<std::unique_ptr<model::Model>> models,
-          std::unique_ptr<features::FeatureStore> store, const http::Server& transport);
+          std::unique_ptr<features::FeatureStore> store, const http::Server& transport,
+          std::unique_ptr<features::RemoteStore> remote = nullptr);
   ~Service() override;
   Service(const Service&) = delete;
   Service& operator=(const Service&) = delete;
@@ -117,6 +120,12 @@ class Service final : public http::Handler {
   using Encoder = std::function<http::Reply(std::vector<float>&& scores)>;
   void enqueue(Call& call, std::size_t model, features::Batch batch, batching::Clock::time_point start,
                Encoder encode);
+  // /predict after the feature query: extract, then queue for a forward.
+  struct Predicting;
+  Answer extract_and_enqueue(Call& call, Predicting& p, const features::StoredFeatures& stored,
+                             const features::ItemCache* cache);
+  // /predict with a networked store: the query's answer, on the worker's loop.
+  void fetched(Call& call, Predicting& p, Result<features::Fetched>&& got);
   struct Pending;
   void complete(Pending& pending, batching::Outcome&& outcome);
   void warm_up_step(std::size_t worker);
@@ -130,6 +139,7 @@ class Service final : public http::Handler {
   PlacementReport placement_;
   std::vector<std::unique_ptr<model::Model>> models_;
   std::unique_ptr<features::FeatureStore> store_;
+  std::unique_ptr<features::RemoteStore> remote_;
   std::vector<std::optional<features::ItemCache>> item_caches_;  // per model
   const http::Server& transport_;
   // Ids given to requests that bring none, "ns-<pid>-<n>": the pid keeps

@@ -94,4 +94,9 @@ void EmbeddedFeatureStore::for_each_item(
   for (const auto& [id, features] : items_) visit(id, features);
 }
 
+void EmbeddedFeatureStore::for_each_user(
+    const std::function<void(const std::string& id, const Features& features)>& visit) const {
+  for (const auto& [id, features] : users_) visit(id, features);
+}
+
 }  // namespace numaserve::features

@@ -43,6 +43,7 @@ class EmbeddedFeatureStore final : public FeatureStore {
   const Features* user(std::string_view id) const override;
   const Features* item(std::string_view id) const override;
   void for_each_item(const std::function<void(const std::string& id, const Features& features)>& visit) const override;
+  void for_each_user(const std::function<void(const std::string& id, const Features& features)>& visit) const;
   std::size_t users() const { return users_.size(); }
   std::size_t items() const { return items_.size(); }
 

@@ -54,7 +54,7 @@ Result<FeatureValue> default_for(const YamlNode& node, Kind kind, const std::str
 Result<FeatureSpec> parse_feature(const YamlNode& node, const ModelSpec& model, const std::string& file,
                                   const std::string& field) {
   static const std::set<std::string> kKeys = {"name", "source", "kind", "table", "max_len", "transform",
-                                              "mean", "std", "clip", "default"};
+                                              "mean", "std", "clip", "default", "view", "store_name"};
   if (!node.is_map()) return tl::unexpected(bad(file, node, field, "want a map"));
   for (const auto& entry : node.entries()) {
     auto key = yaml_key(file, entry.first);
@@ -66,6 +66,13 @@ Result<FeatureSpec> parse_feature(const YamlNode& node, const ModelSpec& model, 
     return tl::unexpected(bad(file, node, field + ".name", "required"));
   }
   f.name = node["name"].text().value_or("");
+  for (auto [key, target] : {std::pair{"view", &f.view}, std::pair{"store_name", &f.store_name}}) {
+    if (!node[key]) continue;
+    if (!node[key].is_scalar() || node[key].text().value_or("").empty()) {
+      return tl::unexpected(bad(file, node[key], field + "." + key, "want a name"));
+    }
+    *target = node[key].text().value_or("");
+  }
   auto source = one_of<Source>(node["source"] ? node["source"] : node, file, field + ".source",
                                {{"user", Source::kUser}, {"context", Source::kContext}, {"item", Source::kItem}});
   if (!source) return tl::unexpected(source.error());
@@ -131,6 +138,52 @@ Result<FeatureSpec> parse_feature(const YamlNode& node, const ModelSpec& model, 
   return f;
 }
 
+Status check_keys(const YamlNode& node, const std::string& file, const std::string& field,
+                  const std::set<std::string>& allowed) {
+  if (!node.is_map()) return tl::unexpected(bad(file, node, field, "want a map"));
+  for (const auto& entry : node.entries()) {
+    auto key = yaml_key(file, entry.first);
+    if (!key) return tl::unexpected(key.error());
+    if (!allowed.contains(*key)) return tl::unexpected(bad(file, entry.first, field + "." + *key, "unknown key"));
+  }
+  return {};
+}
+
+Result<std::string> name_at(const YamlNode& node, const std::string& file, const std::string& field,
+                            const std::string& fallback) {
+  if (!node) return fallback;
+  if (!node.is_scalar() || node.text().value_or("").empty()) return tl::unexpected(bad(file, node, field, "want a name"));
+  return node.text().value_or("");
+}
+
+Status parse_entity_mapping(const YamlNode& node, const std::string& file, const std::string& field,
+                            EntityMapping& entity) {
+  if (auto s = check_keys(node, file, field, {"view", "join_key", "join_key_type"}); !s) return s;
+  auto view = name_at(node["view"], file, field + ".view", entity.view);
+  auto join_key = name_at(node["join_key"], file, field + ".join_key", entity.join_key);
+  if (!view || !join_key) return tl::unexpected(view ? join_key.error() : view.error());
+  entity.view = *view;
+  entity.join_key = *join_key;
+  if (node["join_key_type"]) {
+    auto int64 = one_of<bool>(node["join_key_type"], file, field + ".join_key_type", {{"string", false}, {"int64", true}});
+    if (!int64) return tl::unexpected(int64.error());
+    entity.int64_key = *int64;
+  }
+  return {};
+}
+
+Status parse_store_mapping(const YamlNode& node, const std::string& file, StoreMapping& store) {
+  if (auto s = check_keys(node, file, "feature_store", {"project", "user", "item"}); !s) return s;
+  auto project = name_at(node["project"], file, "feature_store.project", store.project);
+  if (!project) return tl::unexpected(project.error());
+  store.project = *project;
+  for (auto [key, target] : {std::pair{"user", &store.user}, std::pair{"item", &store.item}}) {
+    if (!node[key]) continue;
+    if (auto s = parse_entity_mapping(node[key], file, std::string("feature_store.") + key, *target); !s) return s;
+  }
+  return {};
+}
+
 }  // namespace
 
 std::vector<const FeatureSpec*> ModelSpec::dense_features() const {
@@ -169,7 +222,8 @@ Result<ModelSpec> parse_model_spec(const std::string& yaml, const std::string& f
   if (!parsed) return tl::unexpected(parsed.error());
   const YamlNode& root = *parsed;
   if (!root.is_map()) return make_error(Error::Code::kInvalidArgument, file + ": want a map", file);
-  static const std::set<std::string> kKeys = {"name", "version", "hash_seed", "tables", "features", "output"};
+  static const std::set<std::string> kKeys = {"name",     "version", "hash_seed",    "tables",
+                                              "features", "output",  "feature_store"};
   for (const auto& entry : root.entries()) {
     auto key = yaml_key(file, entry.first);
     if (!key) return tl::unexpected(key.error());
@@ -213,6 +267,9 @@ Result<ModelSpec> parse_model_spec(const std::string& yaml, const std::string& f
                                 "'" + f->name + "' is declared twice for source " + to_string(f->source)));
     }
     model.features.push_back(std::move(*f));
+  }
+  if (root["feature_store"]) {
+    if (auto s = parse_store_mapping(root["feature_store"], file, model.store); !s) return tl::unexpected(s.error());
   }
   return model;
 }

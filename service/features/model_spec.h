@@ -16,6 +16,18 @@
 // xxhash.xxh64_intdigest(str(v).encode(), seed) % rows.
 // A feature with source "user" or "context" is computed once per request; an
 // "item" feature once per candidate. A feature named "id" reads the entity's id.
+//
+// Where a networked store keeps the user and item features (Feast's Redis
+// online store, service/feast/): every key is optional, these are the
+// defaults, the names the embedded JSON Lines store uses.
+//   feature_store:
+//     project: numaserve
+//     user: {view: user, join_key: user_id, join_key_type: string}   # or int64
+//     item: {view: item, join_key: item_id, join_key_type: string}
+//   features:
+//     - {name: price, source: item, kind: numeric, view: item_prices, store_name: price_usd}
+// A feature's `view` overrides its entity's; `store_name` is its name in the
+// view (default: its own name).
 
 #include <cstdint>
 #include <map>
@@ -42,6 +54,21 @@ struct FeatureSpec {
   double mean = 0, stddev = 1;  // standardize
   std::optional<double> clip_low, clip_high;  // applied after the transform
   FeatureValue default_value = 0.0;  // when the request and the store lack it
+  std::string view;        // feature view in a networked store; empty: the entity's
+  std::string store_name;  // its name in that view; empty: `name`
+};
+
+// How a networked store keys one kind of entity (feature_store.user / .item).
+struct EntityMapping {
+  std::string view;      // the default feature view of its features
+  std::string join_key;  // the entity key's one join key
+  bool int64_key = false;  // the key's value is an INT64 (the id's decimal text), else a STRING
+};
+
+struct StoreMapping {
+  std::string project = "numaserve";
+  EntityMapping user{"user", "user_id"};
+  EntityMapping item{"item", "item_id"};
 };
 
 struct ModelSpec {
@@ -50,6 +77,7 @@ struct ModelSpec {
   std::uint64_t hash_seed = 0;
   std::map<std::string, std::uint64_t> tables;  // name -> rows
   std::vector<FeatureSpec> features;            // model input order
+  StoreMapping store;                           // where a networked store keeps them
 
   // Numeric features in order: the columns of the dense input.
   std::vector<const FeatureSpec*> dense_features() const;

@@ -968,6 +968,8 @@ std::size_t Server::max_connections() const { return impl_->max_connections; }
 
 void Server::wake(std::size_t loop) { impl_->loops.at(loop)->wake(); }
 
+asio::io_context& Server::context(std::size_t loop) { return impl_->loops.at(loop)->context; }
+
 void Server::stop() {
   auto& s = *impl_;
   std::lock_guard lock(s.stop_mutex);

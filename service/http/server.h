@@ -30,6 +30,10 @@
 #include "http/message.h"
 #include "numaserve/common/result.h"
 
+namespace boost::asio {
+class io_context;
+}
+
 namespace numaserve::http {
 
 struct ServerConfig {
@@ -117,6 +121,10 @@ class Server {
 
   // Wakes `loop` for a turn; any thread.
   void wake(std::size_t loop);
+  // The event loop of `loop`, after start(): a client of another service
+  // (the Redis feature store) waits on it from that loop's thread, so a
+  // worker waiting for features keeps serving its other connections.
+  boost::asio::io_context& context(std::size_t loop);
 
   // The drain: stops accepting, closes idle connections, answers every
   // request already read (with Connection: close), reads no new request,

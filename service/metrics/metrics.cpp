@@ -58,6 +58,33 @@ void render_workers(std::string& out, const std::vector<WorkerGauges>& workers) 
   }
 }
 
+void render_feature_store(std::string& out, const Histogram& latency, const features::RemoteStoreStats& s) {
+  TextWriter w(out);
+  const std::string store = prometheus::label("store", s.store);
+  w.family("numaserve_feature_store_seconds", "histogram",
+           "A request's feature query round trip to the networked store (failures and timeouts included).");
+  latency.render(out, "numaserve_feature_store_seconds", store);
+  w.family("numaserve_feature_store_errors_total", "counter",
+           "Feature queries that failed, by kind: timeout, disconnected, refused, breaker_open, overloaded, unreadable.");
+  for (const auto& [kind, count] : s.errors) w.sample("numaserve_feature_store_errors_total", count, store + "," + prometheus::label("kind", kind));
+  w.family("numaserve_feature_store_degraded_total", "counter",
+           "Requests answered with model.yaml defaults for what the store failed to give (--on-feature-store-error default).");
+  w.sample("numaserve_feature_store_degraded_total", s.degraded, store);
+  w.family("numaserve_item_cache_total", "counter", "Items found in the workers' item caches (hit) or asked of the store (miss).");
+  w.sample("numaserve_item_cache_total", s.cache_hits, store + "," + prometheus::label("result", "hit"));
+  w.sample("numaserve_item_cache_total", s.cache_misses, store + "," + prometheus::label("result", "miss"));
+  w.family("numaserve_feature_store_breaker", "gauge",
+           "Each worker's circuit breaker: 1 for its current state (closed, open, half_open).");
+  auto worker = [&store](std::size_t i) { return store + "," + prometheus::label("worker", std::to_string(i)); };
+  for (std::size_t i = 0; i < s.breakers.size(); ++i) {
+    for (const char* state : {"closed", "open", "half_open"}) {
+      w.sample("numaserve_feature_store_breaker", s.breakers[i] == state ? 1 : 0, worker(i) + "," + prometheus::label("state", state));
+    }
+  }
+  w.family("numaserve_feature_store_connected", "gauge", "1 when the worker's connection to the store is up.");
+  for (std::size_t i = 0; i < s.connected.size(); ++i) w.sample("numaserve_feature_store_connected", s.connected[i] ? 1 : 0, worker(i));
+}
+
 void render_transport(std::string& out, const TransportGauges& t) {
   TextWriter w(out);
   w.family("numaserve_http_connections_closed_total", "counter",
@@ -99,7 +126,7 @@ void Histogram::render(std::string& out, const std::string& name, const std::str
 }
 
 Metrics::Metrics(const std::vector<std::string>& models)
-    : batch_items_(powers_of_two(8192)), batch_requests_(powers_of_two(256)) {
+    : batch_items_(powers_of_two(8192)), batch_requests_(powers_of_two(256)), feature_store_(latency_buckets()) {
   for (const auto& model : models) {
     auto& stages = stages_[model];
     for (std::size_t s = 0; s < kStageNames.size(); ++s) stages.emplace_back(latency_buckets());
@@ -146,6 +173,7 @@ std::string Metrics::render(const Gauges& gauges) const {
 
   render_workers(out, gauges.workers);
   render_transport(out, gauges.transport);
+  if (gauges.feature_store) render_feature_store(out, feature_store_, *gauges.feature_store);
 
   w.family("numaserve_queue_depth", "gauge", "Requests waiting for an inference worker.");
   w.sample("numaserve_queue_depth", gauges.queue_depth);

@@ -11,7 +11,10 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <optional>
 #include <vector>
+
+#include "features/remote_store.h"
 
 namespace numaserve::metrics {
 
@@ -68,6 +71,7 @@ struct Gauges {
   std::map<std::string, std::size_t> threads;       // kind -> count
   std::vector<WorkerGauges> workers;
   TransportGauges transport;
+  std::optional<features::RemoteStoreStats> feature_store;  // a networked store's, when there is one
 };
 
 class Metrics {
@@ -78,6 +82,8 @@ class Metrics {
   // `model` must be one given to the constructor; others are dropped.
   void observe(Stage stage, const std::string& model, double seconds);
   void observe_batch(std::size_t items, std::size_t requests);
+  // One request's round trip to a networked feature store, failed or not.
+  void observe_feature_store(double seconds) { feature_store_.observe(seconds); }
 
   std::string render(const Gauges& gauges) const;
 
@@ -88,6 +94,7 @@ class Metrics {
   std::map<std::string, std::deque<Histogram>> stages_;
   Histogram batch_items_;
   Histogram batch_requests_;
+  Histogram feature_store_;
 };
 
 }  // namespace numaserve::metrics

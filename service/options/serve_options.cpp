@@ -32,6 +32,42 @@ OptionSpec bind_option(supervisor::Bind& target) {
           }};
 }
 
+OptionSpec store_error_option(bool& fail) {
+  return {"on_feature_store_error", "default|fail",
+          "When the Redis store times out, fails or holds an unreadable value: answer with model.yaml's defaults "
+          "for what is missing (counted), or refuse with 503 + Retry-After",
+          fail ? "fail" : "default", [&fail](const std::string& text) {
+            if (text != "default" && text != "fail") {
+              return Status(make_error(Error::Code::kInvalidArgument,
+                                       "on_feature_store_error: '" + text + "' is not default or fail", "on_feature_store_error"));
+            }
+            fail = text == "fail";
+            return Status();
+          }};
+}
+
+std::vector<OptionSpec> store_options(ServeOptions& o) {
+  auto& c = o.store;
+  return {
+      text_option("feature_store", "FILE|URL",
+                  "Where user and item features come from: a JSON Lines file loaded at start, or Feast's Redis online "
+                  "store read per request, redis://[user:password@]host[:port][/db] or unix:///path.sock[?db=N] "
+                  "(none: inline features only)",
+                  o.feature_store),
+      text_option("feature_store_password_file", "FILE",
+                  "The Redis password, the file's first line (a mounted secret); never logged", o.feature_store_password_file),
+      seconds_option("feature_query_timeout", "Deadline of a request's Redis query; then --on-feature-store-error applies",
+                     c.client.timeout_seconds),
+      store_error_option(c.fail_on_error),
+      seconds_option("max_feature_age",
+                     "Redis values whose feature view's timestamp (_ts:<view>) is older count as missing; 0: any age",
+                     c.max_age_seconds),
+      seconds_option("item_cache_ttl",
+                     "Items fetched from Redis are kept this long by the worker that fetched them; 0: always fetched",
+                     c.item_cache_ttl_seconds),
+  };
+}
+
 std::vector<OptionSpec> transport_options(http::ServerConfig& h) {
   return {
       text_option("listen_address", "ADDR", "Address to listen on", h.host),
@@ -88,9 +124,6 @@ std::vector<OptionSpec> serve_options(ServeOptions& o) {
   std::vector<OptionSpec> rows = {
       list_option("model_dir", "DIR", "A model directory (model.pt + model.yaml); the first is the default model",
                   o.model_dirs),
-      text_option("feature_store", "FILE",
-                  "JSON Lines file of user and item features, loaded at start (none: inline features only)",
-                  o.feature_store),
       count_option("workers", "N", "Inference workers; 0: one per physical core of the cpuset", o.threads.workers),
       count_option("intra_op_threads", "N",
                    "LibTorch threads per worker; 0: the worker's CPUs (workers x threads <= cpuset)",
@@ -111,6 +144,7 @@ std::vector<OptionSpec> serve_options(ServeOptions& o) {
       count_option("max_restarts", "N", "With replicas: restarts of one worker within 5 minutes before the group stops",
                    o.supervisor.max_restarts),
   };
+  for (auto& row : store_options(o)) rows.push_back(std::move(row));
   for (auto& row : transport_options(o.http)) rows.push_back(std::move(row));
   for (auto& row : serving_options(o.service)) rows.push_back(std::move(row));
   for (auto& row : log_options(o.log)) rows.push_back(std::move(row));

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "api/config.h"
+#include "feast/store.h"
 #include "http/server.h"
 #include "numaserve/common/options.h"
 #include "supervisor/supervisor.h"
@@ -20,7 +21,9 @@ namespace numaserve::serve {
 
 struct ServeOptions {
   std::vector<std::string> model_dirs;
-  std::string feature_store;  // a JSON Lines file; empty: inline features only
+  std::string feature_store;  // a JSON Lines file, or a Redis URL; empty: inline features only
+  std::string feature_store_password_file;
+  feast::StoreConfig store;   // with a Redis URL
   http::ServerConfig http;    // loops and reuse under a supervisor are start-up's to set
   threads::ThreadConfig threads;
   api::ServiceConfig service;  // version and wait_for_group are start-up's to set

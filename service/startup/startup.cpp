@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "api/service.h"
+#include "feast/store.h"
 #include "features/feature_store.h"
 #include "http/server.h"
 #include "model/model.h"
@@ -78,8 +79,10 @@ Result<api::PlacementReport> bind(const ServeOptions& o, const Machine& machine,
   return report;
 }
 
+// The embedded store: a JSON Lines file, loaded now. With a Redis URL (or
+// none) it is empty, and every query goes to Redis (open_remote_store).
 Result<std::unique_ptr<features::FeatureStore>> load_store(const ServeOptions& o) {
-  if (o.feature_store.empty()) return features::EmbeddedFeatureStore::parse("", "no store");
+  if (o.feature_store.empty() || redis::is_url(o.feature_store)) return features::EmbeddedFeatureStore::parse("", "no store");
   auto loaded = features::EmbeddedFeatureStore::load(o.feature_store);
   if (!loaded) return tl::unexpected(loaded.error());
   log(LogLevel::kInfo, "feature store loaded",
@@ -102,6 +105,26 @@ Result<std::vector<std::unique_ptr<model::Model>>> load_models(const ServeOption
     models.push_back(std::move(*loaded));
   }
   return models;
+}
+
+// Feast's Redis online store, one client per worker on its event loop;
+// checked by connecting once now. Null without a Redis URL.
+Result<std::unique_ptr<features::RemoteStore>> open_remote_store(const ServeOptions& o,
+                                                                 const std::vector<std::unique_ptr<model::Model>>& models,
+                                                                 std::size_t workers, http::Server& server) {
+  if (!redis::is_url(o.feature_store)) return nullptr;
+  auto url = redis::parse_url(o.feature_store, o.feature_store_password_file);
+  if (!url) return tl::unexpected(url.error());
+  std::vector<const features::ModelSpec*> specs;
+  for (const auto& m : models) specs.push_back(&m->spec());
+  auto store = feast::open_store(*url, specs, o.store, workers,
+                                 [&server](std::size_t worker) -> boost::asio::io_context& { return server.context(worker); });
+  if (!store) return tl::unexpected(store.error());
+  log(LogLevel::kInfo, "feature store: Feast's Redis online store",
+      {{"store", url->redacted()}, {"project", specs.front()->store.project},
+       {"timeout", std::to_string(o.store.client.timeout_seconds) + "s"},
+       {"on_error", o.store.fail_on_error ? "fail" : "default"}});
+  return std::unique_ptr<features::RemoteStore>(std::move(*store));
 }
 
 // HTTP up with one event loop per worker: from here each worker pins
@@ -166,7 +189,9 @@ int serve(const ServeOptions& o, const std::string& version) {
   transport.loops = plan->workers.size();
   transport.reuse_port = o.http.reuse_port || supervised;
   http::Server server(transport);
-  api::Service service(config, std::move(*report), std::move(*models), std::move(*store), server);
+  auto remote = open_remote_store(o, *models, plan->workers.size(), server);
+  if (!remote) return fail(remote.error().message);
+  api::Service service(config, std::move(*report), std::move(*models), std::move(*store), server, std::move(*remote));
   if (auto started = start_serving(o, server, service); !started) return fail(started.error().message);
 
   if (auto warm = service.wait_until_warm(); !warm) {

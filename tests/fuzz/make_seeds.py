@@ -5,6 +5,7 @@ seed says where it came from. Run once; afterwards `scripts/fuzz.sh --merge`
 keeps each corpus minimal. Usage: tests/fuzz/make_seeds.py"""
 import json
 import pathlib
+import struct
 
 HERE = pathlib.Path(__file__).resolve().parent
 FIXTURES = HERE.parent / "fixtures"
@@ -59,6 +60,33 @@ seeds("http_framing", [
 
 seeds("model_spec", [("tiny_ranker.yaml", (FIXTURES / "features" / "model.yaml").read_bytes())])
 seeds("store_line", [("store.jsonl", (FIXTURES / "features" / "store.jsonl").read_bytes())])
+# Feast's Redis online format (feast_reply.cpp): one HMGET reply, each field a
+# length byte (255: absent) and a serialized feast.types.Value, then the views'
+# google.protobuf.Timestamp; hand-encoded from Value.proto's field numbers.
+def varint(n):
+    out = b""
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out += bytes([byte | (0x80 if n else 0)])
+        if not n:
+            return out
+
+
+def field(data):
+    return bytes([len(data)]) + data
+
+
+double_12_5 = b"\x29" + struct.pack("<d", 12.5)
+string_b7 = b"\x12\x02b7"
+tags = b"\x62\x06\x0a\x01a\x0a\x01b"
+fresh = b"\x08" + varint(1699999000)
+seeds("feast_reply", [
+    ("all.bin", field(double_12_5) + field(string_b7) + field(tags) + field(fresh) + field(fresh)),
+    ("missing.bin", b"\xff" + field(string_b7) + b"\xff" + field(fresh) + b"\xff"),
+    ("int64_id.bin", field(double_12_5) + field(b"\x20" + varint(42)) + field(b"\x72\x02\x01\x02")),
+    ("stale.bin", field(double_12_5) + field(string_b7) + field(tags) + field(b"\x08" + varint(1000)) + field(fresh)),
+])
+
 seeds("service_options", [
     ("demo.yaml", (HERE.parent.parent / "docker" / "demo.yaml").read_bytes()),
     ("many.yaml", "port: 8080\nworkers: 2\nqueue_capacity: 128\nmax_queue_delay: 250ms\nmax_body_bytes: 8Mi\n"

@@ -52,6 +52,17 @@ for i in 1 2 3 4 5 6; do
   render "grace-$i" 1 --set shutdown.preStopSeconds=$(( RANDOM % 60 )) --set shutdown.drainSeconds=$(( 1 + RANDOM % 300 )) \
     --set-string config.shutdown_delay="$delay"
 done
+# Features from Redis: the URL in numaserve.yaml, the password only in the
+# Secret, mounted read-only and named by --feature-store-password-file.
+render redis-store 1 --set featureStore.url=redis://redis.features:6379/2 --set featureStore.passwordSecret.name=redis-pw
+redis_config=$(sed -n '/numaserve.yaml: |/,/^---/p' "$out/redis-store.yaml")
+grep -q 'feature_store: redis://redis.features:6379/2$' <<<"$redis_config" || fail "redis-store: numaserve.yaml does not read the Redis URL"
+grep -q 'feature_store_password_file: /var/run/secrets/numaserve/redis/password$' <<<"$redis_config" ||
+  fail "redis-store: numaserve.yaml does not name the mounted password"
+grep -A4 -- '- name: redis-password$' "$out/redis-store.yaml" | grep -q 'readOnly: true' || fail "redis-store: the password is not mounted read-only"
+grep -q 'secretName: redis-pw$' "$out/redis-store.yaml" || fail "redis-store: the password Secret is not mounted"
+grep -q 'feature_store: /models/store.jsonl' "$out/redis-store.yaml" && fail "redis-store: the JSON Lines store is still configured"
+grep -q 'redis-password' "$out/defaults.yaml" && fail "defaults: a Redis password is mounted without a Redis"
 render agent-off 1 --set agent.enabled=false
 render agent-quiet 1 --set agent.publish=false
 digest=sha256:$(printf '%064d' 7)
@@ -156,7 +167,7 @@ echo "== chart: numaserve.yaml keys are the service's options"
 service_keys=$(sed -n '/service-options:begin/,/service-options:end/p' "$ROOT/README.md" |
   awk -F'`' '/^\| `--/ && $6 != "" {print $6}' | sort)
 schema_keys=$( (node -e 'const s=require(process.argv[1]); console.log(Object.keys(s.properties.config.properties).join("\n"))' \
-  "$CHART/values.schema.json"; printf '%s\n' model_dir feature_store port admin_port shutdown_grace) | sort)
+  "$CHART/values.schema.json"; printf '%s\n' model_dir feature_store feature_store_password_file port admin_port shutdown_grace) | sort)
 diff -u <(echo "$service_keys") <(echo "$schema_keys") || fail "values.schema.json config keys differ from the service's options"
 
 echo "== the assertions catch what they must"

@@ -1,0 +1,123 @@
+#pragma once
+// Redis for the feature store: where it is (a URL), a blocking connection
+// (the loader and the start-up check) and an asynchronous client that runs
+// on one worker's event loop. Only this folder knows hiredis; client.cpp is
+// the second file of the service that knows Boost.Asio (the first is the
+// transport, http/server.cpp), because the client must wait on the same
+// loop as the worker's connections.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "numaserve/common/result.h"
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace numaserve::redis {
+
+// redis://[[user]:password@]host[:port][/db] or unix:///path/redis.sock[?db=N].
+struct Url {
+  bool unix_socket = false;
+  std::string host;  // or the socket's path
+  int port = 6379;
+  std::string user;
+  std::string password;
+  int db = 0;
+  // The URL as logs and errors show it: never the password.
+  std::string redacted() const;
+};
+bool is_url(std::string_view text);
+// Errors say what is wrong without repeating the password.
+Result<Url> parse_url(std::string_view text);
+// The URL with its password from a file (a mounted secret: the first line,
+// without its line end), when `password_file` is not empty.
+Result<Url> parse_url(std::string_view text, const std::string& password_file);
+
+// One reply: an array reply's elements, or a scalar reply as one element;
+// nullopt for a nil. `error` is an error reply's text (the elements are then empty).
+struct Reply {
+  std::vector<std::optional<std::string>> elements;
+  std::optional<std::string> error;
+};
+using Command = std::vector<std::string>;
+
+// Blocking, with a timeout on connecting and on each reply.
+class Connection {
+ public:
+  // Connects, authenticates and selects the db; errors name url.redacted().
+  static Result<Connection> open(const Url& url, double timeout_seconds);
+  Connection(Connection&&) noexcept;
+  Connection& operator=(Connection&&) noexcept;
+  ~Connection();
+  // Sends every command, then reads every reply: one round trip.
+  Result<std::vector<Reply>> pipeline(const std::vector<Command>& commands);
+
+ private:
+  struct Impl;
+  explicit Connection(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+struct ClientConfig {
+  double timeout_seconds = 0.010;   // a pipeline's deadline
+  // The breaker opens after this many failures in a row and then refuses
+  // at once for `breaker_open_seconds`, after which one pipeline probes.
+  unsigned breaker_failures = 5;
+  double breaker_open_seconds = 1;
+  // Reconnecting waits from the first to the last, doubling.
+  double reconnect_first_seconds = 0.05;
+  double reconnect_last_seconds = 2;
+  // Pipelines sent and not yet answered; beyond, refuse at once (a Redis
+  // that stopped reading must not grow our memory without bound).
+  std::size_t max_in_flight = 256;
+};
+
+// Why a pipeline failed; the label of numaserve_feature_store_errors_total.
+enum class Failure { kTimeout, kDisconnected, kRefused, kBreakerOpen, kOverloaded };
+const char* to_string(Failure failure);
+inline constexpr int kFailureKinds = 5;
+
+enum class BreakerState { kClosed, kOpen, kHalfOpen };
+const char* to_string(BreakerState state);
+
+// A pipeline's outcome: its replies, or why there are none.
+struct Outcome {
+  std::vector<Reply> replies;
+  std::optional<Failure> failure;
+  std::string message;  // with a failure: for the log and the 503's body
+};
+
+// One connection on one event loop, used only from that loop's thread.
+// It connects at once and reconnects with backoff by itself; pipelines
+// asked for while it is down fail at once (kDisconnected).
+class Client {
+ public:
+  Client(boost::asio::io_context& loop, Url url, ClientConfig config);
+  ~Client();  // pending pipelines are dropped unanswered
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Sends the commands as one pipeline; `done` runs once on the loop, by the
+  // deadline: with every reply, or with the failure.
+  void pipeline(const std::vector<Command>& commands, std::function<void(Outcome&&)> done);
+
+  BreakerState breaker() const { return breaker_.load(std::memory_order_relaxed); }
+  bool connected() const { return connected_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;  // its timers' handlers hold it weakly
+  // Read by /metrics from other threads.
+  std::atomic<BreakerState> breaker_{BreakerState::kClosed};
+  std::atomic<bool> connected_{false};
+};
+
+}  // namespace numaserve::redis

@@ -1,0 +1,381 @@
+// The Redis feature store (Feast's online format) against a real
+// redis-server from Debian, started per test in a temp dir on a unix socket
+// (and a loopback port for the password test), and the real `numaserve`
+// binary. What a user relies on: scores equal to the embedded store's with
+// the same features, the bytes Feast's own Python writes read back exactly,
+// and every failure of Redis answered within the deadline with the policy
+// the operator chose, counted, and recovered from without a restart.
+#include <httplib.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <cstdio>
+#include <thread>
+
+#include "demo_dir.h"
+#include "served.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+using numaserve::testing::demo_dir;
+using numaserve::testing::free_port;
+using numaserve::testing::make_temp_dir;
+using numaserve::testing::Served;
+using numaserve::testing::slurp;
+using numaserve::testing::start_served;
+using numaserve::testing::wait_exit;
+
+struct Ran {
+  int status;
+  std::string output;
+};
+
+Ran run(const std::string& command) {
+  Ran r{-1, {}};
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return r;
+  char buffer[4096];
+  while (std::size_t n = fread(buffer, 1, sizeof buffer, pipe)) r.output.append(buffer, n);
+  const int status = pclose(pipe);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// A redis-server of our own, killed with the test.
+class RedisServer {
+ public:
+  explicit RedisServer(std::string password = {}, bool tcp = false)
+      : dir_(make_temp_dir("numaserve-redis")), password_(std::move(password)), port_(tcp ? free_port() : 0) {
+    start();
+  }
+  ~RedisServer() {
+    kill_now();
+    fs::remove_all(dir_);
+  }
+  void start() {
+    pid_ = fork();
+    if (pid_ == 0) {
+      std::vector<std::string> args = {"redis-server", "--port", std::to_string(port_), "--bind", "127.0.0.1",
+                                       "--unixsocket", socket().string(), "--save", "", "--appendonly", "no",
+                                       "--enable-debug-command", "local", "--dir", dir_.string(),
+                                       "--logfile", (dir_ / "redis.log").string()};
+      if (!password_.empty()) args.insert(args.end(), {"--requirepass", password_});
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execvp("redis-server", argv.data());
+      _exit(127);
+    }
+    for (auto deadline = Clock::now() + std::chrono::seconds(10); Clock::now() < deadline;) {
+      if (cli("PING").find("PONG") != std::string::npos) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ADD_FAILURE() << "redis-server did not start: " << slurp(dir_ / "redis.log");
+  }
+  void kill_now() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+    fs::remove(socket());
+  }
+  std::string cli(const std::string& args) const {
+    const std::string auth = password_.empty() ? "" : " --no-auth-warning -a " + password_;
+    return run("redis-cli -s " + socket().string() + auth + " " + args).output;
+  }
+  fs::path socket() const { return dir_ / "redis.sock"; }
+  std::string url(int db = 0) const { return "unix://" + socket().string() + (db ? "?db=" + std::to_string(db) : ""); }
+  int port() const { return port_; }
+  const fs::path& dir() const { return dir_; }
+
+ private:
+  fs::path dir_;
+  std::string password_;
+  int port_;
+  pid_t pid_ = -1;
+};
+
+std::string binary() { return NUMASERVE_BINARY; }
+
+// Writes the JSON Lines store into Redis with `numaserve feature-store load`.
+void load(const std::string& url, const fs::path& store = demo_dir() / "store.jsonl", const std::string& extra = "") {
+  const auto r = run(binary() + " feature-store load " + store.string() + " --to '" + url + "' " + extra);
+  ASSERT_EQ(r.status, 0) << r.output;
+}
+
+// The Python writer/reader, with feast.types.Value compiled for Python.
+Ran python(const RedisServer& redis, const std::string& args) {
+  const fs::path pb = redis.dir() / "pb";
+  fs::create_directories(pb);
+  const auto protoc = run("protoc --proto_path=" + std::string(NUMASERVE_SOURCE_DIR) + "/service/feast --python_out=" +
+                          pb.string() + " " + NUMASERVE_SOURCE_DIR + "/service/feast/value.proto");
+  EXPECT_EQ(protoc.status, 0) << protoc.output;
+  return run(std::string(NUMASERVE_SOURCE_DIR) + "/tests/service/feast_writer.py " + args + " --socket " +
+             redis.socket().string() + " --pb " + pb.string());
+}
+
+Served serve(const std::string& store, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"serve", "--model-dir", (demo_dir() / "ranker_a").string(), "--feature-store", store,
+                                   "--port", "0", "--listen-address", "127.0.0.1", "--workers", "1", "--warmup-rounds",
+                                   "1"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return start_served(binary(), args, "msg=ready");
+}
+
+void stop(const Served& s) {
+  if (s.pid <= 0) return;
+  kill(s.pid, SIGTERM);
+  wait_exit(s.pid, 20);
+}
+
+std::string request(const std::string& user, const std::vector<std::string>& items) {
+  json body{{"user", {{"id", user}}}, {"context", {{"hour", 9}}}, {"items", json::array()}};
+  for (const auto& id : items) body["items"].push_back({{"id", id}});
+  return body.dump();
+}
+
+struct Answer {
+  int status = 0;  // 0: no answer
+  std::string body;
+  std::string retry_after;
+  double seconds = 0;
+};
+
+Answer post(int port, const std::string& body) {
+  httplib::Client client("127.0.0.1", port);
+  client.set_read_timeout(10, 0);
+  const auto start = Clock::now();
+  auto res = client.Post("/predict", body, "application/json");
+  Answer a;
+  a.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (!res) return a;
+  a.status = res->status;
+  a.body = res->body;
+  a.retry_after = res->get_header_value("Retry-After");
+  return a;
+}
+
+json scores(int port, const std::string& body) {
+  const Answer a = post(port, body);
+  EXPECT_EQ(a.status, 200) << a.body;
+  return a.status == 200 ? json::parse(a.body)["scores"] : json();
+}
+
+// One sample of the service's /metrics, by its name and labels' text.
+double metric(int port, const std::string& sample) {
+  httplib::Client client("127.0.0.1", port);
+  auto res = client.Get("/metrics");
+  if (!res) return -1;
+  const auto at = res->body.find("\n" + sample + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(res->body.substr(at + sample.size() + 2));
+}
+
+std::string errors(const std::string& url, const std::string& kind) {
+  return "numaserve_feature_store_errors_total{store=\"" + url + "\",kind=\"" + kind + "\"}";
+}
+
+// Users and items of the demo store, some unknown to it.
+std::vector<std::string> some_items(int from, int count) {
+  std::vector<std::string> out;
+  for (int i = 0; i < count; ++i) out.push_back("i" + std::to_string((from + 7 * i) % 230));  // i200.. are unknown
+  return out;
+}
+
+TEST(FeastRedis, ScoresEqualTheEmbeddedStoreWithTheSameFeatures) {
+  RedisServer redis;
+  load(redis.url());
+  const Served embedded = serve((demo_dir() / "store.jsonl").string());
+  const Served remote = serve(redis.url());
+  ASSERT_GT(embedded.pid, 0);
+  ASSERT_GT(remote.pid, 0);
+  for (int r = 0; r < 12; ++r) {
+    const std::string body = request(r == 11 ? "nobody" : "u" + std::to_string(r * 4), some_items(r * 13, 40));
+    const json want = scores(embedded.port, body);
+    ASSERT_FALSE(want.empty());
+    EXPECT_EQ(scores(remote.port, body), want) << body;  // twice: fetched, then from the item cache
+    EXPECT_EQ(scores(remote.port, body), want) << body;
+  }
+  EXPECT_GT(metric(remote.port, "numaserve_item_cache_total{store=\"" + redis.url() + "\",result=\"hit\"}"), 0);
+  EXPECT_EQ(metric(remote.port, "numaserve_feature_store_degraded_total{store=\"" + redis.url() + "\"}"), 0);
+  stop(embedded);
+  stop(remote);
+}
+
+TEST(FeastRedis, WhatTheLoaderWroteReadsBackInPythonAsFeastWouldReadIt) {
+  RedisServer redis;
+  load(redis.url(3), demo_dir() / "store.jsonl", "--project shop");
+  const Ran read = python(redis, "read --db 3 --project shop --store " + (demo_dir() / "store.jsonl").string());
+  EXPECT_EQ(read.status, 0) << read.output;
+  EXPECT_NE(read.output.find("read back 250 entities"), std::string::npos) << read.output;
+}
+
+TEST(FeastRedis, ReadsExactlyWhatAFeastWriterWroteAndDropsStaleViews) {
+  RedisServer redis;
+  // Python writes every demo feature as another Feast type (int64, int32,
+  // float, double, string, string list) and u7 two days old; py.jsonl holds
+  // the same model input for the embedded store (and u7 without features).
+  const fs::path written = redis.dir() / "py.jsonl";
+  const Ran write = python(redis, "write --source " + (demo_dir() / "store.jsonl").string() + " --out " +
+                                      written.string() + " --stale u7");
+  ASSERT_EQ(write.status, 0) << write.output;
+  const Served embedded = serve(written.string());
+  const Served remote = serve(redis.url(), {"--max-feature-age", "1h"});
+  ASSERT_GT(remote.pid, 0);
+  for (const std::string user : {"u3", "u7", "u12", "nobody"}) {
+    const std::string body = request(user, some_items(5, 30));
+    EXPECT_EQ(scores(remote.port, body), scores(embedded.port, body)) << user;
+  }
+  stop(embedded);
+  stop(remote);
+}
+
+// Every request during a failure is answered in time: the deadline plus a
+// forward (of a tiny model) and a generous margin for a loaded CI machine.
+constexpr double kTimeoutSeconds = 0.05;
+constexpr double kAnswerBound = kTimeoutSeconds + 1.0;
+
+TEST(FeastRedis, FailuresAnswerWithDefaultsInTimeAndRecoverByThemselves) {
+  RedisServer redis;
+  load(redis.url());
+  const Served embedded = serve((demo_dir() / "store.jsonl").string());
+  const Served remote = serve(redis.url(), {"--feature-query-timeout", "50ms", "--item-cache-ttl", "0"});
+  ASSERT_GT(remote.pid, 0);
+  const std::string body = request("u5", some_items(3, 20));
+  const json healthy = scores(embedded.port, body);
+  ASSERT_EQ(scores(remote.port, body), healthy);
+
+  // Redis stops answering past the deadline.
+  redis.cli("CLIENT PAUSE 800 ALL");
+  Answer paused = post(remote.port, body);
+  EXPECT_EQ(paused.status, 200) << paused.body;
+  EXPECT_LT(paused.seconds, kAnswerBound);
+  EXPECT_GE(metric(remote.port, errors(redis.url(), "timeout")), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(900));
+
+  // Killed under load, then back: no request goes unanswered or late.
+  std::atomic<bool> done{false};
+  std::atomic<int> answered{0}, bad{0}, late{0};
+  std::thread client([&] {
+    while (!done) {
+      const Answer a = post(remote.port, body);
+      ++answered;
+      if (a.status != 200) ++bad;
+      if (a.seconds > kAnswerBound) ++late;
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  redis.kill_now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  redis.start();
+  load(redis.url());
+  json recovered;
+  for (auto deadline = Clock::now() + std::chrono::seconds(15); Clock::now() < deadline && recovered != healthy;) {
+    recovered = scores(remote.port, body);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  done = true;
+  client.join();
+  EXPECT_EQ(recovered, healthy) << "the service did not recover after Redis came back";
+  EXPECT_GT(answered, 5);
+  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(late, 0);
+  EXPECT_GE(metric(remote.port, errors(redis.url(), "disconnected")), 1);
+  EXPECT_GE(metric(remote.port, "numaserve_feature_store_degraded_total{store=\"" + redis.url() + "\"}"), 2);
+  EXPECT_EQ(metric(remote.port, "numaserve_feature_store_connected{store=\"" + redis.url() + "\",worker=\"0\"}"), 1);
+
+  // Values the model cannot read: a broken protobuf, a key that is no hash.
+  ASSERT_EQ(python(redis, "corrupt --kind user --id u5 --feature age --view user").status, 0);
+  ASSERT_EQ(python(redis, "wrongtype --kind item --id " + some_items(3, 1)[0]).status, 0);
+  const Answer unreadable = post(remote.port, body);
+  EXPECT_EQ(unreadable.status, 200) << unreadable.body;
+  EXPECT_GE(metric(remote.port, errors(redis.url(), "unreadable")), 1);
+
+  stop(embedded);
+
+  // A key that expired is a missing entity: the model's defaults, as the
+  // embedded store answers for a user it holds no features of.
+  ASSERT_EQ(python(redis, "expire --kind item --id " + some_items(3, 1)[0] + " --ms 1").status, 0);  // HSET cannot replace a string
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  load(redis.url());
+  ASSERT_EQ(python(redis, "expire --kind user --id u5 --ms 100").status, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const fs::path without = redis.dir() / "without-u5.jsonl";
+  {
+    std::ifstream in(demo_dir() / "store.jsonl");
+    std::ofstream out(without);
+    for (std::string line; std::getline(in, line);) {
+      if (json::parse(line)["id"] != "u5") out << line << "\n";
+    }
+  }
+  const Served expired = serve(without.string());
+  EXPECT_EQ(scores(remote.port, body), scores(expired.port, body));
+  EXPECT_NE(scores(remote.port, body), healthy);
+  stop(expired);
+  stop(remote);
+}
+
+TEST(FeastRedis, FailPolicyAnswers503WithRetryAfterAndTheBreakerOpensAndCloses) {
+  RedisServer redis;
+  load(redis.url());
+  const Served remote = serve(redis.url(), {"--feature-query-timeout", "50ms", "--on-feature-store-error", "fail"});
+  ASSERT_GT(remote.pid, 0);
+  const std::string body = request("u2", some_items(1, 10));
+  ASSERT_EQ(post(remote.port, body).status, 200);
+  redis.cli("CLIENT PAUSE 1500 ALL");
+  for (int i = 0; i < 7; ++i) {
+    const Answer a = post(remote.port, body);
+    EXPECT_EQ(a.status, 503) << a.body;
+    EXPECT_EQ(a.retry_after, "1");
+    EXPECT_LT(a.seconds, kAnswerBound);
+    EXPECT_NE(a.body.find("\"field\":\"feature_store\""), std::string::npos) << a.body;
+  }
+  EXPECT_GE(metric(remote.port, errors(redis.url(), "breaker_open")), 1);
+  EXPECT_EQ(metric(remote.port, "numaserve_feature_store_breaker{store=\"" + redis.url() + "\",worker=\"0\",state=\"open\"}"), 1);
+  EXPECT_NE(slurp(remote.log).find("feature store breaker open"), std::string::npos);
+  // Readiness does not follow Redis: every replica unready at once would
+  // empty the Service.
+  httplib::Client probe("127.0.0.1", remote.port);
+  EXPECT_EQ(probe.Get("/readyz")->status, 200);
+  int status = 0;
+  for (auto deadline = Clock::now() + std::chrono::seconds(10); Clock::now() < deadline && status != 200;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    status = post(remote.port, body).status;
+  }
+  EXPECT_EQ(status, 200) << "the breaker did not close after Redis came back";
+  EXPECT_EQ(metric(remote.port, "numaserve_feature_store_breaker{store=\"" + redis.url() + "\",worker=\"0\",state=\"closed\"}"), 1);
+  stop(remote);
+}
+
+TEST(FeastRedis, PasswordAndDbOverTcpAndAWrongPasswordIsAClearStartUpError) {
+  RedisServer redis("s3cret-pw", true);
+  const std::string plain = "redis://127.0.0.1:" + std::to_string(redis.port()) + "/2";
+  const fs::path password = redis.dir() / "password";
+  std::ofstream(password) << "s3cret-pw\n";
+  load(plain, demo_dir() / "store.jsonl", "--password-file " + password.string());
+  EXPECT_NE(redis.cli("-n 2 DBSIZE").find("250"), std::string::npos);
+  EXPECT_NE(redis.cli("-n 0 DBSIZE").find("0"), std::string::npos);
+
+  const Served remote = serve(plain, {"--feature-store-password-file", password.string()});
+  ASSERT_GT(remote.pid, 0);
+  const Served embedded = serve((demo_dir() / "store.jsonl").string());
+  const std::string body = request("u8", some_items(2, 15));
+  EXPECT_EQ(scores(remote.port, body), scores(embedded.port, body));
+  stop(remote);
+  stop(embedded);
+
+  const std::string wrong = "redis://app:not-the-pw@127.0.0.1:" + std::to_string(redis.port()) + "/2";
+  const auto refused = run("timeout 20 " + binary() + " serve --model-dir " + (demo_dir() / "ranker_a").string() +
+                           " --feature-store '" + wrong + "' --port 0 --workers 1");
+  EXPECT_EQ(refused.status, 1) << refused.output;
+  EXPECT_NE(refused.output.find("redis://app:****@127.0.0.1:" + std::to_string(redis.port()) + "/2"), std::string::npos)
+      << refused.output;
+  EXPECT_NE(refused.output.find("AUTH refused"), std::string::npos) << refused.output;
+  EXPECT_EQ(refused.output.find("not-the-pw"), std::string::npos) << refused.output;
+}
+
+}  // namespace
