@@ -304,6 +304,11 @@ OptionSpec without_default(OptionSpec row) {
   return row;
 }
 
+std::vector<OptionSpec> command_line_only(std::vector<OptionSpec> rows) {
+  for (auto& row : rows) row.command_line_only = true;
+  return rows;
+}
+
 OptionSpec number_option(std::string name, std::string value, std::string help, double& target) {
   return {name, std::move(value), std::move(help), format_number(target),
           [name, &target](const std::string& text) { return set_double(name, text, target); }};

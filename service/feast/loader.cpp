@@ -34,15 +34,13 @@ Result<std::vector<features::ModelSpec>> read_specs(const LoadConfig& c) {
 }  // namespace
 
 std::vector<OptionSpec> load_options(LoadConfig& c) {
-  std::vector<OptionSpec> rows = {
+  return command_line_only({
       text_option("to", "URL", "The Redis to write: redis://[user:password@]host[:port][/db] or unix:///path.sock[?db=N]", c.to),
       text_option("password_file", "FILE", "The Redis password, the file's first line", c.password_file),
       text_option("project", "NAME", "Feast project, the keys' suffix (default: model.yaml's, else numaserve)", c.project),
       list_option("model_dir", "DIR", "Models whose model.yaml feature_store mapping places the features", c.model_dirs),
       seconds_option("timeout", "Longest wait for Redis to connect or answer", c.timeout_seconds),
-  };
-  for (auto& row : rows) row.command_line_only = true;
-  return rows;
+  });
 }
 
 Result<Loaded> load(const LoadConfig& c) {

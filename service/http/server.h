@@ -7,7 +7,8 @@
 // run what the round gathered — one forward for all the requests that
 // arrived together. No thread per connection, no hand-off between an I/O
 // thread and a compute thread. server.cpp is the service's only file that
-// knows Boost.Asio and Boost.Beast.
+// knows Boost.Beast, and the only one that knows Asio besides the Redis
+// client (redis/client.cpp), which waits on a loop lent by context().
 //
 // One acceptor thread hands new connections to the loops round-robin, so
 // no loop is more than one connection from its share. SO_REUSEPORT's hash

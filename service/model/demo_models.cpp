@@ -239,14 +239,12 @@ Status make_demo_models(const std::filesystem::path& dir, const DemoConfig& conf
 }
 
 std::vector<OptionSpec> demo_options(DemoConfig& config) {
-  std::vector<OptionSpec> rows = {
+  return command_line_only({
       number_option("embedding_mb", "MB", "ranker_a's embedding tables in MiB", config.embedding_mb),
       count_option("users", "N", "Users in the feature store", config.users),
       count_option("items", "N", "Items in the feature store", config.items),
       count_option("seed", "N", "Seed of weights and store", config.seed),
-  };
-  for (auto& row : rows) row.command_line_only = true;
-  return rows;
+  });
 }
 
 }  // namespace numaserve::model

@@ -161,14 +161,12 @@ unsigned HealthOptions::default_port() {
 }
 
 std::vector<OptionSpec> health_options(HealthOptions& o) {
-  std::vector<OptionSpec> rows = {
+  return command_line_only({
       without_default(
           count_option("port", "N", "Port (default: NUMASERVE_ADMIN_PORT, else NUMASERVE_PORT, else 8080)", o.port, 65535u)),
       text_option("path", "PATH", "Path to GET", o.path),
       number_option("timeout", "SECONDS", "Seconds to wait for the status line", o.timeout_seconds),
-  };
-  for (auto& row : rows) row.command_line_only = true;
-  return rows;
+  });
 }
 
 }  // namespace numaserve::serve

@@ -30,46 +30,42 @@ Clock::duration duration(double seconds) {
 struct Watch : std::enable_shared_from_this<Watch> {
   Watch(asio::io_context& loop, redisAsyncContext* ac) : descriptor(loop, ac->c.fd), context(ac) {}
 
+  // What hiredis wants for one direction, and whether a wait is out for it.
+  struct Interest {
+    bool wanted = false;
+    bool waiting = false;
+  };
+  enum Direction { kRead, kWrite };
+
   asio::posix::stream_descriptor descriptor;
   redisAsyncContext* context;
-  bool want_read = false, want_write = false, reading = false, writing = false;
+  Interest interest[2];
 
-  void arm_read() {
-    if (context == nullptr || !want_read || reading) return;
-    reading = true;
-    descriptor.async_wait(asio::posix::stream_descriptor::wait_read, [self = shared_from_this()](error_code ec) {
-      self->reading = false;
-      if (ec || self->context == nullptr || !self->want_read) return;
-      redisAsyncHandleRead(self->context);
-      self->arm_read();
+  void arm(Direction d) {
+    if (context == nullptr || !interest[d].wanted || interest[d].waiting) return;
+    interest[d].waiting = true;
+    const auto wait = d == kRead ? asio::posix::stream_descriptor::wait_read : asio::posix::stream_descriptor::wait_write;
+    descriptor.async_wait(wait, [self = shared_from_this(), d](error_code ec) {
+      self->interest[d].waiting = false;
+      if (ec || self->context == nullptr || !self->interest[d].wanted) return;
+      (d == kRead ? redisAsyncHandleRead : redisAsyncHandleWrite)(self->context);
+      self->arm(d);
     });
   }
-  void arm_write() {
-    if (context == nullptr || !want_write || writing) return;
-    writing = true;
-    descriptor.async_wait(asio::posix::stream_descriptor::wait_write, [self = shared_from_this()](error_code ec) {
-      self->writing = false;
-      if (ec || self->context == nullptr || !self->want_write) return;
-      redisAsyncHandleWrite(self->context);
-      self->arm_write();
-    });
+  void want(Direction d, bool wanted) {
+    interest[d].wanted = wanted;
+    if (wanted) arm(d);
   }
 
   static Watch& of(void* data) { return *static_cast<Watch*>(data); }
-  static void add_read(void* data) {
-    of(data).want_read = true;
-    of(data).arm_read();
-  }
-  static void del_read(void* data) { of(data).want_read = false; }
-  static void add_write(void* data) {
-    of(data).want_write = true;
-    of(data).arm_write();
-  }
-  static void del_write(void* data) { of(data).want_write = false; }
+  static void add_read(void* data) { of(data).want(kRead, true); }
+  static void del_read(void* data) { of(data).want(kRead, false); }
+  static void add_write(void* data) { of(data).want(kWrite, true); }
+  static void del_write(void* data) { of(data).want(kWrite, false); }
   // hiredis closes the socket itself: hand it back without closing it.
   static void cleanup(void* data) {
     Watch& w = of(data);
-    w.want_read = w.want_write = false;
+    w.interest[kRead].wanted = w.interest[kWrite].wanted = false;
     w.context = nullptr;
     (void)w.descriptor.release();
   }

@@ -100,6 +100,9 @@ std::string format_number(double value);
 // `row` without a shown default, for one that is this machine's or this
 // environment's (a host name, a port from a variable): not the table's.
 OptionSpec without_default(OptionSpec row);
+// A subcommand's rows that are flags only (no variable, no YAML key, no
+// --config): a one-shot command's, whose settings are not a deployment's.
+std::vector<OptionSpec> command_line_only(std::vector<OptionSpec> rows);
 
 // Value parsers for rows, each with an error naming the option.
 Status set_string(std::string& target, const std::string& text);
