@@ -85,7 +85,7 @@ struct Batch {
 
 struct Client::Impl : std::enable_shared_from_this<Impl> {
   Impl(Client& client, asio::io_context& io, Url where, ClientConfig settings)
-      : owner(client), loop(io), url(std::move(where)), config(settings), retry(io),
+      : owner(client), loop(io), url(std::move(where)), config(settings), retry(io), connecting(io),
         backoff(settings.reconnect_first_seconds) {}
 
   Client& owner;
@@ -95,9 +95,13 @@ struct Client::Impl : std::enable_shared_from_this<Impl> {
   redisAsyncContext* context = nullptr;  // null while there is no connection
   std::shared_ptr<Watch> watch;
   asio::steady_timer retry;
+  asio::steady_timer connecting;  // a connection not up by then is dropped and dialled again
   double backoff;
   std::size_t handshake_left = 0;
   std::size_t in_flight = 0;
+  // The last reply, or when the wait for one began: a server that sends
+  // nothing for config.stall_seconds while we wait is hung, not slow.
+  Clock::time_point progress;
   unsigned failures_in_row = 0;
   Clock::time_point open_until;
   std::string down_reason;  // logged once per outage, not per attempt
@@ -105,6 +109,10 @@ struct Client::Impl : std::enable_shared_from_this<Impl> {
 
   void connect();
   void schedule_reconnect(const std::string& reason);
+  // Drops the connection at once, pending replies and all (hiredis's own
+  // disconnect waits for them, which a hung server never sends).
+  void drop(const std::string& reason);
+  void check_stall();
   void up();
   bool admit(Clock::time_point now);
   void record(bool ok);
@@ -152,6 +160,14 @@ void Client::Impl::connect() {
     if (!self.closing) self.schedule_reconnect(status == REDIS_OK ? "closed" : c->errstr);
   });
   context = ac;
+  // hiredis's asynchronous connect has no timeout of its own: a host that
+  // drops the SYN would hold it for the kernel's two minutes.
+  connecting.expires_after(duration(config.connect_timeout_seconds));
+  connecting.async_wait([weak = weak_from_this()](error_code ec) {
+    auto self = weak.lock();
+    if (ec || !self || self->closing || self->context == nullptr || self->owner.connected()) return;
+    self->drop("not connected within " + std::to_string(self->config.connect_timeout_seconds) + "s");
+  });
   const auto handshake = detail::handshake(url);
   handshake_left = handshake.size();
   for (const auto& command : handshake) {
@@ -177,7 +193,25 @@ void Client::Impl::connect() {
   }
 }
 
+void Client::Impl::drop(const std::string& reason) {
+  redisAsyncContext* c = context;
+  context = nullptr;
+  // A connected context's free calls the disconnect callback, which
+  // schedules the reconnect; one still connecting does not.
+  const bool connected_socket = (c->c.flags & REDIS_CONNECTED) != 0;
+  log(LogLevel::kWarning, "feature store connection dropped", {{"store", url.redacted()}, {"reason", reason}});
+  redisAsyncFree(c);
+  if (!connected_socket) schedule_reconnect(reason);
+}
+
+void Client::Impl::check_stall() {
+  if (context == nullptr || in_flight == 0 || Clock::now() - progress < duration(config.stall_seconds)) return;
+  drop("no reply for " + std::to_string(config.stall_seconds) + "s with " + std::to_string(in_flight) +
+       " pipelines waiting");
+}
+
 void Client::Impl::up() {
+  connecting.cancel();
   backoff = config.reconnect_first_seconds;
   owner.connected_.store(true, std::memory_order_relaxed);
   log(LogLevel::kInfo, "feature store connected", {{"store", url.redacted()}});
@@ -258,6 +292,7 @@ Client::Client(asio::io_context& loop, Url url, ClientConfig config)
 Client::~Client() {
   impl_->closing = true;
   impl_->retry.cancel();
+  impl_->connecting.cancel();
   if (impl_->context != nullptr) redisAsyncFree(impl_->context);  // pending replies come back null, dropped
 }
 
@@ -281,7 +316,7 @@ void Client::pipeline(const std::vector<Command>& commands, std::function<void(O
   batch->replies.resize(commands.size());
   batch->left = commands.size();
   batch->done = std::move(done);
-  ++s.in_flight;
+  if (s.in_flight++ == 0) s.progress = now;
   for (std::size_t i = 0; i < commands.size(); ++i) {
     detail::Argv argv(commands[i]);
     auto slot = std::make_unique<Slot>(Slot{batch, i});
@@ -296,6 +331,7 @@ void Client::pipeline(const std::vector<Command>& commands, std::function<void(O
             self.finish(mine->batch, Failure::kDisconnected, "connection lost");
           } else {
             b.replies[mine->index] = detail::convert(static_cast<redisReply*>(raw));
+            self.progress = Clock::now();
           }
           if (--b.left == 0) {
             --self.in_flight;
@@ -317,6 +353,7 @@ void Client::pipeline(const std::vector<Command>& commands, std::function<void(O
     if (ec || !self || self->closing) return;
     self->finish(batch, Failure::kTimeout,
                  "no answer within " + std::to_string(static_cast<int>(self->config.timeout_seconds * 1000)) + " ms");
+    self->check_stall();
   });
 }
 

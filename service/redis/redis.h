@@ -75,6 +75,10 @@ struct ClientConfig {
   // Reconnecting waits from the first to the last, doubling.
   double reconnect_first_seconds = 0.05;
   double reconnect_last_seconds = 2;
+  double connect_timeout_seconds = 1;  // a connection (and its AUTH, SELECT) not up by then is dialled again
+  // Waiting this long without a single reply, the connection is taken for
+  // hung (a partition sends no FIN) and dialled again.
+  double stall_seconds = 2;
   // Pipelines sent and not yet answered; beyond, refuse at once (a Redis
   // that stopped reading must not grow our memory without bound).
   std::size_t max_in_flight = 256;

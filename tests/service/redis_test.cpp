@@ -319,6 +319,38 @@ TEST(FeastRedis, FailuresAnswerWithDefaultsInTimeAndRecoverByThemselves) {
   stop(remote);
 }
 
+TEST(FeastRedis, AHungRedisIsDroppedAndDialledAgainWhileEveryRequestIsAnsweredInTime) {
+  RedisServer redis;
+  load(redis.url());
+  const Served remote = serve(redis.url(), {"--feature-query-timeout", "50ms", "--item-cache-ttl", "0"});
+  ASSERT_GT(remote.pid, 0);
+  const std::string body = request("u6", some_items(4, 20));
+  const json healthy = scores(remote.port, body);
+  ASSERT_FALSE(healthy.empty());
+  // DEBUG SLEEP blocks the server with the connection open: no FIN, no
+  // reply, the way a partitioned or wedged Redis looks.
+  std::thread sleeper([&] { redis.cli("DEBUG SLEEP 3.5"); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  int late = 0, bad = 0;
+  const auto until = Clock::now() + std::chrono::seconds(3);
+  while (Clock::now() < until) {
+    const Answer a = post(remote.port, body);
+    late += a.seconds > kAnswerBound;
+    bad += a.status != 200;
+  }
+  sleeper.join();
+  EXPECT_EQ(late, 0);
+  EXPECT_EQ(bad, 0);
+  EXPECT_NE(slurp(remote.log).find("feature store connection dropped"), std::string::npos) << slurp(remote.log);
+  json recovered;
+  for (auto deadline = Clock::now() + std::chrono::seconds(10); Clock::now() < deadline && recovered != healthy;) {
+    recovered = scores(remote.port, body);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(recovered, healthy);
+  stop(remote);
+}
+
 TEST(FeastRedis, FailPolicyAnswers503WithRetryAfterAndTheBreakerOpensAndCloses) {
   RedisServer redis;
   load(redis.url());
