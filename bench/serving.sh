@@ -76,7 +76,7 @@ start_server "$port" "$server_cpus" "$models/ranker_a" "$models/store.jsonl"
 # (r)'s Redis and the two servers that read it, when this build has the
 # Redis store.
 redis_pid="" redis_warm_port="" redis_cold_port=""
-if "$numaserve" serve --help | grep -q -- --item-cache-ttl; then
+if [[ $("$numaserve" serve --help) == *--item-cache-ttl* ]]; then
   redis_dir=$(mktemp -d)
   taskset -c "$client_cpus" redis-server --port 0 --unixsocket "$redis_dir/redis.sock" --save '' --appendonly no \
     --logfile "$redis_dir/redis.log" &

@@ -4,6 +4,7 @@
 // http/probe (health), feast/loader (feature-store load).
 #include <CLI/CLI.hpp>
 
+#include <csignal>
 #include <iostream>
 
 #include "feast/loader.h"
@@ -51,6 +52,9 @@ int load_feature_store(const numaserve::feast::LoadConfig& config) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A peer that closed (a killed Redis under hiredis's write()) is an error
+  // to report and recover from, not a signal that ends the process unlogged.
+  signal(SIGPIPE, SIG_IGN);
   CLI::App app{"numaserve: a NUMA-aware LibTorch ranking service"};
   app.require_subcommand(1);
 

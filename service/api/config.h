@@ -20,6 +20,10 @@ struct ServiceConfig {
   // Under the supervisor: stay not ready after warm-up until open_group(),
   // so a group sharing one port turns ready together.
   bool wait_for_group = false;
+  // With a networked store: each worker keeps the items it fetched,
+  // extracted, this long (0: always fetched), at most this many rows per model.
+  double item_cache_ttl_seconds = 60;
+  std::size_t item_cache_rows = 1u << 18;
 };
 
 }  // namespace numaserve::api

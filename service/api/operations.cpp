@@ -91,7 +91,10 @@ metrics::Gauges Service::gauges() const {
     w.queued = batches[i].queued;
     g.workers.push_back(w);
   }
-  if (remote_) g.feature_store = remote_->stats();
+  if (remote_) {
+    g.feature_store = remote_->stats();
+    g.feature_store->cache_hits = cache_hits_.load(std::memory_order_relaxed);
+  }
   g.transport.refused = transport_.refused_connections();
   g.transport.max_connections = transport_.max_connections();
   return g;

@@ -52,6 +52,12 @@ Service::Service(ServiceConfig config, PlacementReport placement, std::vector<st
     }
     item_caches_.emplace_back(std::move(*cache));
   }
+  if (remote_ && config_.item_cache_ttl_seconds > 0) {
+    fetched_items_.resize(workers_.size());
+    for (auto& per_model : fetched_items_) {
+      for (const auto& m : models_) per_model.push_back(features::ItemCache::empty(m->spec(), config_.item_cache_rows));
+    }
+  }
 }
 
 Service::~Service() = default;

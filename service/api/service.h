@@ -122,10 +122,16 @@ class Service final : public http::Handler {
                Encoder encode);
   // /predict after the feature query: extract, then queue for a forward.
   struct Predicting;
+  // With `remember`, the items it fetched go into `cache` (the worker's).
   Answer extract_and_enqueue(Call& call, Predicting& p, const features::StoredFeatures& stored,
-                             const features::ItemCache* cache);
-  // /predict with a networked store: the query's answer, on the worker's loop.
-  void fetched(Call& call, Predicting& p, Result<features::Fetched>&& got);
+                             features::ItemCache* cache, bool remember);
+  // /predict with a networked store: the items this worker's cache holds,
+  // the rest asked of the store, and its answer, on the worker's loop.
+  struct Flight;
+  void fetch(const std::shared_ptr<Flight>& flight);
+  void fetched(const std::shared_ptr<Flight>& flight, Result<features::Fetched>&& got);
+  // This worker's cache of fetched items for a model; null when off.
+  features::ItemCache* fetched_items(std::size_t worker, std::size_t model);
   struct Pending;
   void complete(Pending& pending, batching::Outcome&& outcome);
   void warm_up_step(std::size_t worker);
@@ -141,6 +147,9 @@ class Service final : public http::Handler {
   std::unique_ptr<features::FeatureStore> store_;
   std::unique_ptr<features::RemoteStore> remote_;
   std::vector<std::optional<features::ItemCache>> item_caches_;  // per model
+  // With a networked store: per worker, per model, each used on its worker's thread only.
+  std::vector<std::vector<features::ItemCache>> fetched_items_;
+  std::atomic<std::uint64_t> cache_hits_{0};
   const http::Server& transport_;
   // Ids given to requests that bring none, "ns-<pid>-<n>": the pid keeps
   // the supervisor's replicas apart; read once, not a syscall per request.

@@ -5,7 +5,6 @@
 namespace numaserve::feast {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 constexpr std::size_t kUnreadable = redis::kFailureKinds;  // errors_'s last slot
 
 const char* kind_name(std::size_t kind) {
@@ -24,13 +23,8 @@ redis::Command hmget(const std::string& key, const std::vector<std::string>& fie
 }  // namespace
 
 struct RedisStore::Worker {
-  struct Cached {
-    std::shared_ptr<const features::Features> features;  // empty when the store has no such item
-    Clock::time_point expires;
-  };
   std::unique_ptr<redis::Client> client;  // made and used on the worker's thread
   std::atomic<const redis::Client*> published{nullptr};  // the same, for stats() on other threads
-  std::unordered_map<std::string, Cached> items;
 };
 
 // One request's fetch while its pipeline is out.
@@ -78,7 +72,7 @@ void RedisStore::start_worker(std::size_t worker) {
   w.published.store(w.client.get(), std::memory_order_release);
 }
 
-void RedisStore::fetch(std::size_t index, const features::Request& request,
+void RedisStore::fetch(std::size_t index, const features::Request& request, const std::vector<std::int64_t>& cached,
                        std::function<void(Result<features::Fetched>&&)> done) {
   Worker& worker = *workers_[index];
   auto asked = std::make_shared<Asked>();
@@ -94,30 +88,21 @@ void RedisStore::fetch(std::size_t index, const features::Request& request,
       asked->user_id = request.user.id;
     }
   }
-  const auto now = Clock::now();
-  std::uint64_t hits = 0;
   for (std::size_t i = 0; i < request.items.size(); ++i) {
+    if (!cached.empty() && cached[i] >= 0) continue;
     const std::string& id = request.items[i].id;
-    if (auto it = worker.items.find(id); it != worker.items.end() && it->second.expires > now) {
-      asked->fetched.items[i] = it->second.features;
-      ++hits;
-      continue;
-    }
     auto key = layout_.item().redis_key(id);
     if (!key) continue;
     commands.push_back(hmget(*key, item_fields_));
     asked->items.push_back(i);
     asked->item_ids.push_back(id);
   }
-  cache_hits_.fetch_add(hits, std::memory_order_relaxed);
   cache_misses_.fetch_add(asked->items.size(), std::memory_order_relaxed);
   if (commands.empty()) {
     asked->done(std::move(asked->fetched));
     return;
   }
-  worker.client->pipeline(commands, [this, &worker, asked](redis::Outcome&& outcome) {
-    answer(worker, *asked, std::move(outcome));
-  });
+  worker.client->pipeline(commands, [this, asked](redis::Outcome&& outcome) { answer(*asked, std::move(outcome)); });
 }
 
 Result<features::Fetched> RedisStore::fail(features::Fetched&& partial, const std::string& message) {
@@ -129,15 +114,13 @@ Result<features::Fetched> RedisStore::fail(features::Fetched&& partial, const st
   return std::move(partial);
 }
 
-void RedisStore::answer(Worker& worker, Asked& asked, redis::Outcome&& outcome) {
+void RedisStore::answer(Asked& asked, redis::Outcome&& outcome) {
   if (outcome.failure) {
     errors_[static_cast<std::size_t>(*outcome.failure)].fetch_add(1, std::memory_order_relaxed);
     asked.done(fail(std::move(asked.fetched), outcome.message));
     return;
   }
   const auto wall = std::chrono::system_clock::now();
-  const auto expires = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                          std::chrono::duration<double>(config_.item_cache_ttl_seconds));
   std::optional<std::string> unreadable;
   auto decode = [&](const EntityLayout& entity, const std::string& id,
                     const redis::Reply& reply) -> std::shared_ptr<const features::Features> {
@@ -152,18 +135,8 @@ void RedisStore::answer(Worker& worker, Asked& asked, redis::Outcome&& outcome) 
   };
   std::size_t next = 0;
   if (asked.user) asked.fetched.user = decode(layout_.user(), asked.user_id, outcome.replies[next++]);
-  if (config_.item_cache_ttl_seconds > 0 && worker.items.size() + asked.items.size() > config_.item_cache_entries) {
-    std::erase_if(worker.items, [now = Clock::now()](const auto& entry) { return entry.second.expires <= now; });
-    if (worker.items.size() + asked.items.size() > config_.item_cache_entries) worker.items.clear();
-  }
   for (std::size_t k = 0; k < asked.items.size(); ++k) {
-    const bool had_error = unreadable.has_value();
-    auto features = decode(layout_.item(), asked.item_ids[k], outcome.replies[next++]);
-    asked.fetched.items[asked.items[k]] = features;
-    // An unreadable item is asked again next time, not cached as missing.
-    if (config_.item_cache_ttl_seconds > 0 && had_error == unreadable.has_value()) {
-      worker.items.insert_or_assign(asked.item_ids[k], Worker::Cached{std::move(features), expires});
-    }
+    asked.fetched.items[asked.items[k]] = decode(layout_.item(), asked.item_ids[k], outcome.replies[next++]);
   }
   if (unreadable) {
     errors_[kUnreadable].fetch_add(1, std::memory_order_relaxed);
@@ -180,7 +153,6 @@ features::RemoteStoreStats RedisStore::stats() const {
     out.errors.emplace_back(kind_name(kind), errors_[kind].load(std::memory_order_relaxed));
   }
   out.degraded = degraded_.load(std::memory_order_relaxed);
-  out.cache_hits = cache_hits_.load(std::memory_order_relaxed);
   out.cache_misses = cache_misses_.load(std::memory_order_relaxed);
   for (const auto& worker : workers_) {
     const redis::Client* client = worker->published.load(std::memory_order_acquire);

@@ -1,8 +1,9 @@
 #pragma once
 // The Redis feature store: Feast's online format (feast.h) read through one
 // asynchronous client per worker (redis/), one pipelined HMGET batch per
-// request — the user's hash and every uncached item's — with a deadline, a
-// failure policy, and an item cache per worker.
+// request — the user's hash and every item's the worker's item cache does
+// not hold (the service keeps that cache: extracted rows) — with a deadline
+// and a failure policy.
 
 #include <atomic>
 #include <functional>
@@ -24,9 +25,6 @@ struct StoreConfig {
   // counts it); true refuses the request with 503 and Retry-After.
   bool fail_on_error = false;
   double max_age_seconds = 0;  // values older than this count as missing; 0: any age
-  // Items fetched are kept this long by the worker that fetched them; 0: not kept.
-  double item_cache_ttl_seconds = 60;
-  std::size_t item_cache_entries = 1u << 20;  // per worker; when full, expired entries go, then all
 };
 
 // The store as the operator configured it: the models' layout, and one
@@ -45,14 +43,14 @@ class RedisStore final : public features::RemoteStore {
   ~RedisStore() override;
 
   void start_worker(std::size_t worker) override;
-  void fetch(std::size_t worker, const features::Request& request,
+  void fetch(std::size_t worker, const features::Request& request, const std::vector<std::int64_t>& cached,
              std::function<void(Result<features::Fetched>&&)> done) override;
   features::RemoteStoreStats stats() const override;
 
  private:
   struct Worker;
   struct Asked;
-  void answer(Worker& worker, Asked& asked, redis::Outcome&& outcome);
+  void answer(Asked& asked, redis::Outcome&& outcome);
   // The failure policy: what could be fetched with defaults for the rest, or a 503.
   Result<features::Fetched> fail(features::Fetched&& partial, const std::string& message);
 
@@ -63,7 +61,7 @@ class RedisStore final : public features::RemoteStore {
   std::function<boost::asio::io_context&(std::size_t)> loop_of_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::atomic<std::uint64_t> errors_[redis::kFailureKinds + 1] = {};  // + unreadable
-  std::atomic<std::uint64_t> degraded_{0}, cache_hits_{0}, cache_misses_{0};
+  std::atomic<std::uint64_t> degraded_{0}, cache_misses_{0};
 };
 
 }  // namespace numaserve::feast

@@ -151,13 +151,15 @@ void ItemCache::index_ids() {
   std::size_t size = 16;
   while (size < 2 * item_ids_.size()) size *= 2;
   slots_.assign(size, Slot{});
-  const std::size_t mask = size - 1;
-  for (std::uint32_t row = 0; row < item_ids_.size(); ++row) {
-    const std::uint64_t h = id_hash(item_ids_[row]);
-    std::size_t at = h & mask;
-    while (slots_[at].row != kNoRow) at = (at + 1) & mask;
-    slots_[at] = Slot{h, row};
-  }
+  for (std::uint32_t row = 0; row < item_ids_.size(); ++row) index(row);
+}
+
+void ItemCache::index(std::uint32_t row) {
+  const std::uint64_t h = id_hash(item_ids_[row]);
+  const std::size_t mask = slots_.size() - 1;
+  std::size_t at = h & mask;
+  while (slots_[at].row != kNoRow) at = (at + 1) & mask;
+  slots_[at] = Slot{h, row};
 }
 
 std::size_t ItemCache::next_match(std::uint64_t hash, std::size_t at) const {
@@ -166,7 +168,7 @@ std::size_t ItemCache::next_match(std::uint64_t hash, std::size_t at) const {
   return at;
 }
 
-void ItemCache::find_rows(const Request& request, std::vector<std::int64_t>& rows) const {
+void ItemCache::find_rows(const Request& request, std::vector<std::int64_t>& rows, Clock::time_point now) const {
   const std::size_t n = request.items.size(), mask = slots_.size() - 1;
   // Inline features override the store's, so such an item is extracted afresh.
   auto cacheable = [&](std::size_t i) { return request.items[i].features.empty(); };
@@ -190,6 +192,8 @@ void ItemCache::find_rows(const Request& request, std::vector<std::int64_t>& row
     for (std::size_t slot = at[i]; slots_[slot].row != kNoRow; slot = next_match(hashes[i], (slot + 1) & mask)) {
       const std::uint32_t row = slots_[slot].row;
       if (item_ids_[row] != request.items[i].id) continue;
+      // An expired row: a newer one of this id, if any, comes later in the run.
+      if (!expires_.empty() && expires_[row] <= now) continue;
       rows[i] = row;
       // What extraction copies next.
       if (dense_width_ > 0) __builtin_prefetch(&dense_[row * dense_width_]);
@@ -203,12 +207,64 @@ Result<Batch> extract(const ModelSpec& model, const Request& request, const Feat
   return extract(model, request, query(request, store));
 }
 
-Result<ItemCache> ItemCache::build(const ModelSpec& model, const FeatureStore& store) {
+ItemCache ItemCache::with_slots(const ModelSpec& model) {
   ItemCache cache;
+  for (const auto* f : model.dense_features()) {
+    cache.dense_slot_.push_back(f->source == Source::kItem ? static_cast<int>(cache.dense_width_++) : -1);
+  }
+  for (const auto* f : model.sparse_features()) {
+    cache.sparse_slot_.push_back(f->source == Source::kItem ? static_cast<int>(cache.sparse_width_++) : -1);
+  }
+  return cache;
+}
+
+ItemCache ItemCache::empty(const ModelSpec& model, std::size_t max_rows) {
+  ItemCache cache = with_slots(model);
+  cache.max_rows_ = max_rows;
+  cache.clear();
+  return cache;
+}
+
+void ItemCache::clear() {
+  ++generation_;
+  item_ids_.clear();
+  dense_.clear();
+  ids_.clear();
+  expires_.clear();
+  id_starts_.assign(1, 0);
+  slots_.assign(16, Slot{});
+}
+
+void ItemCache::put(const std::string& id, const Batch& batch, std::size_t i, Clock::time_point expires) {
+  if (item_ids_.size() >= max_rows_) clear();
+  const auto row = static_cast<std::uint32_t>(item_ids_.size());
+  item_ids_.push_back(id);
+  expires_.push_back(expires);
+  for (std::size_t c = 0; c < dense_slot_.size(); ++c) {
+    if (dense_slot_[c] >= 0) dense_.push_back(batch.dense[i * batch.dense_width + c]);
+  }
+  id_starts_.pop_back();
+  for (std::size_t b = 0; b < sparse_slot_.size(); ++b) {
+    if (sparse_slot_[b] < 0) continue;
+    const Bag& bag = batch.bags[b];
+    const auto from = static_cast<std::size_t>(bag.offsets[i]);
+    const auto to = i + 1 < bag.offsets.size() ? static_cast<std::size_t>(bag.offsets[i + 1]) : bag.indices.size();
+    id_starts_.push_back(static_cast<std::uint32_t>(ids_.size()));
+    ids_.insert(ids_.end(), bag.indices.begin() + static_cast<std::ptrdiff_t>(from),
+                bag.indices.begin() + static_cast<std::ptrdiff_t>(to));
+  }
+  id_starts_.push_back(static_cast<std::uint32_t>(ids_.size()));
+  if (2 * item_ids_.size() > slots_.size()) {
+    index_ids();
+  } else {
+    index(row);
+  }
+}
+
+Result<ItemCache> ItemCache::build(const ModelSpec& model, const FeatureStore& store) {
+  ItemCache cache = with_slots(model);
   const auto dense = model.dense_features();
   const auto sparse = model.sparse_features();
-  for (const auto* f : dense) cache.dense_slot_.push_back(f->source == Source::kItem ? static_cast<int>(cache.dense_width_++) : -1);
-  for (const auto* f : sparse) cache.sparse_slot_.push_back(f->source == Source::kItem ? static_cast<int>(cache.sparse_width_++) : -1);
 
   std::optional<Error> failed;
   Request one;

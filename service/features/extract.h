@@ -3,6 +3,7 @@
 // the feature store in, the model's input batch out — in one pass, with user
 // and context features computed once and shared by every row.
 
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -57,10 +58,28 @@ StoredFeatures query(const Request& request, const FeatureStore& store, const It
 // item features are most of extraction's cost). Built from a store that
 // lists its items; a store value the model cannot read fails the build,
 // naming the item, so it is found at start rather than per request.
+//
+// With a networked store it is filled as requests go instead (empty(),
+// put()): each item a request fetched is kept, extracted, until `expires`,
+// so the next request asks the store for its user only. Such a cache is
+// one worker's: put() and find_rows() are not thread-safe.
 class ItemCache {
  public:
+  using Clock = std::chrono::steady_clock;
   static Result<ItemCache> build(const ModelSpec& model, const FeatureStore& store);
+  // An empty cache for `model` holding at most `max_rows` rows (when full,
+  // every row goes: a cache, not a store).
+  static ItemCache empty(const ModelSpec& model, std::size_t max_rows);
   std::size_t items() const { return item_ids_.size(); }
+
+  // Sets rows[i] to the row of request item i, for items without inline
+  // features that the cache holds unexpired at `now` (others keep -1).
+  void find_rows(const Request& request, std::vector<std::int64_t>& rows, Clock::time_point now = {}) const;
+  // Keeps row `i` of `batch` (extracted for `model`, the cache's) as item `id`'s until `expires`.
+  void put(const std::string& id, const Batch& batch, std::size_t i, Clock::time_point expires);
+  // Counts the times the cache was emptied: rows found before a change are
+  // not this cache's any more.
+  std::uint64_t generation() const { return generation_; }
 
   // A cached row's value of the model's dense feature `column`, and its ids
   // of sparse feature `bag` (in ModelSpec::dense_features() and
@@ -80,13 +99,12 @@ class ItemCache {
   }
 
  private:
-  friend StoredFeatures query(const Request&, const FeatureStore&, const ItemCache*);
-  // Sets rows[i] to the row of request item i, for items without inline
-  // features that the cache holds (others keep -1).
-  void find_rows(const Request& request, std::vector<std::int64_t>& rows) const;
+  static ItemCache with_slots(const ModelSpec& model);
   // The first slot from `at` on that holds `hash`, or the empty slot ending the run.
   std::size_t next_match(std::uint64_t hash, std::size_t at) const;
   void index_ids();
+  void index(std::uint32_t row);  // into slots_, which has room
+  void clear();
   std::vector<int> dense_slot_;   // per dense feature: its column here, -1 if not an item feature
   std::vector<int> sparse_slot_;  // per sparse feature: likewise
   std::size_t dense_width_ = 0, sparse_width_ = 0;
@@ -105,6 +123,10 @@ class ItemCache {
   std::vector<float> dense_;              // rows x dense_width_
   std::vector<std::uint32_t> id_starts_;  // rows x sparse_width_, + 1
   std::vector<std::int64_t> ids_;         // the rows' embedding ids
+  // Filled as requests go (empty()): each row's expiry, and the bound.
+  std::vector<Clock::time_point> expires_;
+  std::size_t max_rows_ = 0;
+  std::uint64_t generation_ = 0;
 };
 
 // Errors name the offending field as a client would write it:

@@ -34,7 +34,7 @@ struct RemoteStoreStats {
   std::string store;  // where, without secrets
   std::vector<std::pair<std::string, std::uint64_t>> errors;  // by kind
   std::uint64_t degraded = 0;      // requests answered with defaults for what failed
-  std::uint64_t cache_hits = 0;    // items found in the worker's item cache
+  std::uint64_t cache_hits = 0;    // items found in the workers' item caches (the service counts them)
   std::uint64_t cache_misses = 0;  // items asked of the store
   std::vector<std::string> breakers;  // per worker: closed, open, half_open
   std::vector<bool> connected;        // per worker
@@ -45,10 +45,12 @@ class RemoteStore {
   virtual ~RemoteStore() = default;
   // On worker `worker`'s loop thread, before its first fetch: connects.
   virtual void start_worker(std::size_t worker) = 0;
-  // What the store holds for the request's user and items. `done` runs once,
-  // on the worker's loop, within the store's deadline; an error is the 503
-  // the failure policy asks for.
-  virtual void fetch(std::size_t worker, const Request& request, std::function<void(Result<Fetched>&&)> done) = 0;
+  // What the store holds for the request's user and its items, but those
+  // with a row in `cached` (ItemCache::find_rows: -1 for the others). `done`
+  // runs once, on the worker's loop, within the store's deadline; an error
+  // is the 503 the failure policy asks for.
+  virtual void fetch(std::size_t worker, const Request& request, const std::vector<std::int64_t>& cached,
+                     std::function<void(Result<Fetched>&&)> done) = 0;
   virtual RemoteStoreStats stats() const = 0;
 };
 

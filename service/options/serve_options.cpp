@@ -63,8 +63,9 @@ std::vector<OptionSpec> store_options(ServeOptions& o) {
                      "Redis values whose feature view's timestamp (_ts:<view>) is older count as missing; 0: any age",
                      c.max_age_seconds),
       seconds_option("item_cache_ttl",
-                     "Items fetched from Redis are kept this long by the worker that fetched them; 0: always fetched",
-                     c.item_cache_ttl_seconds),
+                     "Items fetched from Redis are kept, extracted, this long by the worker that fetched them; 0: "
+                     "always fetched",
+                     o.service.item_cache_ttl_seconds),
   };
 }
 

@@ -118,18 +118,21 @@ Ran python(const RedisServer& redis, const std::string& args) {
              redis.socket().string() + " --pb " + pb.string());
 }
 
-Served serve(const std::string& store, std::vector<std::string> extra = {}) {
+// A service that is stopped however its test ends, a failed assertion included.
+struct Serving : Served {
+  ~Serving() {
+    if (pid <= 0) return;
+    kill(pid, SIGTERM);
+    wait_exit(pid, 20);
+  }
+};
+
+Serving serve(const std::string& store, std::vector<std::string> extra = {}) {
   std::vector<std::string> args = {"serve", "--model-dir", (demo_dir() / "ranker_a").string(), "--feature-store", store,
                                    "--port", "0", "--listen-address", "127.0.0.1", "--workers", "1", "--warmup-rounds",
                                    "1"};
   args.insert(args.end(), extra.begin(), extra.end());
-  return start_served(binary(), args, "msg=ready");
-}
-
-void stop(const Served& s) {
-  if (s.pid <= 0) return;
-  kill(s.pid, SIGTERM);
-  wait_exit(s.pid, 20);
+  return Serving{start_served(binary(), args, "msg=ready")};
 }
 
 std::string request(const std::string& user, const std::vector<std::string>& items) {
@@ -189,8 +192,8 @@ std::vector<std::string> some_items(int from, int count) {
 TEST(FeastRedis, ScoresEqualTheEmbeddedStoreWithTheSameFeatures) {
   RedisServer redis;
   load(redis.url());
-  const Served embedded = serve((demo_dir() / "store.jsonl").string());
-  const Served remote = serve(redis.url());
+  const Serving embedded = serve((demo_dir() / "store.jsonl").string());
+  const Serving remote = serve(redis.url());
   ASSERT_GT(embedded.pid, 0);
   ASSERT_GT(remote.pid, 0);
   for (int r = 0; r < 12; ++r) {
@@ -202,8 +205,6 @@ TEST(FeastRedis, ScoresEqualTheEmbeddedStoreWithTheSameFeatures) {
   }
   EXPECT_GT(metric(remote.port, "numaserve_item_cache_total{store=\"" + redis.url() + "\",result=\"hit\"}"), 0);
   EXPECT_EQ(metric(remote.port, "numaserve_feature_store_degraded_total{store=\"" + redis.url() + "\"}"), 0);
-  stop(embedded);
-  stop(remote);
 }
 
 TEST(FeastRedis, WhatTheLoaderWroteReadsBackInPythonAsFeastWouldReadIt) {
@@ -223,15 +224,13 @@ TEST(FeastRedis, ReadsExactlyWhatAFeastWriterWroteAndDropsStaleViews) {
   const Ran write = python(redis, "write --source " + (demo_dir() / "store.jsonl").string() + " --out " +
                                       written.string() + " --stale u7");
   ASSERT_EQ(write.status, 0) << write.output;
-  const Served embedded = serve(written.string());
-  const Served remote = serve(redis.url(), {"--max-feature-age", "1h"});
+  const Serving embedded = serve(written.string());
+  const Serving remote = serve(redis.url(), {"--max-feature-age", "1h"});
   ASSERT_GT(remote.pid, 0);
   for (const std::string user : {"u3", "u7", "u12", "nobody"}) {
     const std::string body = request(user, some_items(5, 30));
     EXPECT_EQ(scores(remote.port, body), scores(embedded.port, body)) << user;
   }
-  stop(embedded);
-  stop(remote);
 }
 
 // Every request during a failure is answered in time: the deadline plus a
@@ -242,8 +241,8 @@ constexpr double kAnswerBound = kTimeoutSeconds + 1.0;
 TEST(FeastRedis, FailuresAnswerWithDefaultsInTimeAndRecoverByThemselves) {
   RedisServer redis;
   load(redis.url());
-  const Served embedded = serve((demo_dir() / "store.jsonl").string());
-  const Served remote = serve(redis.url(), {"--feature-query-timeout", "50ms", "--item-cache-ttl", "0"});
+  const Serving embedded = serve((demo_dir() / "store.jsonl").string());
+  const Serving remote = serve(redis.url(), {"--feature-query-timeout", "50ms", "--item-cache-ttl", "0"});
   ASSERT_GT(remote.pid, 0);
   const std::string body = request("u5", some_items(3, 20));
   const json healthy = scores(embedded.port, body);
@@ -295,7 +294,6 @@ TEST(FeastRedis, FailuresAnswerWithDefaultsInTimeAndRecoverByThemselves) {
   EXPECT_EQ(unreadable.status, 200) << unreadable.body;
   EXPECT_GE(metric(remote.port, errors(redis.url(), "unreadable")), 1);
 
-  stop(embedded);
 
   // A key that expired is a missing entity: the model's defaults, as the
   // embedded store answers for a user it holds no features of.
@@ -312,17 +310,15 @@ TEST(FeastRedis, FailuresAnswerWithDefaultsInTimeAndRecoverByThemselves) {
       if (json::parse(line)["id"] != "u5") out << line << "\n";
     }
   }
-  const Served expired = serve(without.string());
+  const Serving expired = serve(without.string());
   EXPECT_EQ(scores(remote.port, body), scores(expired.port, body));
   EXPECT_NE(scores(remote.port, body), healthy);
-  stop(expired);
-  stop(remote);
 }
 
 TEST(FeastRedis, AHungRedisIsDroppedAndDialledAgainWhileEveryRequestIsAnsweredInTime) {
   RedisServer redis;
   load(redis.url());
-  const Served remote = serve(redis.url(), {"--feature-query-timeout", "50ms", "--item-cache-ttl", "0"});
+  const Serving remote = serve(redis.url(), {"--feature-query-timeout", "50ms", "--item-cache-ttl", "0"});
   ASSERT_GT(remote.pid, 0);
   const std::string body = request("u6", some_items(4, 20));
   const json healthy = scores(remote.port, body);
@@ -348,13 +344,12 @@ TEST(FeastRedis, AHungRedisIsDroppedAndDialledAgainWhileEveryRequestIsAnsweredIn
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_EQ(recovered, healthy);
-  stop(remote);
 }
 
 TEST(FeastRedis, FailPolicyAnswers503WithRetryAfterAndTheBreakerOpensAndCloses) {
   RedisServer redis;
   load(redis.url());
-  const Served remote = serve(redis.url(), {"--feature-query-timeout", "50ms", "--on-feature-store-error", "fail"});
+  const Serving remote = serve(redis.url(), {"--feature-query-timeout", "50ms", "--on-feature-store-error", "fail"});
   ASSERT_GT(remote.pid, 0);
   const std::string body = request("u2", some_items(1, 10));
   ASSERT_EQ(post(remote.port, body).status, 200);
@@ -380,7 +375,6 @@ TEST(FeastRedis, FailPolicyAnswers503WithRetryAfterAndTheBreakerOpensAndCloses) 
   }
   EXPECT_EQ(status, 200) << "the breaker did not close after Redis came back";
   EXPECT_EQ(metric(remote.port, "numaserve_feature_store_breaker{store=\"" + redis.url() + "\",worker=\"0\",state=\"closed\"}"), 1);
-  stop(remote);
 }
 
 TEST(FeastRedis, PasswordAndDbOverTcpAndAWrongPasswordIsAClearStartUpError) {
@@ -392,13 +386,11 @@ TEST(FeastRedis, PasswordAndDbOverTcpAndAWrongPasswordIsAClearStartUpError) {
   EXPECT_NE(redis.cli("-n 2 DBSIZE").find("250"), std::string::npos);
   EXPECT_NE(redis.cli("-n 0 DBSIZE").find("0"), std::string::npos);
 
-  const Served remote = serve(plain, {"--feature-store-password-file", password.string()});
+  const Serving remote = serve(plain, {"--feature-store-password-file", password.string()});
   ASSERT_GT(remote.pid, 0);
-  const Served embedded = serve((demo_dir() / "store.jsonl").string());
+  const Serving embedded = serve((demo_dir() / "store.jsonl").string());
   const std::string body = request("u8", some_items(2, 15));
   EXPECT_EQ(scores(remote.port, body), scores(embedded.port, body));
-  stop(remote);
-  stop(embedded);
 
   const std::string wrong = "redis://app:not-the-pw@127.0.0.1:" + std::to_string(redis.port()) + "/2";
   const auto refused = run("timeout 20 " + binary() + " serve --model-dir " + (demo_dir() / "ranker_a").string() +

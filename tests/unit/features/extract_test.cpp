@@ -223,6 +223,52 @@ TEST_F(Extraction, TheItemCacheFindsEveryItemOfALargeStore) {
   for (std::size_t k = 0; k < cached->bags.size(); ++k) EXPECT_EQ(cached->bags[k].indices, computed->bags[k].indices) << k;
 }
 
+// Filled as requests go (the Redis store's case): what a request extracted
+// is found by the next, until it expires; a full cache starts over, and its
+// generation says so.
+TEST_F(Extraction, AFilledItemCacheGivesWhatWasExtractedUntilItExpires) {
+  using Clock = ItemCache::Clock;
+  ItemCache cache = ItemCache::empty(spec_, 40);
+  const Request first = request({"i1", "i2", "not-stored"});
+  auto computed = extract(spec_, first, query(first, *store_));
+  ASSERT_TRUE(computed);
+  const auto t0 = Clock::now();
+  for (std::size_t i = 0; i < first.items.size(); ++i) cache.put(first.items[i].id, *computed, i, t0 + std::chrono::seconds(10));
+
+  Request next = request({"i3", "not-stored", "i1", "i2"});
+  next.items[3].features["price"] = 3.0;  // inline: extracted afresh
+  std::vector<std::int64_t> rows(next.items.size(), -1);
+  cache.find_rows(next, rows, t0 + std::chrono::seconds(1));
+  EXPECT_EQ(rows[0], -1);
+  EXPECT_GE(rows[1], 0);
+  EXPECT_GE(rows[2], 0);
+  EXPECT_EQ(rows[3], -1);
+  StoredFeatures stored = query(next, *store_);
+  stored.cached_rows = rows;
+  auto from_cache = extract(spec_, next, stored, &cache);
+  auto fresh = extract(spec_, next, query(next, *store_));
+  ASSERT_TRUE(from_cache && fresh);
+  EXPECT_EQ(from_cache->dense, fresh->dense);
+  for (std::size_t k = 0; k < fresh->bags.size(); ++k) EXPECT_EQ(from_cache->bags[k].indices, fresh->bags[k].indices) << k;
+
+  // Expired: missed, and found again once put anew.
+  std::vector<std::int64_t> late(next.items.size(), -1);
+  cache.find_rows(next, late, t0 + std::chrono::seconds(11));
+  EXPECT_EQ(late, std::vector<std::int64_t>(next.items.size(), -1));
+  cache.put("i1", *computed, 0, t0 + std::chrono::seconds(20));
+  cache.find_rows(next, late, t0 + std::chrono::seconds(11));
+  EXPECT_GE(late[2], 0);
+  EXPECT_NE(late[2], rows[2]);  // the new row, past the expired one
+
+  // Full: every row goes, and the generation changes.
+  const auto generation = cache.generation();
+  for (int i = 0; i < 40; ++i) cache.put("x" + std::to_string(i), *computed, 0, t0 + std::chrono::seconds(30));
+  EXPECT_NE(cache.generation(), generation);
+  std::vector<std::int64_t> after(next.items.size(), -1);
+  cache.find_rows(next, after, t0);
+  EXPECT_EQ(after, std::vector<std::int64_t>(next.items.size(), -1));
+}
+
 TEST_F(Extraction, CachedRowsWithoutTheirCacheAreRefused) {
   auto cache = ItemCache::build(spec_, *store_);
   ASSERT_TRUE(cache.has_value());
