@@ -168,6 +168,17 @@ json scores(int port, const std::string& body) {
   return a.status == 200 ? json::parse(a.body)["scores"] : json();
 }
 
+// The scores of `body` once they are `healthy` again, or the last ones
+// after `seconds`: a service recovering by itself.
+json scores_once_back(int port, const std::string& body, const json& healthy, int seconds) {
+  json got;
+  for (auto deadline = Clock::now() + std::chrono::seconds(seconds); Clock::now() < deadline && got != healthy;) {
+    got = scores(port, body);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return got;
+}
+
 // One sample of the service's /metrics, by its name and labels' text.
 double metric(int port, const std::string& sample) {
   httplib::Client client("127.0.0.1", port);
@@ -272,11 +283,7 @@ TEST(FeastRedis, FailuresAnswerWithDefaultsInTimeAndRecoverByThemselves) {
   std::this_thread::sleep_for(std::chrono::milliseconds(700));
   redis.start();
   load(redis.url());
-  json recovered;
-  for (auto deadline = Clock::now() + std::chrono::seconds(15); Clock::now() < deadline && recovered != healthy;) {
-    recovered = scores(remote.port, body);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  const json recovered = scores_once_back(remote.port, body, healthy, 15);
   done = true;
   client.join();
   EXPECT_EQ(recovered, healthy) << "the service did not recover after Redis came back";
@@ -338,12 +345,7 @@ TEST(FeastRedis, AHungRedisIsDroppedAndDialledAgainWhileEveryRequestIsAnsweredIn
   EXPECT_EQ(late, 0);
   EXPECT_EQ(bad, 0);
   EXPECT_NE(slurp(remote.log).find("feature store connection dropped"), std::string::npos) << slurp(remote.log);
-  json recovered;
-  for (auto deadline = Clock::now() + std::chrono::seconds(10); Clock::now() < deadline && recovered != healthy;) {
-    recovered = scores(remote.port, body);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  EXPECT_EQ(recovered, healthy);
+  EXPECT_EQ(scores_once_back(remote.port, body, healthy, 10), healthy);
 }
 
 TEST(FeastRedis, FailPolicyAnswers503WithRetryAfterAndTheBreakerOpensAndCloses) {
