@@ -94,6 +94,7 @@ metrics::Gauges Service::gauges() const {
   if (remote_) {
     g.feature_store = remote_->stats();
     g.feature_store->cache_hits = cache_hits_.load(std::memory_order_relaxed);
+    g.feature_store->cache_misses = cache_misses_.load(std::memory_order_relaxed);
   }
   g.transport.refused = transport_.refused_connections();
   g.transport.max_connections = transport_.max_connections();

@@ -9,7 +9,6 @@
 //   encode  the reply, written by the loop that owns the connection
 #include <algorithm>
 
-#include "api/errors.h"
 #include "api/service.h"
 #include "http/predict_json.h"
 
@@ -68,13 +67,15 @@ features::ItemCache* Service::fetched_items(std::size_t worker, std::size_t mode
 void Service::fetch(const std::shared_ptr<Flight>& flight) {
   Flight& f = *flight;
   const features::Request& request = f.p.parsed.features;
+  std::size_t hits = 0;
   if (auto* cache = fetched_items(f.call.worker, f.p.model); cache && !f.asked_again) {
     f.cached.assign(request.items.size(), -1);
     cache->find_rows(request, f.cached, Clock::now());
     f.generation = cache->generation();
-    cache_hits_.fetch_add(static_cast<std::uint64_t>(std::count_if(f.cached.begin(), f.cached.end(), [](auto r) { return r >= 0; })),
-                          std::memory_order_relaxed);
+    hits = static_cast<std::size_t>(std::count_if(f.cached.begin(), f.cached.end(), [](auto r) { return r >= 0; }));
   }
+  cache_hits_.fetch_add(hits, std::memory_order_relaxed);
+  cache_misses_.fetch_add(request.items.size() - hits, std::memory_order_relaxed);
   remote_->fetch(f.call.worker, request, f.cached,
                  [this, flight](Result<features::Fetched>&& got) { fetched(flight, std::move(got)); });
 }
@@ -91,19 +92,13 @@ void Service::fetched(const std::shared_ptr<Flight>& flight, Result<features::Fe
     return;
   }
   metrics_.observe_feature_store(seconds(Clock::now() - f.p.query_start));
-  Answer answer = [&]() -> Answer {
+  respond(f.call, [&]() -> Answer {
     if (!got) return tl::unexpected(got.error());
-    try {
-      auto stored = got->stored();
-      stored.cached_rows = f.cached;
-      // What the store failed to give is defaults, not worth keeping.
-      return extract_and_enqueue(f.call, f.p, stored, cache, !got->degraded);
-    } catch (const std::exception& e) {
-      return make_error(Error::Code::kInternal, std::string("internal error: ") + e.what());
-    }
-  }();
-  if (answer && !*answer) return;  // queued
-  finish(f.call.route, f.call.responder, answer ? std::move(**answer) : error_reply(answer.error()));
+    auto stored = got->stored();
+    stored.cached_rows = std::move(f.cached);
+    // What the store failed to give is defaults, not worth keeping.
+    return extract_and_enqueue(f.call, f.p, stored, cache, !got->degraded);
+  });
 }
 
 Answer Service::extract_and_enqueue(Call& call, Predicting& p, const features::StoredFeatures& stored,

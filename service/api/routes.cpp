@@ -75,6 +75,18 @@ bool takes(const Route& route, std::string_view method) {
 
 }  // namespace
 
+void Service::respond(Call& call, const std::function<Answer()>& handle) {
+  Answer answer = [&]() -> Answer {
+    try {
+      return handle();
+    } catch (const std::exception& e) {
+      return make_error(Error::Code::kInternal, std::string("internal error: ") + e.what());
+    }
+  }();
+  if (answer && !*answer) return;  // the route answers later, when its batch has run
+  finish(call.route, call.responder, answer ? std::move(**answer) : error_reply(answer.error()));
+}
+
 void Service::on_request(std::size_t worker, http::Request&& request, http::Responder responder) {
   in_flight_.fetch_add(1, std::memory_order_relaxed);
   Call call{std::move(request), {}, worker, "other", std::move(responder)};
@@ -94,15 +106,7 @@ void Service::on_request(std::size_t worker, http::Request&& request, http::Resp
       continue;
     }
     call.params = std::move(params);
-    Answer answer = [&]() -> Answer {
-      try {
-        return (this->*route.handle)(call);
-      } catch (const std::exception& e) {
-        return make_error(Error::Code::kInternal, std::string("internal error: ") + e.what());
-      }
-    }();
-    if (answer && !*answer) return;  // the route answers when its batch has run
-    finish(call.route, call.responder, answer ? std::move(**answer) : error_reply(answer.error()));
+    respond(call, [&] { return (this->*route.handle)(call); });
     return;
   }
   if (allow.empty()) {

@@ -111,6 +111,10 @@ class Service final : public http::Handler {
  private:
   // Counts a reply and sends it; from any worker's thread.
   void finish(std::string_view route, http::Responder& responder, http::Reply reply);
+  // The one error boundary (routes.cpp): runs a route's handling of `call`
+  // and sends its reply, its error's reply, or a 500 for an exception;
+  // nothing when the route took the responder to answer later.
+  void respond(Call& call, const std::function<Answer()>& handle);
   // The model a request or a path names (and the version it asks for), or
   // the default: the first one.
   Result<std::size_t> find_model(const std::optional<std::string>& name, const std::string& version = {}) const;
@@ -149,7 +153,7 @@ class Service final : public http::Handler {
   std::vector<std::optional<features::ItemCache>> item_caches_;  // per model
   // With a networked store: per worker, per model, each used on its worker's thread only.
   std::vector<std::vector<features::ItemCache>> fetched_items_;
-  std::atomic<std::uint64_t> cache_hits_{0};
+  std::atomic<std::uint64_t> cache_hits_{0}, cache_misses_{0};
   const http::Server& transport_;
   // Ids given to requests that bring none, "ns-<pid>-<n>": the pid keeps
   // the supervisor's replicas apart; read once, not a syscall per request.

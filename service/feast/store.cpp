@@ -97,7 +97,6 @@ void RedisStore::fetch(std::size_t index, const features::Request& request, cons
     asked->items.push_back(i);
     asked->item_ids.push_back(id);
   }
-  cache_misses_.fetch_add(asked->items.size(), std::memory_order_relaxed);
   if (commands.empty()) {
     asked->done(std::move(asked->fetched));
     return;
@@ -153,7 +152,6 @@ features::RemoteStoreStats RedisStore::stats() const {
     out.errors.emplace_back(kind_name(kind), errors_[kind].load(std::memory_order_relaxed));
   }
   out.degraded = degraded_.load(std::memory_order_relaxed);
-  out.cache_misses = cache_misses_.load(std::memory_order_relaxed);
   for (const auto& worker : workers_) {
     const redis::Client* client = worker->published.load(std::memory_order_acquire);
     out.breakers.push_back(client ? redis::to_string(client->breaker()) : "closed");

@@ -61,7 +61,7 @@ class RedisStore final : public features::RemoteStore {
   std::function<boost::asio::io_context&(std::size_t)> loop_of_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::atomic<std::uint64_t> errors_[redis::kFailureKinds + 1] = {};  // + unreadable
-  std::atomic<std::uint64_t> degraded_{0}, cache_misses_{0};
+  std::atomic<std::uint64_t> degraded_{0};
 };
 
 }  // namespace numaserve::feast

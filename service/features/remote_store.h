@@ -34,8 +34,10 @@ struct RemoteStoreStats {
   std::string store;  // where, without secrets
   std::vector<std::pair<std::string, std::uint64_t>> errors;  // by kind
   std::uint64_t degraded = 0;      // requests answered with defaults for what failed
-  std::uint64_t cache_hits = 0;    // items found in the workers' item caches (the service counts them)
-  std::uint64_t cache_misses = 0;  // items asked of the store
+  // Kept by the service, which keeps the item caches: items found there,
+  // and items asked of the store.
+  std::uint64_t cache_hits = 0;
+  std::uint64_t cache_misses = 0;
   std::vector<std::string> breakers;  // per worker: closed, open, half_open
   std::vector<bool> connected;        // per worker
 };

@@ -117,8 +117,8 @@ struct Client::Impl : std::enable_shared_from_this<Impl> {
   bool admit(Clock::time_point now);
   void record(bool ok);
   void finish(const std::shared_ptr<Batch>& batch, std::optional<Failure> failure, std::string message);
-  void fail_now(std::function<void(Outcome&&)>& done, Failure failure, std::string message) {
-    done(Outcome{{}, failure, std::move(message)});
+  void fail_now(std::function<void(Outcome&&)>& done, Failure failure, const std::string& message) {
+    done(Outcome{{}, failure, "feature store " + url.redacted() + ": " + message});
   }
   static Impl& of(const redisAsyncContext* ac) { return *static_cast<Impl*>(ac->data); }
 };
@@ -278,7 +278,7 @@ void Client::Impl::finish(const std::shared_ptr<Batch>& batch, std::optional<Fai
   record(!failure);
   auto done = std::move(batch->done);
   if (failure) {
-    done(Outcome{{}, failure, "feature store " + url.redacted() + ": " + message});
+    fail_now(done, *failure, message);
   } else {
     done(Outcome{std::move(batch->replies), std::nullopt, {}});
   }
@@ -300,16 +300,15 @@ void Client::pipeline(const std::vector<Command>& commands, std::function<void(O
   Impl& s = *impl_;
   const auto now = Clock::now();
   if (!connected_.load(std::memory_order_relaxed) || s.context == nullptr) {
-    s.fail_now(done, Failure::kDisconnected, "feature store " + s.url.redacted() + ": not connected (" + s.down_reason + ")");
+    s.fail_now(done, Failure::kDisconnected, "not connected (" + s.down_reason + ")");
     return;
   }
   if (s.in_flight >= s.config.max_in_flight) {
-    s.fail_now(done, Failure::kOverloaded,
-               "feature store " + s.url.redacted() + ": " + std::to_string(s.in_flight) + " pipelines unanswered");
+    s.fail_now(done, Failure::kOverloaded, std::to_string(s.in_flight) + " pipelines unanswered");
     return;
   }
   if (!s.admit(now)) {
-    s.fail_now(done, Failure::kBreakerOpen, "feature store " + s.url.redacted() + ": breaker open after failures");
+    s.fail_now(done, Failure::kBreakerOpen, "breaker open after failures");
     return;
   }
   auto batch = std::make_shared<Batch>(s.loop);
