@@ -27,6 +27,7 @@ function(numaserve_target_defaults target)
     target_compile_options(${target} PRIVATE -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all
       -fno-omit-frame-pointer)
     target_link_options(${target} PRIVATE -fsanitize=address,undefined)
+    target_compile_definitions(${target} PRIVATE NUMASERVE_FUZZ_BUILD)
   endif()
 endfunction()
 

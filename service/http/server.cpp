@@ -21,6 +21,7 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 
+#include "http/chunk_line.h"
 #include "http/predict_json.h"
 #include "numaserve/common/log.h"
 
@@ -151,6 +152,8 @@ class RequestFramer {
       parser_->body_limit(config_.max_body_bytes);
       header_reported_ = false;
       scanned_ = 0;
+      chunk_left_ = 0;
+      chunks_ = 0;
     }
     // A header goes to Beast whole: given the part that has arrived, Beast
     // refuses a malformed line at once, but once it has asked for more it
@@ -163,19 +166,41 @@ class RequestFramer {
       const auto end = bytes.find("\r\n\r\n", scanned_ >= 3 ? scanned_ - 3 : 0);
       const std::size_t header_bytes = end == std::string_view::npos ? bytes.size() : end + 4;
       if (header_bytes > config_.max_header_bytes) {
-        refusal_ = {431, "request header larger than the limit of " + std::to_string(config_.max_header_bytes) + " bytes",
-                    "headers"};
-        parser_.reset();
-        return Step::kRefused;
+        return refuse(431,
+                      "request header larger than the limit of " + std::to_string(config_.max_header_bytes) + " bytes",
+                      "headers");
       }
       if (end == std::string_view::npos) {
         scanned_ = bytes.size();
         return Step::kNeedMore;
       }
     }
+    // A chunked body's framing lines likewise go to Beast only whole and
+    // checked (chunk_line.h says why).
+    std::optional<ChunkLine> line;
+    if (header_reported_ && parser_->chunked() && chunk_left_ == 0) {
+      const std::string_view bytes(static_cast<const char*>(buffer.data().data()), buffer.size());
+      line = scan_chunk_line(bytes, chunks_ > 0, config_.max_header_bytes);
+      switch (line->state) {
+        case ChunkLine::State::kNeedMore: return Step::kNeedMore;
+        case ChunkLine::State::kMalformed: return refuse(400, "malformed HTTP request: " + line->reason, "");
+        case ChunkLine::State::kTrailersTooLarge:
+          return refuse(431,
+                        "request trailers larger than the limit of " + std::to_string(config_.max_header_bytes) +
+                            " bytes",
+                        "headers");
+        case ChunkLine::State::kReady: break;
+      }
+    }
     error_code ec;
     const std::size_t used = parser_->put(buffer.data(), ec);
     buffer.consume(used);
+    if (!ec && line) {
+      chunk_left_ = line->size;
+      ++chunks_;
+    } else if (!ec && chunk_left_ > 0) {
+      chunk_left_ -= std::min<std::uint64_t>(chunk_left_, used);
+    }
     // The whole header is here and Beast wants more of it: it is malformed
     // in a way Beast cannot tell before more bytes come (a request line
     // ending in a version shorter than "HTTP/1.1"), and would wait for the
@@ -184,16 +209,11 @@ class RequestFramer {
       ec = bhttp::error::bad_version;
     }
     if (ec == bhttp::error::need_more) return Step::kNeedMore;
-    if (ec) {
-      if (ec == bhttp::error::body_limit) {
-        refusal_ = {413, "request body larger than the limit of " + std::to_string(config_.max_body_bytes) + " bytes",
-                    "body"};
-      } else {
-        refusal_ = {400, "malformed HTTP request: " + ec.message(), ""};
-      }
-      parser_.reset();
-      return Step::kRefused;
+    if (ec == bhttp::error::body_limit) {
+      return refuse(413, "request body larger than the limit of " + std::to_string(config_.max_body_bytes) + " bytes",
+                    "body");
     }
+    if (ec) return refuse(400, "malformed HTTP request: " + ec.message(), "");
     if (parser_->is_done()) return Step::kRequest;
     if (parser_->is_header_done() && !header_reported_) {
       header_reported_ = true;
@@ -230,10 +250,20 @@ class RequestFramer {
   void reset() { parser_.reset(); }
 
  private:
+  Step refuse(int status, std::string message, std::string field) {
+    refusal_ = {status, std::move(message), std::move(field)};
+    parser_.reset();
+    return Step::kRefused;
+  }
+
   const ServerConfig& config_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   bool header_reported_ = false;
   std::size_t scanned_ = 0;  // bytes of the header searched for its end so far
+  // A chunked body: data bytes of the current chunk Beast has yet to take
+  // (0: a chunk-size line is due), and chunks taken so far.
+  std::uint64_t chunk_left_ = 0;
+  std::size_t chunks_ = 0;
   Refusal refusal_;
 };
 

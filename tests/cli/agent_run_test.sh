@@ -90,6 +90,19 @@ else
   bad "without a plan the topology and NRT are still published, an old plan removed (exit 1)"
 fi
 
+# State files of another shape (damaged, or another kubelet's format): each
+# an error naming the file and the member, exit 1, and the topology and the
+# NodeResourceTopology published all the same. They aborted the agent.
+if ! "$AGENT" run --oneshot "${machine[@]}" --kubelet-state-dir "$fixtures/kubelet/other-format" \
+     --podresources-socket "" --hints-dir "$work/h6" --node-name n6 2>"$work/log"; then status=1; else status=0; fi
+if [[ $status == 1 ]] && grep -q 'kubelet_files: .*other-format/cpu_manager_state: policyName: want a string' "$work/log" &&
+   grep -q 'memory_manager_state: machineState.0.memoryMap: want an object' "$work/log" &&
+   grep -q 'name: "n6"' "$work/h6/noderesourcetopology.yaml" && [[ -s $work/h6/topology.json ]]; then
+  ok "unparsable kubelet state files are named errors (exit 1), the NRT still written"
+else
+  bad "unparsable kubelet state files are named errors (exit 1), the NRT still written"
+fi
+
 # A change to the kubelet's state runs a cycle within a second (interval 1h).
 mkdir -p "$work/state"
 cp "$fixtures/kubelet/numa-ready/cpu_manager_state" "$work/state/"

@@ -6,18 +6,23 @@
 namespace numaserve::agent::discover {
 namespace {
 
-// Reads and parses one kubelet file; a failure becomes a warning.
+// Reads and parses one kubelet file. One that is absent is a warning (the
+// kubelet writes a state file only with its manager's policy on); one that
+// is there but cannot be read or parsed is also an error of the report's,
+// which the updater counts.
 template <typename T, typename Parse>
-std::optional<T> read_kubelet_file(const std::filesystem::path& path, Parse parse,
-                                   std::vector<std::string>& warnings) {
+std::optional<T> read_kubelet_file(const std::filesystem::path& path, Parse parse, NodeReport& report) {
   auto text = read_text_file(path);
   if (!text) {
-    warnings.push_back("kubelet file unreadable: " + text.error().message);
+    report.warnings.push_back("kubelet file unreadable: " + text.error().message);
+    std::error_code ec;
+    if (std::filesystem::exists(path, ec)) report.kubelet_file_errors.push_back(text.error());
     return std::nullopt;
   }
   auto parsed = parse(*text, path.string());
   if (!parsed) {
-    warnings.push_back("kubelet file ignored: " + parsed.error().message);
+    report.warnings.push_back("kubelet file ignored: " + parsed.error().message);
+    report.kubelet_file_errors.push_back(parsed.error());
     return std::nullopt;
   }
   return *parsed;
@@ -105,9 +110,9 @@ void discover_allocations(const DiscoverConfig& config, NodeReport& report) {
                               " instead (internal to the kubelet, and without pod names)");
   }
   report.cpu_manager_state = read_kubelet_file<kubelet::CpuManagerState>(
-      *config.kubelet_state_dir / "cpu_manager_state", kubelet::parse_cpu_manager_state, report.warnings);
+      *config.kubelet_state_dir / "cpu_manager_state", kubelet::parse_cpu_manager_state, report);
   report.memory_manager_state = read_kubelet_file<kubelet::MemoryManagerState>(
-      *config.kubelet_state_dir / "memory_manager_state", kubelet::parse_memory_manager_state, report.warnings);
+      *config.kubelet_state_dir / "memory_manager_state", kubelet::parse_memory_manager_state, report);
   if (report.cpu_manager_state || report.memory_manager_state) {
     report.allocations = kubelet::allocations_of_state_files(config.kubelet_state_dir->string(),
                                                              report.cpu_manager_state, report.memory_manager_state);
@@ -182,7 +187,7 @@ Result<NodeReport> discover_node(const DiscoverConfig& config) {
   }
   if (config.kubelet_config) {
     report.kubelet_config = read_kubelet_file<kubelet::KubeletConfig>(
-        *config.kubelet_config, kubelet::parse_kubelet_config, report.warnings);
+        *config.kubelet_config, kubelet::parse_kubelet_config, report);
     if (report.kubelet_config) check_kubelet_config(*report.kubelet_config, report.warnings);
   }
   discover_allocations(config, report);

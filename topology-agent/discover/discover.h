@@ -51,6 +51,9 @@ struct NodeReport {
   // it was not asked); the updater then keeps its last good view.
   std::string allocations_error;
   std::uint64_t podresources_retries = 0;
+  // Kubelet files that are there but could not be read or parsed this time
+  // (each also a warning); the report goes on without them.
+  std::vector<Error> kubelet_file_errors;
   std::vector<std::string> warnings;
 };
 

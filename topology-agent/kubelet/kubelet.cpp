@@ -1,6 +1,7 @@
 #include "kubelet/kubelet.h"
 
 #include <algorithm>
+#include <charconv>
 #include <iterator>
 
 #include <nlohmann/json.hpp>
@@ -75,15 +76,41 @@ Result<std::map<std::string, std::string>> string_map(const YamlNode& map, const
   return out;
 }
 
+// A state file's member that is not what the kubelet writes: the error
+// names the file and the member, and the agent goes on without the file.
+tl::unexpected<Error> bad_member(const std::string& file, const std::string& member, const std::string& want) {
+  return make_error(Error::Code::kInvalidArgument, file + ": " + member + ": want " + want, member);
+}
+
+// The member `key` of `object` if it is there: an object, or an error.
+Result<const nlohmann::json*> object_member(const nlohmann::json& object, const char* key, const std::string& file,
+                                            const std::string& member) {
+  const auto it = object.find(key);
+  if (it == object.end()) return nullptr;
+  if (!it->is_object()) return bad_member(file, member, "an object");
+  return &*it;
+}
+
 // A kubelet state file: a JSON object that names its policy.
 Result<nlohmann::json> parse_state(std::string_view text, const std::string& file, std::string& policy) {
   nlohmann::json json = nlohmann::json::parse(text, nullptr, false);
   if (json.is_discarded() || !json.is_object()) {
     return make_error(Error::Code::kInvalidArgument, file + ": not a JSON object (truncated?)", file);
   }
-  policy = json.value("policyName", "");
-  if (policy.empty()) return make_error(Error::Code::kInvalidArgument, file + ": no policyName", "policyName");
+  const auto name = json.find("policyName");
+  if (name == json.end()) return make_error(Error::Code::kInvalidArgument, file + ": no policyName", "policyName");
+  if (!name->is_string()) return bad_member(file, "policyName", "a string");
+  policy = name->get<std::string>();
+  if (policy.empty()) return bad_member(file, "policyName", "a policy's name, not an empty string");
   return json;
+}
+
+// A NUMA node's id as the Memory Manager writes it: a decimal number.
+std::optional<unsigned> node_id(const std::string& key) {
+  unsigned id = 0;
+  const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+  if (ec != std::errc() || end != key.data() + key.size() || key.empty() || id > CpuSet::kMaxId) return std::nullopt;
+  return id;
 }
 
 }  // namespace
@@ -142,23 +169,23 @@ Result<CpuManagerState> parse_cpu_manager_state(std::string_view text, const std
   CpuManagerState out;
   auto json = parse_state(text, file, out.policy);
   if (!json) return tl::unexpected(json.error());
-  auto parse_set = [&](const nlohmann::json& value, const std::string& where) -> Result<CpuSet> {
-    if (!value.is_string()) return make_error(Error::Code::kInvalidArgument, file + ": " + where + " is not a string");
+  auto parse_set = [&](const nlohmann::json& value, const std::string& member) -> Result<CpuSet> {
+    if (!value.is_string()) return bad_member(file, member, "a CPU list string");
     auto set = CpuSet::parse_list(value.get<std::string>());
-    if (!set) return tl::unexpected(std::move(set.error()).with_context(file + ": " + where));
+    if (!set) return tl::unexpected(std::move(set.error()).with_context(file + ": " + member));
     return *set;
   };
-  if (json->contains("defaultCpuSet")) {
-    auto set = parse_set((*json)["defaultCpuSet"], "defaultCpuSet");
+  if (const auto it = json->find("defaultCpuSet"); it != json->end()) {
+    auto set = parse_set(*it, "defaultCpuSet");
     if (!set) return tl::unexpected(set.error());
     out.default_cpu_set = *set;
   }
   // entries: pod UID -> container name -> cpuset
-  const nlohmann::json entries = json->value("entries", nlohmann::json::object());
-  for (const auto& [pod, containers] : entries.items()) {
-    if (!containers.is_object()) {
-      return make_error(Error::Code::kInvalidArgument, file + ": entries." + pod + " is not an object");
-    }
+  auto entries = object_member(*json, "entries", file, "entries");
+  if (!entries) return tl::unexpected(entries.error());
+  if (*entries == nullptr) return out;
+  for (const auto& [pod, containers] : (*entries)->items()) {
+    if (!containers.is_object()) return bad_member(file, "entries." + pod, "an object");
     for (const auto& [container, value] : containers.items()) {
       auto set = parse_set(value, "entries." + pod + "." + container);
       if (!set) return tl::unexpected(set.error());
@@ -174,22 +201,24 @@ Result<MemoryManagerState> parse_memory_manager_state(std::string_view text, con
   if (!json) return tl::unexpected(json.error());
   // machineState: NUMA node -> memoryMap -> resource -> {total, reserved, free, ...};
   // "reserved" is what containers have been assigned.
-  const nlohmann::json machine_state = json->value("machineState", nlohmann::json::object());
-  for (const auto& [node, state] : machine_state.items()) {
-    const auto memory = state.is_object() ? state.value("memoryMap", nlohmann::json::object()).value(
-                                                "memory", nlohmann::json::object())
-                                          : nlohmann::json();
-    if (!memory.is_object() || !memory.contains("reserved") || !memory["reserved"].is_number_unsigned()) {
-      return make_error(Error::Code::kInvalidArgument,
-                        file + ": machineState." + node + ".memoryMap.memory.reserved missing or not a number");
-    }
-    unsigned id = 0;
-    try {
-      id = static_cast<unsigned>(std::stoul(node));
-    } catch (const std::exception&) {
-      return make_error(Error::Code::kInvalidArgument, file + ": machineState key '" + node + "' is not a node id");
-    }
-    out.assigned_memory[id] = memory["reserved"].get<std::uint64_t>();
+  auto machine_state = object_member(*json, "machineState", file, "machineState");
+  if (!machine_state) return tl::unexpected(machine_state.error());
+  if (*machine_state == nullptr) return out;
+  for (const auto& [node, state] : (*machine_state)->items()) {
+    const std::string member = "machineState." + node;
+    const auto id = node_id(node);
+    if (!id) return bad_member(file, member, "a NUMA node id (a decimal number) as the key");
+    if (!state.is_object()) return bad_member(file, member, "an object");
+    const std::string reserved = member + ".memoryMap.memory.reserved";
+    auto map = object_member(state, "memoryMap", file, member + ".memoryMap");
+    if (!map) return tl::unexpected(map.error());
+    if (*map == nullptr) return bad_member(file, reserved, "a number of bytes");
+    auto memory = object_member(**map, "memory", file, member + ".memoryMap.memory");
+    if (!memory) return tl::unexpected(memory.error());
+    if (*memory == nullptr) return bad_member(file, reserved, "a number of bytes");
+    const auto bytes = (*memory)->find("reserved");
+    if (bytes == (*memory)->end() || !bytes->is_number_unsigned()) return bad_member(file, reserved, "a number of bytes");
+    out.assigned_memory[*id] = bytes->get<std::uint64_t>();
   }
   return out;
 }

@@ -16,7 +16,7 @@ std::string render_metrics(const updater::CycleResult& last, const updater::Coun
   w.family("numaserve_agent_cycles_total", "counter", "Discover-plan-publish cycles run.")
       .sample("numaserve_agent_cycles_total", counters.cycles);
   w.family("numaserve_agent_failures_total", "counter", "Failed stages, by stage.");
-  for (const char* stage : {"discover", "podresources", "plan", "publish", "apiserver"}) {
+  for (const char* stage : {"discover", "kubelet_files", "podresources", "plan", "publish", "apiserver"}) {
     const auto it = counters.failures.find(stage);
     w.sample("numaserve_agent_failures_total", it == counters.failures.end() ? 0 : it->second,
              prometheus::label("stage", stage));

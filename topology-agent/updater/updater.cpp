@@ -62,6 +62,7 @@ CycleResult Updater::run_cycle() {
     return result;
   }
   result.report = std::move(*report);
+  for (const Error& error : result.report->kubelet_file_errors) fail(result, "kubelet_files", error);
   keep_last_good(*result.report);
   if (auto planned = plan::plan_node(result.report->topology, config_.plan)) {
     result.plan = std::move(*planned);

@@ -36,7 +36,7 @@ struct UpdaterConfig {
 
 struct Counters {
   std::uint64_t cycles = 0;
-  // By stage: discover, podresources, plan, publish, apiserver.
+  // By stage: discover, kubelet_files, podresources, plan, publish, apiserver.
   std::map<std::string, std::uint64_t> failures;
   std::uint64_t apiserver_retries = 0;
   std::uint64_t apiserver_unchanged = 0;  // applies skipped: the object was already so

@@ -74,6 +74,53 @@ TEST(CpuManagerState, TruncatedOrMalformedIsAClearError) {
   EXPECT_NE(bad_set.error().message.find("entries.p.c"), std::string::npos) << bad_set.error().message;
 }
 
+// A member of another type than the kubelet writes (a damaged file, or
+// another kubelet's format) is an error naming the file and the member —
+// never an exception out of the JSON library, which aborted the agent.
+TEST(StateFiles, MembersOfTheWrongTypeAreErrorsNamingFileAndMember) {
+  const std::vector<std::pair<std::string, std::string>> cpu_cases = {
+      {R"({"policyName":{"a":1}})", "cpu_manager_state: policyName: want a string"},
+      {R"({"policyName":7})", "cpu_manager_state: policyName: want a string"},
+      {R"({"policyName":""})", "cpu_manager_state: policyName: want a policy's name, not an empty string"},
+      {R"({"policyName":"static","defaultCpuSet":[1]})", "cpu_manager_state: defaultCpuSet: want a CPU list string"},
+      {R"({"policyName":"static","entries":"x"})", "cpu_manager_state: entries: want an object"},
+      {R"({"policyName":"static","entries":[1]})", "cpu_manager_state: entries: want an object"},
+      {R"({"policyName":"static","entries":{"p":[1]}})", "cpu_manager_state: entries.p: want an object"},
+      {R"({"policyName":"static","entries":{"p":{"c":3}}})", "cpu_manager_state: entries.p.c: want a CPU list string"},
+  };
+  for (const auto& [text, message] : cpu_cases) {
+    auto s = parse_cpu_manager_state(text, "cpu_manager_state");
+    ASSERT_FALSE(s.has_value()) << text;
+    EXPECT_EQ(s.error().message, message) << text;
+  }
+  const std::string reserved = "memory_manager_state: machineState.0.memoryMap.memory.reserved: want a number of bytes";
+  const std::vector<std::pair<std::string, std::string>> memory_cases = {
+      {R"({"policyName":["Static"]})", "memory_manager_state: policyName: want a string"},
+      {R"({"policyName":"Static","machineState":[]})", "memory_manager_state: machineState: want an object"},
+      {R"({"policyName":"Static","machineState":{"0":1}})", "memory_manager_state: machineState.0: want an object"},
+      {R"({"policyName":"Static","machineState":{"0":{"memoryMap":[]}}})",
+       "memory_manager_state: machineState.0.memoryMap: want an object"},
+      {R"({"policyName":"Static","machineState":{"0":{"memoryMap":{"memory":"x"}}}})",
+       "memory_manager_state: machineState.0.memoryMap.memory: want an object"},
+      {R"({"policyName":"Static","machineState":{"0":{}}})", reserved},
+      {R"({"policyName":"Static","machineState":{"0":{"memoryMap":{"memory":{"reserved":-1}}}}})", reserved},
+      {R"({"policyName":"Static","machineState":{"0":{"memoryMap":{"memory":{"reserved":"1"}}}}})", reserved},
+  };
+  for (const auto& [text, message] : memory_cases) {
+    auto s = parse_memory_manager_state(text, "memory_manager_state");
+    ASSERT_FALSE(s.has_value()) << text;
+    EXPECT_EQ(s.error().message, message) << text;
+  }
+  // Node ids: decimal, whole, within range ("1abc" was read as 1, "-1" as 4294967295).
+  for (const char* key : {"1abc", "-1", "", "0x1", "99999999999", " 1"}) {
+    const std::string text = std::string(R"({"policyName":"Static","machineState":{")") + key +
+                             R"(":{"memoryMap":{"memory":{"reserved":1}}}}})";
+    auto s = parse_memory_manager_state(text, "memory_manager_state");
+    ASSERT_FALSE(s.has_value()) << key;
+    EXPECT_NE(s.error().message.find("want a NUMA node id"), std::string::npos) << s.error().message;
+  }
+}
+
 TEST(MemoryManagerState, AssignedMemoryPerNode) {
   auto s = parse_memory_manager_state(fixture("numa-ready/memory_manager_state"), "memory_manager_state");
   ASSERT_TRUE(s.has_value()) << s.error().message;

@@ -4,6 +4,8 @@
 #include <httplib.h>
 #include <unistd.h>
 
+#include <fstream>
+
 #include "numaserve/common/text_file.h"
 #include "serve/metrics.h"
 #include "updater/updater.h"
@@ -74,6 +76,39 @@ TEST_F(Agent, PublishFailureIsCountedAndTheLoopKeepsItsResults) {
   const std::string metrics = serve::render_metrics(result, agent.counters());
   EXPECT_NE(metrics.find("numaserve_agent_failures_total{stage=\"publish\"} 1"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("numaserve_plan_replica_cpus 14"), std::string::npos) << metrics;
+}
+
+// A state file the agent cannot parse (here one whose policyName is an
+// object, which aborted the agent) is an error of the cycle, counted, named
+// with the file and the member; the topology and the NodeResourceTopology
+// are published all the same, and so is every cycle after it.
+TEST_F(Agent, DamagedKubeletStateFileIsCountedAndTheRestPublished) {
+  const auto state = hints_.parent_path() / ("numaserve-kubelet-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(state);
+  {
+    std::ofstream(state / "cpu_manager_state") << R"({"policyName":{"a":"7-21"},"checksum":1})";
+  }
+  auto config = config_in(hints_);
+  config.discover.kubelet_state_dir = state;
+  updater::Updater agent(config);
+  for (int cycle = 1; cycle <= 2; ++cycle) {
+    const auto result = agent.run_cycle();
+    ASSERT_EQ(result.errors.size(), 1u) << ::testing::PrintToString(result.errors);
+    EXPECT_EQ(result.errors[0], "kubelet_files: " + (state / "cpu_manager_state").string() + ": policyName: want a string");
+    EXPECT_TRUE(result.plan.has_value());
+    EXPECT_EQ(agent.counters().failures.at("kubelet_files"), static_cast<std::uint64_t>(cycle));
+    const std::string metrics = serve::render_metrics(result, agent.counters());
+    EXPECT_NE(metrics.find("numaserve_agent_failures_total{stage=\"kubelet_files\"} " + std::to_string(cycle)),
+              std::string::npos)
+        << metrics;
+  }
+  EXPECT_NE(read_text_file(hints_ / "noderesourcetopology.yaml")->find("name: \"worker-3\""), std::string::npos);
+  EXPECT_TRUE(std::filesystem::exists(hints_ / "topology.json"));
+  // An absent state file (the kubelet's manager is off) is no failure.
+  std::filesystem::remove(state / "cpu_manager_state");
+  EXPECT_TRUE(agent.run_cycle().ok());
+  EXPECT_EQ(agent.counters().failures.at("kubelet_files"), 2u);
+  std::filesystem::remove_all(state);
 }
 
 TEST_F(Agent, DiscoveryFailureIsCountedNotFatal) {
