@@ -109,26 +109,49 @@ fuzzer() {
   ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}$(asan_options "$t")" \
     setarch "$(uname -m)" -R "$dir/tests/fuzz/fuzz_$t" -max_len="$(max_len "$t")" -reload=0 "$@"
 }
+# The smoke's: the same argv and environment, byte for byte, in any
+# checkout — the binary behind a link, the work corpus and artifacts under
+# one fixed-length scratch dir, nothing else inherited.
+smoke_fuzzer() {
+  local t=$1 scratch=$2
+  shift 2
+  ln -sf "$(cd "$dir/tests/fuzz" && pwd)/fuzz_$t" "$scratch/fuzz"
+  (cd "$scratch" && env -i PATH=/usr/bin:/bin NUMASERVE_FUZZ_SCRATCH=/dev/shm/"${scratch##*/}" \
+    ASAN_OPTIONS="$(asan_options "$t")" \
+    setarch "$(uname -m)" -R ./fuzz -max_len="$(max_len "$t")" -reload=0 -use_cmp=0 "$@")
+}
 
 [[ -n $seed ]] || seed=$((RANDOM << 15 | RANDOM | 1))
 echo "seed $seed (to replay: scripts/fuzz.sh ${targets[*]} ${runs:+--runs $runs }--seed $seed$( ((smoke)) && echo ' --smoke'))"
-mode=()
-((smoke)) && mode=(-use_cmp=0)
 
 results=()
 found=0
 for t in "${targets[@]}"; do
   work=$dir/corpus/$t findings=$dir/findings/$t log=$dir/logs/$t.log
-  ((smoke)) && work=$(mktemp -d)
   rm -rf "$findings"  # this run's findings only; the work corpus carries over
   mkdir -p "$work" "$findings" "$(dirname "$log")"
   limit=(-max_total_time="$seconds")
   [[ -n $runs ]] && limit=(-runs="$runs")
-  # The work corpus first: new inputs go there, the checked-in seeds stay as they are.
-  # shellcheck disable=SC2046
-  fuzzer "$t" "${limit[@]}" "${mode[@]}" -seed="$seed" -timeout=2 -rss_limit_mb=2048 \
-    -print_final_stats=1 -artifact_prefix="$findings/" "$work" $(seeds "$t") $(regressions "$t") \
-    > "$log" 2>&1 || true
+  if ((smoke)); then
+    scratch=$(mktemp -d /tmp/numaserve-smoke.XXXXXX)
+    mkdir -p "$scratch/work" "$scratch/found" "/dev/shm/${scratch##*/}"
+    # The checked-in inputs by paths of the same length in every checkout.
+    inputs=()
+    for d in $(seeds "$t") $(regressions "$t"); do
+      ln -s "$PWD/$d" "$scratch/in${#inputs[@]}"
+      inputs+=("in${#inputs[@]}")
+    done
+    smoke_fuzzer "$t" "$scratch" "${limit[@]}" -seed="$seed" -timeout=2 -rss_limit_mb=2048 \
+      -print_final_stats=1 -artifact_prefix=found/ work "${inputs[@]}" > "$log" 2>&1 || true
+    find "$scratch/found" -type f -exec mv {} "$findings/" \;
+    work=$scratch/work
+  else
+    # The work corpus first: new inputs go there, the checked-in seeds stay as they are.
+    # shellcheck disable=SC2046
+    fuzzer "$t" "${limit[@]}" -seed="$seed" -timeout=2 -rss_limit_mb=2048 \
+      -print_final_stats=1 -artifact_prefix="$findings/" "$work" $(seeds "$t") $(regressions "$t") \
+      > "$log" 2>&1 || true
+  fi
   executed=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   took=$(sed -n 's/.*Done [0-9]* runs in \([0-9]*\) second.*/\1/p' "$log" | tail -1)
   edges=$(sed -n 's/.*cov: \([0-9]*\).*/\1/p' "$log" | tail -1)
@@ -163,7 +186,7 @@ for t in "${targets[@]}"; do
     rm -rf "tests/fuzz/corpus/$t"
     mv "$minimal" "tests/fuzz/corpus/$t"
   fi
-  ((smoke)) && rm -rf "$work"
+  ((smoke)) && rm -rf "$scratch" "/dev/shm/${scratch##*/}"
 done
 printf '%s\n' "${results[@]}" | jq -s . > "$dir/fuzz-results.json"
 echo "results: $dir/fuzz-results.json"
