@@ -99,10 +99,10 @@ asan_options() {
 # values each run, and two runs of seed 1 kept 56 and 57 new inputs of the
 # same 30,000. setarch -R turns it off for the fuzzer alone; -reload=0
 # keeps libFuzzer from rereading its corpus on a timer. That replays a run
-# in the same checkout; another checkout's paths, environment and
-# directory order still move the stack and heap (12 of 16 targets' smokes
-# differed between two clones), hence --smoke's -use_cmp=0 (then 16 of 16
-# the same).
+# in the same checkout; another checkout's paths and environment still
+# move the stack (12 of 16 targets' smokes differed between two clones),
+# hence smoke_fuzzer below (then 15 of 16 the same; hwloc_xml's child caps
+# its address space at its current size, and its time by the clock).
 fuzzer() {
   local t=$1
   shift
