@@ -153,7 +153,7 @@ class RequestFramer {
       header_reported_ = false;
       scanned_ = 0;
       chunk_left_ = 0;
-      chunks_ = 0;
+      chunk_taken_ = false;
     }
     // A header goes to Beast whole: given the part that has arrived, Beast
     // refuses a malformed line at once, but once it has asked for more it
@@ -180,7 +180,7 @@ class RequestFramer {
     std::optional<ChunkLine> line;
     if (header_reported_ && parser_->chunked() && chunk_left_ == 0) {
       const std::string_view bytes(static_cast<const char*>(buffer.data().data()), buffer.size());
-      line = scan_chunk_line(bytes, chunks_ > 0, config_.max_header_bytes);
+      line = scan_chunk_line(bytes, chunk_taken_, config_.max_header_bytes);
       switch (line->state) {
         case ChunkLine::State::kNeedMore: return Step::kNeedMore;
         case ChunkLine::State::kMalformed: return refuse(400, "malformed HTTP request: " + line->reason, "");
@@ -197,7 +197,7 @@ class RequestFramer {
     buffer.consume(used);
     if (!ec && line) {
       chunk_left_ = line->size;
-      ++chunks_;
+      chunk_taken_ = true;
     } else if (!ec && chunk_left_ > 0) {
       chunk_left_ -= std::min<std::uint64_t>(chunk_left_, used);
     }
@@ -261,9 +261,10 @@ class RequestFramer {
   bool header_reported_ = false;
   std::size_t scanned_ = 0;  // bytes of the header searched for its end so far
   // A chunked body: data bytes of the current chunk Beast has yet to take
-  // (0: a chunk-size line is due), and chunks taken so far.
+  // (0: a chunk-size line is due), and whether a chunk came before it (its
+  // data then ends in a CRLF the next line's scan checks).
   std::uint64_t chunk_left_ = 0;
-  std::size_t chunks_ = 0;
+  bool chunk_taken_ = false;
   Refusal refusal_;
 };
 
