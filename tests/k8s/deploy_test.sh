@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The deployment path, checked offline: the Helm chart (lint, template with
-# every example and with the agent's own plans, values schema), the kustomize
-# base and overlays, the kubelet and scheduler examples. Every rendered
-# object is validated against the Kubernetes schemas (unknown fields
-# included) and its CRD, and the deployment's promises are asserted
-# (check_deployment.mjs), including that breaking one is caught.
+# The deployment path: the Helm chart (lint, template with every example and
+# with the agent's own plans, values schema), the kustomize base and
+# overlays, the kubelet and scheduler examples. Every rendered object is
+# applied (server-side, dry run, strict field validation) to a real API
+# server (tests/k8s/cluster), its CRDs installed first, and the deployment's
+# promises are asserted (check_deployment.mjs), including that breaking one
+# is caught. What the objects do once applied (admission, RBAC, scheduling)
+# is cluster_test.sh's.
 # Usage: deploy_test.sh AGENT_BINARY FIXTURES_DIR
 set -euo pipefail
 AGENT=$1 FIXTURES=$2
@@ -12,13 +14,17 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 CHART=$ROOT/charts/numaserve
 HELM=$HERE/node_modules/.bin/helm
-KUBECTL=$HERE/node_modules/.bin/kubectl
-[[ -x $HELM && -x $KUBECTL ]] || { echo "helm/kubectl missing: run scripts/install-deps.sh test" >&2; exit 1; }
-out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+[[ -x $HELM ]] || { echo "helm missing: run scripts/install-deps.sh test" >&2; exit 1; }
+source "$HERE/cluster/lib.sh"
+out=$(mktemp -d); trap 'stop_control_plane; rm -rf "$out"' EXIT
+use_control_plane "$out/cluster"
+KUBECTL=$CP_DIR/bin/kubectl
+# The Prometheus Operator's ServiceMonitor CRD, for the renders that have one.
+kube apply --server-side -f "$CP_DIR/bin/crds/monitoring.coreos.com_servicemonitors.yaml" >/dev/null
+export NAMESPACE=ranking  # as `helm install -n ranking` (the renders' namespace)
 
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-validate() { node "$HERE/validate.mjs" --crd "$CHART/files/noderesourcetopology-crd.yaml" "$@"; }
 check() { node "$HERE/check_deployment.mjs" "$@"; }
 lint() { yamllint -s -c "$HERE/yamllint.yaml" "$@"; }
 
@@ -29,7 +35,7 @@ render() {  # name, expected replicas ("" when an HPA owns them), helm arguments
   for arg in "$@"; do [[ $arg == --api-versions || $arg == */ServiceMonitor ]] || lint_args+=("$arg"); done
   "$HELM" lint --strict --quiet "$CHART" "${lint_args[@]}" >/dev/null || fail "helm lint --strict ${lint_args[*]}"
   "$HELM" template "rel-${name,,}" "$CHART" --namespace ranking "$@" > "$out/$name.yaml" || { fail "helm template $*"; return; }
-  validate "$out/$name.yaml" >/dev/null || { validate "$out/$name.yaml" || true; fail "$name: invalid objects"; }
+  server_validate "$out/$name.yaml" || fail "$name: objects the API server refuses"
   check ${replicas:+--replicas "$replicas"} ${CHECK_FLAGS:-} "$out/$name.yaml" || fail "$name: deployment promises broken"
   renders+=("$out/$name.yaml")
   echo "ok $name"
@@ -41,6 +47,11 @@ render init-container-model 1 -f "$CHART/examples/init-container-model.yaml"
 # The Prometheus Operator present: the ServiceMonitor appears.
 render production "" -f "$CHART/examples/production.yaml" --api-versions monitoring.coreos.com/v1/ServiceMonitor
 grep -q '^kind: ServiceMonitor' "$out/production.yaml" || fail "production: no ServiceMonitor where its CRD exists"
+# The API server's validation is strict: an unknown field is refused.
+sed '0,/^        - name: numaserve$/s//        - name: numaserve\n          bogus: 1/' "$out/defaults.yaml" > "$out/unknown-field.yaml"
+if why=$(server_validate "$out/unknown-field.yaml" 2>&1); then fail "an unknown field was accepted"
+elif grep -qF 'containers[name="numaserve"].bogus: field not declared in schema' <<<"$why"; then echo "ok unknown field refused"
+else fail "an unknown field was refused, but not as unknown: $why"; fi
 grep -q '^kind: ServiceMonitor' "$out/defaults.yaml" && fail "defaults: a ServiceMonitor without its CRD would fail the install"
 grep -q '^kind: HorizontalPodAutoscaler' "$out/production.yaml" || fail "production: autoscaling on but no HPA"
 grep -q '^  replicas:' <(sed -n '/^kind: Deployment/,/^---/p' "$out/production.yaml") && fail "production: replicas set although the HPA owns them"
@@ -102,33 +113,10 @@ for xml in 16amd64-4distances 32em64t-2n8c2t-pci-normalio 64intel64-fakeKNL-SNC4
   cpu=$(sed -n '/^  limits:/,/memory/s/^    cpu: //p' "$out/$xml.values.yaml")
   grep -q "cpu: \"$cpu\"" "$out/plan-$xml.yaml" || fail "plan-$xml: the planned $cpu CPUs are not what the pod asks"
 done
-echo "== chart: the agent writes only its own node"
-# The admission policy's shape and CEL, evaluated offline on 15 requests; a
-# policy with the label rule defused must be caught.
-node "$HERE/admission_policy.mjs" "$out/defaults.yaml" >/dev/null || { node "$HERE/admission_policy.mjs" "$out/defaults.yaml"; fail "the agent's admission policy"; }
-sed "s/k.startsWith('numaserve.io\/')/true/g" "$out/defaults.yaml" > "$out/defused.yaml"
-node "$HERE/admission_policy.mjs" "$out/defused.yaml" >/dev/null 2>&1 && fail "admission_policy.mjs passed a policy that lets the agent change any label"
+# The admission policy's verdicts and the replicas' scheduling are the real
+# API server's and scheduler's: cluster_test.sh.
 grep -q '^kind: ValidatingAdmissionPolicy$' "$out/agent-quiet.yaml" && fail "agent.publish=false still renders the admission policy"
 "$HELM" template t "$CHART" --kube-version 1.29.0 >/dev/null 2>&1 && fail "the chart rendered for Kubernetes 1.29 (no admission policies, no preStop sleep)"
-echo "ok admission policy"
-
-echo "== chart: replicas schedule, several per machine"
-# By the kube-scheduler's filter rules (schedule.mjs names them) on four
-# planned 2-socket workers, a tainted control plane and an unplanned node:
-# all 8 replicas of the 2-socket example land, 2 on each planned worker.
-# The cluster's worker labels are the agent's own for that machine.
-diff -u <("$AGENT" plan -o labels --xml "$FIXTURES/topologies/xml/32em64t-2n8c2t-pci-normalio.xml") \
-  <(node -e 'const y=require(process.argv[1]); const c=y.parse(require("fs").readFileSync(process.argv[2],"utf8"));
-             for (const [k,v] of Object.entries(c[0].labels).sort()) console.log(`${k}=${v}`)' \
-     "$HERE/node_modules/yaml" "$HERE/clusters/four-workers.yaml") ||
-  fail "clusters/four-workers.yaml: worker labels differ from the agent's for that machine"
-node "$HERE/schedule.mjs" "$out/two-socket.yaml" "$HERE/clusters/four-workers.yaml" || fail "two-socket: replicas do not all schedule"
-# The rule as it was (any node a domain, taints ignored): replicas stay
-# Pending or land on the unplanned node, and the evaluator must say so.
-sed '/nodeAffinityPolicy: Honor/d; /nodeTaintsPolicy: Honor/d; /numaserve.io\/replicas/,+1d' "$out/two-socket.yaml" > "$out/old-spread.yaml"
-node "$HERE/schedule.mjs" "$out/old-spread.yaml" "$HERE/clusters/four-workers.yaml" --expect-pending >/dev/null ||
-  fail "schedule.mjs placed every replica under the old spread rule"
-echo "ok schedule"
 
 # The chart's 2-socket example is what the agent plans for that machine.
 "$AGENT" plan -o helm-values --xml "$FIXTURES/topologies/xml/32em64t-2n8c2t-pci-normalio.xml" |
@@ -200,7 +188,7 @@ for dir in "$ROOT/manifests/base" "$ROOT"/manifests/overlays/*/; do
   name=$(basename "$dir")
   "$KUBECTL" kustomize "$dir" > "$out/kustomize-$name.yaml" || { fail "kubectl kustomize $name"; continue; }
   replicas=$([[ $name == base ]] && echo 1 || echo 2)
-  validate "$out/kustomize-$name.yaml" >/dev/null || { validate "$out/kustomize-$name.yaml" || true; fail "$name: invalid objects"; }
+  server_validate "$out/kustomize-$name.yaml" || fail "$name: objects the API server refuses"
   check --replicas "$replicas" "$out/kustomize-$name.yaml" || fail "$name: deployment promises broken"
   renders+=("$out/kustomize-$name.yaml")
   echo "ok kustomize $name"
