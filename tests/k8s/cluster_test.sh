@@ -23,10 +23,6 @@
 set -euo pipefail
 AGENT=$1 FIXTURES=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
-CHART=$ROOT/charts/numaserve
-HELM=$HERE/node_modules/.bin/helm
-[[ -x $HELM ]] || { echo "helm missing: run scripts/install-deps.sh test" >&2; exit 1; }
 source "$HERE/cluster/lib.sh"
 out=$(mktemp -d)
 agent_pid=
@@ -229,6 +225,14 @@ eventually 60 placed_as numaserve "$service" "$expected" || true
 got=$(placement numaserve "$service")
 [[ $got == "$expected" ]] && ok "8 replicas bound, 2 on each planned worker: $got" ||
   fail "the 2-socket example placed $got, expected $expected ($(last_event numaserve reason=FailedScheduling))"
+
+# The agent's DaemonSet, by the controller and the scheduler: one pod on
+# every node but the tainted control plane (it tolerates no taint).
+agent_nodes() { kube -n numaserve get pods -l app.kubernetes.io/component=topology-agent -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' | sort | tr '\n' ' '; }
+agents_on() { [[ $(agent_nodes) == "$1" ]]; }
+eventually 30 agents_on "unplanned worker-1 worker-2 worker-3 worker-4 " &&
+  ok "the agent's DaemonSet runs on every node but the control plane: $(agent_nodes)" ||
+  fail "the agent's DaemonSet pods are on: $(agent_nodes)"
 
 # The rule as it was (any node a domain, taints ignored, no planned-node
 # selector): kube-scheduler must not place all 8 on planned workers only.

@@ -11,10 +11,6 @@
 set -euo pipefail
 AGENT=$1 FIXTURES=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
-CHART=$ROOT/charts/numaserve
-HELM=$HERE/node_modules/.bin/helm
-[[ -x $HELM ]] || { echo "helm missing: run scripts/install-deps.sh test" >&2; exit 1; }
 source "$HERE/cluster/lib.sh"
 out=$(mktemp -d); trap 'stop_control_plane; rm -rf "$out"' EXIT
 use_control_plane "$out/cluster"
@@ -22,6 +18,13 @@ KUBECTL=$CP_DIR/bin/kubectl
 # The Prometheus Operator's ServiceMonitor CRD, for the renders that have one.
 kube apply --server-side -f "$CP_DIR/bin/crds/monitoring.coreos.com_servicemonitors.yaml" >/dev/null
 export NAMESPACE=ranking  # as `helm install -n ranking` (the renders' namespace)
+# The service's namespace as the README has it: Pod Security "restricted",
+# enforced by the API server's own admission (it warns of workloads whose
+# pods it would refuse). The agent's own namespace: "privileged".
+kube create namespace ranking >/dev/null
+kube label namespace ranking pod-security.kubernetes.io/enforce=restricted >/dev/null
+kube create namespace numaserve-system >/dev/null
+kube label namespace numaserve-system pod-security.kubernetes.io/enforce=privileged >/dev/null
 
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
@@ -35,7 +38,12 @@ render() {  # name, expected replicas ("" when an HPA owns them), helm arguments
   for arg in "$@"; do [[ $arg == --api-versions || $arg == */ServiceMonitor ]] || lint_args+=("$arg"); done
   "$HELM" lint --strict --quiet "$CHART" "${lint_args[@]}" >/dev/null || fail "helm lint --strict ${lint_args[*]}"
   "$HELM" template "rel-${name,,}" "$CHART" --namespace ranking "$@" > "$out/$name.yaml" || { fail "helm template $*"; return; }
-  server_validate "$out/$name.yaml" || fail "$name: objects the API server refuses"
+  server_validate "$out/$name.yaml" > "$out/$name.psa" || fail "$name: objects the API server refuses"
+  # Only the agent (hostPath, root), here in the service's namespace, may
+  # break the restricted rules; in a namespace of its own, nothing does.
+  if grep -v '^daemonset.apps/rel-[a-z0-9-]*-numaserve-agent: ' "$out/$name.psa"; then
+    fail "$name: pods Pod Security (restricted) would refuse"
+  fi
   check ${replicas:+--replicas "$replicas"} ${CHECK_FLAGS:-} "$out/$name.yaml" || fail "$name: deployment promises broken"
   renders+=("$out/$name.yaml")
   echo "ok $name"
@@ -94,6 +102,7 @@ check "$out/open-admin.yaml" >/dev/null 2>&1 && fail "an admin port and agent en
 # (check_deployment.mjs applies those rules to every service pod).
 render own-namespace 1 --set agent.namespace=numaserve-system --api-versions monitoring.coreos.com/v1/ServiceMonitor
 [[ $(grep -c '^  namespace: numaserve-system$' "$out/own-namespace.yaml") -ge 3 ]] || fail "own-namespace: the agent's objects are not in agent.namespace"
+[[ -s $out/own-namespace.psa ]] && fail "own-namespace: Pod Security refuses pods of the documented install: $(cat "$out/own-namespace.psa")"
 grep -q "system:serviceaccount:numaserve-system:rel-own-namespace-numaserve-agent'" "$out/own-namespace.yaml" ||
   fail "own-namespace: the admission policy does not name the agent's account in its namespace"
 grep -q 'matchNames: \[ranking, numaserve-system\]' "$out/own-namespace.yaml" || fail "own-namespace: Prometheus does not look in the agent's namespace"
@@ -181,6 +190,15 @@ mutant probes-on-data-port 's/port: admin$/port: http/'
 mutant prestop-shell 's/              sleep:/              exec: {command: [sh, -c, "sleep 5"]}\n              sleep:/'
 mutant agent-tolerates-all 's/^      containers:$/      tolerations: [{operator: Exists}]\n      containers:/'
 
+# The API server's Pod Security admission catches a service pod that breaks
+# the restricted rules, as check_deployment.mjs does.
+sed 's/drop: \[ALL\]/drop: [ALL]\n              add: [SYS_NICE]/' "$defaults" > "$out/psa-mutant.yaml"
+if server_validate "$out/psa-mutant.yaml" | grep -q '^deployment.apps/rel-defaults-numaserve: .*unrestricted capabilities'; then
+  echo "ok mutant added-capability refused by Pod Security too"
+else
+  fail "Pod Security did not refuse a service pod that adds a capability"
+fi
+
 echo "== manifests: kustomize base and overlays"
 node "$ROOT/manifests/render-base.mjs" "$out/base" >/dev/null
 diff -ru "$ROOT/manifests/base" "$out/base" || fail "manifests/base is stale: run node manifests/render-base.mjs"
@@ -188,7 +206,8 @@ for dir in "$ROOT/manifests/base" "$ROOT"/manifests/overlays/*/; do
   name=$(basename "$dir")
   "$KUBECTL" kustomize "$dir" > "$out/kustomize-$name.yaml" || { fail "kubectl kustomize $name"; continue; }
   replicas=$([[ $name == base ]] && echo 1 || echo 2)
-  server_validate "$out/kustomize-$name.yaml" || fail "$name: objects the API server refuses"
+  server_validate "$out/kustomize-$name.yaml" > "$out/kustomize-$name.psa" || fail "$name: objects the API server refuses"
+  grep -v '^daemonset.apps/numaserve-agent: ' "$out/kustomize-$name.psa" && fail "$name: pods Pod Security (restricted) would refuse"
   check --replicas "$replicas" "$out/kustomize-$name.yaml" || fail "$name: deployment promises broken"
   renders+=("$out/kustomize-$name.yaml")
   echo "ok kustomize $name"

@@ -11,8 +11,15 @@
 #   server_validate FILE... what the API server says of the objects: server-side
 #                           apply, dry run, strict field validation (unknown and
 #                           duplicate fields refused); the namespaces they name
-#                           are created first
+#                           are created first. Prints "kind/name: warning" for
+#                           each workload Pod Security admission would refuse
+#                           pods of in its namespace
+#   ROOT, CHART, HELM       the repository, its chart, the helm that renders it
 CLUSTER_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$CLUSTER_DIR/../../.." && pwd)
+CHART=$ROOT/charts/numaserve
+HELM=$ROOT/tests/k8s/node_modules/.bin/helm
+[[ -x $HELM ]] || { echo "helm missing: run scripts/install-deps.sh test" >&2; exit 1; }
 
 use_control_plane() {
   CP_DIR=$1
@@ -40,9 +47,14 @@ ensure_namespaces() {  # FILE...: every namespace the objects are in
 
 server_validate() {
   ensure_namespaces "$@"
-  local file args=()
+  local file args=() answer
   for file in "$@"; do args+=(-f "$file"); done
-  kube apply --server-side --dry-run=server --validate=strict --field-manager numaserve-tests "${args[@]}" >/dev/null
+  if ! answer=$(kube apply --server-side --dry-run=server --validate=strict --field-manager numaserve-tests "${args[@]}" 2>&1); then
+    echo "$answer" >&2
+    return 1
+  fi
+  # kubectl prints an object's warning just before the object's own line.
+  awk '/^Warning: would violate PodSecurity/ {w = $0; next} w {print $1 ": " w; w = ""}' <<<"$answer"
 }
 
 create_nodes() {
