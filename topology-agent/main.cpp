@@ -1,29 +1,36 @@
 // numaserve-topology-agent: parses and dispatches. Options are declared
 // once, in agent_options(); the work happens in numaserve::common and the
-// agent's parts: discover, plan, publish (its renderings), report, and
-// serve's run_daemon (the DaemonSet: endpoint + the updater's loop).
+// agent's parts: discover, plan, publish (its renderings), report, fleet
+// (cluster-plan), and serve's run_daemon (the DaemonSet: endpoint + the
+// updater's loop).
 #include <CLI/CLI.hpp>
 
+#include <fstream>
 #include <iostream>
+#include <iterator>
 
 #include "discover/discover.h"
+#include "fleet/fleet.h"
 #include "numaserve/common/log.h"
 #include "numaserve/common/options.h"
 #include "options/agent_options.h"
 #include "plan/plan.h"
 #include "publish/files.h"
 #include "publish/renderings.h"
+#include "publish/yaml.h"
 #include "report/report.h"
 #include "serve/daemon.h"
 
 namespace {
 
 namespace discover = numaserve::agent::discover;
+namespace fleet = numaserve::agent::fleet;
 namespace plan = numaserve::agent::plan;
 namespace publish = numaserve::agent::publish;
 using numaserve::agent::options::AgentOptions;
 using numaserve::agent::options::kAllGroups;
 using numaserve::agent::options::kDiscover;
+using numaserve::agent::options::kFleet;
 using numaserve::agent::options::kPlan;
 using numaserve::agent::options::kPlanOnly;
 using numaserve::agent::options::kRun;
@@ -72,6 +79,42 @@ int run_plan(const AgentOptions& o) {
   return 0;
 }
 
+// The fleet's objects from files ("-" or none: standard input), planned.
+int run_cluster_plan(AgentOptions& o, const std::vector<std::string>& files) {
+  if (o.output != "text" && o.output != "json" && o.output != "yaml") {
+    std::cerr << kProgram << ": cluster-plan: -o " << o.output << ": want text, json or yaml\n";
+    return 2;
+  }
+  std::vector<std::vector<fleet::FleetNode>> sources;
+  for (const std::string& file : files.empty() ? std::vector<std::string>{"-"} : files) {
+    std::string text;
+    if (file == "-") {
+      text.assign(std::istreambuf_iterator<char>(std::cin), {});
+    } else {
+      std::ifstream in(file, std::ios::binary);
+      if (!in) return fail(file + ": cannot read");
+      text.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    auto nodes = fleet::read_objects(text, file == "-" ? "<stdin>" : file);
+    if (!nodes) return fail(nodes.error().message);
+    sources.push_back(std::move(*nodes));
+  }
+  auto nodes = fleet::merge(std::move(sources));
+  if (!nodes) return fail(nodes.error().message);
+  o.fleet.replicas_per_numa_node = o.updater.plan.replicas_per_node;
+  o.fleet.pod_memory_fraction = o.updater.plan.pod_memory_fraction;
+  auto planned = fleet::plan_fleet(*nodes, o.fleet);
+  if (!planned) return fail(planned.error().message);
+  if (o.output == "text") {
+    std::cout << fleet::render_text(*planned);
+  } else if (o.output == "json") {
+    std::cout << nlohmann::json(*planned).dump(2) << "\n";
+  } else {
+    std::cout << publish::to_yaml(nlohmann::json(*planned));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -91,6 +134,12 @@ int main(int argc, char** argv) {
                                             "serve /topology, /plan, /metrics, /healthz");
   auto run_table = table_for(options, kSource | kPlan | kRun);
   run_table.add_to(*run_cmd);
+  auto* fleet_cmd = app.add_subcommand("cluster-plan", "Machine classes and replica sizes for a whole fleet, from "
+                                                      "`kubectl get noderesourcetopologies,nodes -o yaml`");
+  auto fleet_table = table_for(options, kFleet);
+  fleet_table.add_to(*fleet_cmd);
+  std::vector<std::string> fleet_files;
+  fleet_cmd->add_option("files", fleet_files, "YAML files of Node and NodeResourceTopology objects (default: stdin)");
   auto* options_cmd = app.add_subcommand("options", "Print every option as a Markdown table (for the README)");
 
   try {
@@ -104,7 +153,10 @@ int main(int argc, char** argv) {
     std::cout << table_for(options, kAllGroups).markdown();
     return 0;
   }
-  auto& table = discover_cmd->parsed() ? discover_table : plan_cmd->parsed() ? plan_table : run_table;
+  auto& table = discover_cmd->parsed() ? discover_table
+                : plan_cmd->parsed()   ? plan_table
+                : fleet_cmd->parsed()  ? fleet_table
+                                       : run_table;
   if (auto applied = table.apply(); !applied) {
     std::cerr << kProgram << ": " << applied.error().message << "\n";
     return 2;
@@ -113,6 +165,7 @@ int main(int argc, char** argv) {
     std::cerr << kProgram << ": --xml, --sysfs-root and --synthetic exclude each other\n";
     return 2;
   }
+  if (fleet_cmd->parsed()) return run_cluster_plan(options, fleet_files);
   if (discover_cmd->parsed()) return run_discover(options);
   if (plan_cmd->parsed()) return run_plan(options);
   numaserve::configure_logging("agent", options.log.level, options.log.format);

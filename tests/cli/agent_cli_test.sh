@@ -35,6 +35,45 @@ check "bad memory quantity is named" 2 "kube_reserved_memory: bad quantity '1GB'
 check "a bad value from the environment names the variable" 2 'NUMASERVE_REPLICAS_PER_NUMA_NODE' env NUMASERVE_REPLICAS_PER_NUMA_NODE=two "$AGENT" plan --xml "$xml"
 check "options come from a YAML file" 0 'Replica: 4 CPUs' plan --xml "$xml" --config "$FIXTURES/agent/two-per-node.yaml"
 check "an unknown key in the YAML file names file and line" 2 'bad-key.yaml line 2: unknown option .replica_per_numa_node.' plan --xml "$xml" --config "$FIXTURES/agent/bad-key.yaml"
+# cluster-plan on a fleet the agent itself describes: two machine types,
+# two nodes each, a node without an agent; objects as kubectl prints them.
+fleet=$(mktemp -d)
+trap 'rm -rf "$fleet"' EXIT
+kubelet=(--kubelet-config "$FIXTURES/kubelet/numa-ready/config.yaml")
+node_of() {  # name source-flags...: the agent's NRT and its node's labels
+  local name=$1; shift
+  "$AGENT" plan -o nrt --node-name "$name" "$@" "${kubelet[@]}"
+  printf -- '---\napiVersion: v1\nkind: Node\nmetadata:\n  name: %s\n  labels:\n' "$name"
+  "$AGENT" plan -o labels "$@" "${kubelet[@]}" | sed 's/^\([^=]*\)=\(.*\)$/    \1: "\2"/'
+  echo ---
+}
+small=(--xml "$FIXTURES/topologies/xml/24em64t-2n6c2t-pci.xml") big=(--xml "$FIXTURES/topologies/xml/32em64t-2n8c2t-pci-normalio.xml")
+{ node_of small-1 "${small[@]}"; node_of small-2 "${small[@]}"; node_of big-1 "${big[@]}"; node_of big-2 "${big[@]}"
+  printf 'apiVersion: v1\nkind: Node\nmetadata: {name: other}\n'; } > "$fleet/fleet.yaml"
+# Two generations side by side: Xeon E5 (56 threads, NUMA nodes of 28) and
+# Xeon Gold (96 threads, NUMA nodes of 48), one core per NUMA node reserved.
+e5=(--synthetic "pack:2 numa:1(memory=128GiB) core:14 pu:2") gold=(--synthetic "pack:2 numa:1(memory=192GiB) core:24 pu:2")
+{ node_of e5-1 "${e5[@]}"; node_of e5-2 "${e5[@]}"; node_of gold-1 "${gold[@]}"; node_of gold-2 "${gold[@]}"; } > "$fleet/generations.yaml"
+check "cluster-plan per-class on two generations: 26 and 46 CPUs, every CPU at work" 0 \
+  'fleet: 288 of 288 allocatable CPUs at work \(100.0%\)' cluster-plan "$fleet/generations.yaml"
+check "cluster-plan uniform on two generations: 22 CPUs, 1 and 2 per NUMA node, 92% at work" 0 \
+  'fleet: 264 of 288 allocatable CPUs at work \(91.7%\)' cluster-plan --sizing uniform "$fleet/generations.yaml"
+check "cluster-plan uniform on two generations: the Gold machines take 4 of 22 CPUs" 0 \
+  '4 replica\(s\) per node of 22 CPU' cluster-plan --sizing uniform "$fleet/generations.yaml"
+class_small=$("$AGENT" plan -o labels --xml "$FIXTURES/topologies/xml/24em64t-2n6c2t-pci.xml" "${kubelet[@]}" | sed -n 's/^numaserve.io\/machine-class=//p')
+check "cluster-plan: one class per machine type, named as the agents label them" 0 \
+  "^$class_small: 2 node\\(s\\).*" cluster-plan "$fleet/fleet.yaml"
+check "cluster-plan: each class its own size (per-class)" 0 '2 replica\(s\) per node of 14 CPU' cluster-plan "$fleet/fleet.yaml"
+check "cluster-plan: a node without an agent is unplanned, with the reason" 0 \
+  '^unplanned: other: no NodeResourceTopology' cluster-plan "$fleet/fleet.yaml"
+check "cluster-plan: uniform sizing, one size for all" 0 '"sizing": "uniform"' cluster-plan --sizing uniform -o json "$fleet/fleet.yaml"
+check "cluster-plan: from standard input, as YAML" 0 '^  cpus_allocatable: ' env sh -c "\"\$0\" cluster-plan -o yaml < \"\$1\"" "$AGENT" "$fleet/fleet.yaml"
+printf 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n' > "$fleet/bad.yaml"
+check "cluster-plan: another kind names the file and line" 1 'error: .*bad.yaml line 1: kind ConfigMap' cluster-plan "$fleet/bad.yaml"
+check "cluster-plan: an unreadable file is named" 1 'error: /no/such.yaml: cannot read' cluster-plan /no/such.yaml
+check "cluster-plan: nothing plannable lists every node" 1 'no node can be planned:.*' cluster-plan <(printf 'kind: Node\nmetadata: {name: lone}\n')
+check "cluster-plan: a bad sizing is refused" 2 'want per-class or uniform' cluster-plan --sizing half "$fleet/fleet.yaml"
+check "cluster-plan: -o takes text, json or yaml" 2 'want text, json or yaml' cluster-plan -o nrt "$fleet/fleet.yaml"
 check "options table in Markdown" 0 '^\| `--hints-dir DIR` \| `NUMASERVE_HINTS_DIR` \| `hints_dir` \|' options
 check "unknown output format" 2 'output' plan --xml "$xml" -o xml
 check "a plan that cannot be made says why" 1 'no NUMA node can hold a replica .node 0: it has 6 core.s. and reserving 6 per node leaves none' plan --xml "$xml" --reserved-cores-per-node 6

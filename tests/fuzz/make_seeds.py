@@ -108,6 +108,44 @@ seeds("agent_options", [("agent.yaml", "interval: 30s\nport: 9300\nhints_dir: /h
                                        "kube_reserved_memory: 1Gi\npod_memory_fraction: 0.9\noneshot: false\n")])
 
 # Common: what /sys, /proc and hwloc say.
+# cluster-plan: the fleet's objects as the unit tests (tests/unit/agent/fleet_test.cpp) write them.
+nrt_list = """apiVersion: v1
+kind: List
+items:
+- apiVersion: topology.node.k8s.io/v1alpha2
+  kind: NodeResourceTopology
+  metadata: {name: w1}
+  attributes:
+  - {name: topologyManagerPolicy, value: single-numa-node}
+  - {name: topologyManagerScope, value: pod}
+  zones:
+  - name: node-0
+    type: Node
+    resources:
+    - {name: cpu, capacity: "16", allocatable: "14", available: "14"}
+    - {name: memory, capacity: 32Gi, allocatable: "31Gi", available: 31Gi}
+    - {name: hugepages-2Mi, capacity: "0", allocatable: "0", available: "0"}
+  - name: node-1
+    type: Node
+    resources:
+    - {name: memory, capacity: 32Gi, allocatable: "0", available: "0"}
+- apiVersion: v1
+  kind: Node
+  metadata:
+    name: w1
+    labels: {numaserve.io/numa-nodes: "1", numaserve.io/threads-per-core: "2"}
+"""
+seeds("fleet_objects", [
+    ("list.yaml", nrt_list),
+    ("documents.yaml", "kind: Node\nmetadata: {name: a, labels: {numaserve.io/numa-nodes: '2', numaserve.io/smt: 'true'}}\n"
+     "---\nkind: NodeResourceTopology\nmetadata: {name: a}\nattributes: [{name: topologyManagerPolicy, value: single-numa-node},"
+     " {name: topologyManagerScope, value: pod}]\nzones:\n- name: node-0\n  resources:\n  - {name: cpu, allocatable: 26000m}\n"
+     "  - {name: memory, allocatable: 120Gi}\n  - {name: hugepages-1Gi, allocatable: 4Gi}\n- name: node-1\n  resources:\n"
+     "  - {name: cpu, allocatable: 26}\n  - {name: memory, allocatable: 128849018880}\n"),
+    ("not-a-quantity.yaml", "kind: NodeResourceTopology\nmetadata: {name: n}\nzones:\n- name: node-0\n  resources:\n"
+     "  - {name: cpu, allocatable: 14 cores}\n"),
+])
+
 seeds("cpu_set", [(f"s{i}", s) for i, s in enumerate(
     ["0-3,8,10-11", "0", "", "\n", "ff,00000001", "0x3,0xffffffff", "1-0", "0-65535", "00000000,00000000,00000010"])])
 seeds("quantity", [(f"q{i}", s) for i, s in enumerate(["8Mi", "1.5G", "100e6", "1Ki", "0", "12345", "2Ei", "1m"])])

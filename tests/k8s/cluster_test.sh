@@ -215,7 +215,7 @@ service=app.kubernetes.io/name=numaserve,app.kubernetes.io/component=service
 
 echo "== scheduling: the 2-socket example's replicas by kube-scheduler"
 # The cluster's worker labels are the agent's own for that machine.
-diff -u <("$AGENT" plan -o labels --xml "$FIXTURES/topologies/xml/32em64t-2n8c2t-pci-normalio.xml") \
+diff -u <("$AGENT" plan -o labels "${machine[@]}") \
   <(awk '/name: worker-1/{w=1} w && /numaserve.io/{gsub(/[ "]/,""); sub(/:/,"="); print} /^---/{if(w)exit}' "$HERE/clusters/four-workers.yaml") ||
   fail "clusters/four-workers.yaml: worker labels differ from the agent's for that machine"
 kube label node worker-1 team- >/dev/null
@@ -303,6 +303,22 @@ if [[ -z $(kube -n numaserve get pod too-big-aware -o jsonpath='{.spec.nodeName}
   ok "a replica that fits no NUMA zone stays Pending: $why"
 else
   fail "the 16-CPU pod under the topology-aware scheduler: node '$(kube -n numaserve get pod too-big-aware -o jsonpath='{.spec.nodeName}')', events '$why'"
+fi
+
+echo "== cluster-plan on what the API server holds"
+# The GitOps path: the fleet's objects as kubectl prints them, planned. The
+# agent's own label on worker-1 names the class cluster-plan finds.
+kube get noderesourcetopologies,nodes -o yaml > "$out/fleet.yaml"
+if "$AGENT" cluster-plan -o json "$out/fleet.yaml" > "$out/fleet.json"; then
+  label=$(kube get node worker-1 -o jsonpath='{.metadata.labels.numaserve\.io/machine-class}')
+  summary=$(node -e 'const p = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+    console.log(p.classes.map((c) => `${c.name}:${c.nodes.join(",")}:${c.replicas_per_node}x${c.replica.cpus}`).join(" "),
+                p.unplanned.map((u) => u.node).sort().join(","))' "$out/fleet.json")
+  [[ $summary == "$label:worker-1,worker-2,worker-3,worker-4:2x14 control-plane,unplanned" ]] &&
+    ok "cluster-plan: one class of 4 workers, 2 replicas of 14 CPUs each, named as the agent labels worker-1 ($label)" ||
+    fail "cluster-plan on the cluster's objects: $summary (worker-1's label: $label)"
+else
+  fail "cluster-plan on the cluster's objects failed"
 fi
 
 if ((failures)); then echo "$failures failure(s)" >&2; exit 1; fi

@@ -90,11 +90,12 @@ OptionSpec fraction_option(std::string name, std::string help, double& target) {
           [name, &target](const std::string& t) { return set_fraction(name, t, target); }};
 }
 
-// plan -o: one of the renderings' names.
+// plan -o: one of the renderings' names (cluster-plan takes three of them).
 OptionSpec output_option(std::string& target) {
   std::string names;
   for (const auto& r : publish::renderings()) names += (names.empty() ? "" : ", ") + std::string(r.name);
-  OptionSpec row{"output", "FORMAT", "plan: print the plan as " + names, target, [&target](const std::string& t) {
+  OptionSpec row{"output", "FORMAT", "plan: print the plan as " + names + "; cluster-plan: as text, json or yaml",
+                 target, [&target](const std::string& t) {
                    if (publish::find_rendering(t) == nullptr) {
                      return Status(make_error(Error::Code::kInvalidArgument, "output: '" + t + "' is not a rendering", "output"));
                    }
@@ -139,9 +140,12 @@ std::vector<Row> agent_options(AgentOptions& o) {
       {kPlan, quantity_option("kube_reserved_memory", "kubeReserved memory", p.kube_reserved_memory)},
       {kPlan, quantity_option("system_reserved_memory", "systemReserved memory", p.system_reserved_memory)},
       {kPlan, quantity_option("eviction_hard_memory", "evictionHard memory.available", p.eviction_hard_memory)},
-      {kPlan, fraction_option("pod_memory_fraction", "Share of a NUMA node's allocatable memory one replica requests",
-                              p.pod_memory_fraction)},
-      {kPlan, count_option("replicas_per_numa_node", "N", "Replicas sharing one NUMA node", p.replicas_per_node)},
+      {kPlan | kFleet, fraction_option("pod_memory_fraction",
+                                       "Share of a NUMA node's allocatable memory one replica requests",
+                                       p.pod_memory_fraction)},
+      {kPlan | kFleet, count_option("replicas_per_numa_node", "N",
+                                    "Replicas sharing one NUMA node (cluster-plan: with --sizing per-class)",
+                                    p.replicas_per_node)},
       {kPlan | kRun, without_default(text_option("node_name", "NAME",
                                                  "Kubernetes node name (NUMASERVE_NODE_NAME or NODE_NAME; default the "
                                                  "host name)",
@@ -173,7 +177,18 @@ std::vector<Row> agent_options(AgentOptions& o) {
                                           "discover, plan: also draw the node (with plan: its reserved CPUs and "
                                           "replica slots) into this SVG file",
                                           o.svg)},
-      {kPlanOnly, output_option(o.output)},
+      {kPlanOnly | kFleet, output_option(o.output)},
+      {kFleet, {"sizing", "POLICY",
+                "cluster-plan: per-class (each machine class its own replica size) or uniform (one size for the fleet)",
+                std::string(fleet::to_string(o.fleet.sizing)), [&o](const std::string& t) {
+                  auto sizing = fleet::parse_sizing(t);
+                  if (!sizing) return Status(make_error(Error::Code::kInvalidArgument, sizing.error().message, "sizing"));
+                  o.fleet.sizing = *sizing;
+                  return Status();
+                }}},
+      {kFleet, fraction_option("uniform_min_use",
+                               "cluster-plan --sizing uniform: the least share of the planned nodes' CPUs at work",
+                               o.fleet.uniform_min_use)},
   };
   return rows;
 }
@@ -183,7 +198,9 @@ std::vector<Row> agent_options(AgentOptions& o) {
 OptionTable table_for(AgentOptions& o, int groups) {
   std::vector<OptionSpec> specs;
   for (auto& row : agent_options(o)) {
-    if (row.groups & (kDiscover | kPlanOnly)) row.spec.command_line_only = true;
+    // A subcommand's own flags are not in config files or the environment;
+    // a shared row (cluster-plan's share of the plan's) keeps them.
+    if (!(row.groups & (kSource | kPlan | kRun))) row.spec.command_line_only = true;
     if (row.groups & groups) specs.push_back(std::move(row.spec));
   }
   if (groups & kRun) {

@@ -13,6 +13,7 @@
 
 #include "apiserver/apiserver.h"
 #include "discover/discover.h"
+#include "fleet/fleet.h"
 #include "http/http.h"
 #include "numaserve/common/options.h"
 #include "updater/loop.h"
@@ -49,7 +50,8 @@ struct AgentOptions {
   // The subcommands' own flags.
   bool json = false;            // discover
   std::string svg;              // discover, plan
-  std::string output = "text";  // plan -o: a rendering's name (publish/renderings.h)
+  std::string output = "text";  // plan -o: a rendering's name (publish/renderings.h); cluster-plan -o
+  fleet::FleetConfig fleet;     // cluster-plan; replicas per NUMA node and memory share from the plan's rows
 
   discover::DiscoverConfig discover_config() const;
   // The updater's whole config: the rows' values, the API server's from the
@@ -58,10 +60,10 @@ struct AgentOptions {
 };
 
 // Which subcommands take a row: discover the sources, plan also the plan's
-// settings, run everything; kDiscover and kPlanOnly rows are those
-// subcommands' own flags.
-enum Group { kSource = 1, kPlan = 2, kRun = 4, kDiscover = 8, kPlanOnly = 16 };
-inline constexpr int kAllGroups = kSource | kPlan | kRun | kDiscover | kPlanOnly;
+// settings, run everything; kDiscover, kPlanOnly and kFleet rows are those
+// subcommands' own flags (kFleet: cluster-plan's).
+enum Group { kSource = 1, kPlan = 2, kRun = 4, kDiscover = 8, kPlanOnly = 16, kFleet = 32 };
+inline constexpr int kAllGroups = kSource | kPlan | kRun | kDiscover | kPlanOnly | kFleet;
 
 // The rows of `groups`, writing into `o`.
 OptionTable table_for(AgentOptions& o, int groups);

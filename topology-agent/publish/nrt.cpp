@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "fleet/fleet.h"
 #include "numaserve/common/quantity.h"
 
 namespace numaserve::agent::publish {
@@ -123,7 +124,13 @@ std::map<std::string, std::string> make_node_labels(const discover::NodeReport& 
       {"numaserve.io/numa-nodes", std::to_string(t.nodes_with_cpus().count())},
       {"numaserve.io/memory-only-numa-nodes", std::to_string(t.nodes.size() - t.nodes_with_cpus().count())},
       {"numaserve.io/cpus-per-numa-node", std::to_string(min_cpus)},
-      {"numaserve.io/smt", t.threads_per_core() > 1 ? "true" : "false"}};
+      {"numaserve.io/smt", t.threads_per_core() > 1 ? "true" : "false"},
+      {"numaserve.io/threads-per-core", std::to_string(t.threads_per_core())}};
+  // The class cluster-plan will find for this node, from the same object
+  // the agent publishes: agent and plan cannot disagree.
+  if (auto shape = fleet::shape_of(make_node_resource_topology("", report, plan), t.threads_per_core())) {
+    labels["numaserve.io/machine-class"] = fleet::machine_class(*shape);
+  }
   if (plan) {
     labels["numaserve.io/replica-cpus"] = std::to_string(plan->pod.cpus);
     labels["numaserve.io/replica-memory"] = format_quantity(plan->pod.memory_bytes);

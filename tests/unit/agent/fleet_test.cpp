@@ -1,0 +1,245 @@
+#include "fleet/fleet.h"
+
+#include <gtest/gtest.h>
+
+#include "discover/discover.h"
+#include "fixture_paths.h"
+#include "plan/plan.h"
+#include "publish/nrt.h"
+#include "publish/yaml.h"
+
+namespace numaserve::agent::fleet {
+namespace {
+
+constexpr std::uint64_t kGi = 1ull << 30;
+
+// A NodeResourceTopology as the agent publishes it: `zones` NUMA zones of
+// `cpus` allocatable CPUs and `memory` allocatable bytes each.
+nlohmann::json nrt(const std::string& name, unsigned zones, unsigned cpus, std::uint64_t memory,
+                   const std::string& policy = "single-numa-node", const std::string& scope = "pod",
+                   unsigned available = 0) {
+  nlohmann::json z = nlohmann::json::array();
+  for (unsigned i = 0; i < zones; ++i) {
+    z.push_back({{"name", "node-" + std::to_string(i)},
+                 {"type", "Node"},
+                 {"resources", {{{"name", "cpu"}, {"capacity", cpus + 2}, {"allocatable", cpus}, {"available", available}},
+                                {{"name", "memory"}, {"capacity", memory}, {"allocatable", memory}, {"available", 0}}}}});
+  }
+  return {{"apiVersion", "topology.node.k8s.io/v1alpha2"},
+          {"kind", "NodeResourceTopology"},
+          {"metadata", {{"name", name}}},
+          {"zones", z},
+          {"attributes", {{{"name", "topologyManagerPolicy"}, {"value", policy}},
+                          {{"name", "topologyManagerScope"}, {"value", scope}}}}};
+}
+
+FleetNode node(const std::string& name, nlohmann::json object, unsigned threads = 2) {
+  return {name, {{"numaserve.io/numa-nodes", "2"}, {"numaserve.io/threads-per-core", std::to_string(threads)}},
+          std::move(object)};
+}
+
+// The fleet of the issue: Xeon E5 (56 threads, NUMA nodes of 28, 26
+// allocatable) and Xeon Gold (96 threads, NUMA nodes of 48, 46 allocatable).
+std::vector<FleetNode> two_generations() {
+  return {node("e5-1", nrt("e5-1", 2, 26, 120 * kGi)), node("e5-2", nrt("e5-2", 2, 26, 120 * kGi)),
+          node("gold-1", nrt("gold-1", 2, 46, 180 * kGi)), node("gold-2", nrt("gold-2", 2, 46, 180 * kGi))};
+}
+
+const ClassPlan& class_of(const FleetPlan& plan, const std::string& node) {
+  for (const auto& c : plan.classes) {
+    if (std::find(c.nodes.begin(), c.nodes.end(), node) != c.nodes.end()) return c;
+  }
+  ADD_FAILURE() << node << " is in no class";
+  return plan.classes.front();
+}
+
+TEST(FleetPlan, PerClassFillsOneNumaNodeOfEachClass) {
+  auto plan = plan_fleet(two_generations(), {});
+  ASSERT_TRUE(plan) << plan.error().message;
+  ASSERT_EQ(plan->classes.size(), 2u);
+  const auto& e5 = class_of(*plan, "e5-1");
+  const auto& gold = class_of(*plan, "gold-1");
+  EXPECT_EQ(e5.nodes, (std::vector<std::string>{"e5-1", "e5-2"}));
+  EXPECT_EQ(e5.cpus, 26u);
+  EXPECT_EQ(gold.cpus, 46u);
+  EXPECT_EQ(e5.replicas_per_node, 2u);
+  EXPECT_EQ(gold.replicas_per_node, 2u);
+  EXPECT_EQ(e5.memory_bytes, static_cast<std::uint64_t>(120 * kGi * 0.9) / (1 << 20) * (1 << 20));
+  EXPECT_EQ(plan->cpus_used(), plan->cpus_allocatable());
+  EXPECT_TRUE(plan->unplanned.empty());
+}
+
+TEST(FleetPlan, UniformTakesTheLargestSizeThatPutsNinetyPercentToWork) {
+  auto plan = plan_fleet(two_generations(), {.sizing = Sizing::kUniform});
+  ASSERT_TRUE(plan) << plan.error().message;
+  // 22 CPUs: one per E5 NUMA node, two per Gold one; 26 would leave each
+  // Gold NUMA node 20 idle (72%), 24 likewise (67%).
+  const auto& e5 = class_of(*plan, "e5-1");
+  const auto& gold = class_of(*plan, "gold-1");
+  EXPECT_EQ(e5.cpus, 22u);
+  EXPECT_EQ(gold.cpus, 22u);
+  EXPECT_EQ(e5.replicas_per_node, 2u);
+  EXPECT_EQ(gold.replicas_per_node, 4u);
+  EXPECT_EQ(plan->cpus_used(), 2 * 44u + 2 * 88u);
+  EXPECT_EQ(plan->cpus_allocatable(), 2 * 52u + 2 * 92u);
+  EXPECT_EQ(e5.memory_bytes, gold.memory_bytes);
+  // Memory follows the CPUs at the fleet's smallest memory per CPU: every
+  // replica that fits a zone's CPUs fits its memory.
+  EXPECT_LE(gold.memory_bytes * 2, static_cast<std::uint64_t>(180 * kGi * 0.9));
+  EXPECT_TRUE(plan->notes.empty());
+}
+
+TEST(FleetPlan, UniformSaysSoWhenNoSizeReachesTheMinimum) {
+  auto plan = plan_fleet(two_generations(), {.sizing = Sizing::kUniform, .uniform_min_use = 0.99});
+  ASSERT_TRUE(plan) << plan.error().message;
+  ASSERT_EQ(plan->notes.size(), 1u);
+  EXPECT_NE(plan->notes[0].find("no size of more than one core puts 99%"), std::string::npos) << plan->notes[0];
+  EXPECT_GT(class_of(*plan, "e5-1").cpus, 0u);
+}
+
+TEST(FleetPlan, WholeCoresUnderSmt) {
+  // 27 allocatable CPUs with 2 threads a core: 26, never a split core.
+  auto plan = plan_fleet({node("odd", nrt("odd", 2, 27, 64 * kGi))}, {});
+  ASSERT_TRUE(plan) << plan.error().message;
+  EXPECT_EQ(plan->classes[0].cpus, 26u);
+  auto without_smt = plan_fleet({node("odd", nrt("odd", 2, 27, 64 * kGi), 1)}, {});
+  ASSERT_TRUE(without_smt);
+  EXPECT_EQ(without_smt->classes[0].cpus, 27u);
+}
+
+TEST(MachineClass, AllocatableDecidesAvailableDoesNot) {
+  auto shape = [](const nlohmann::json& object, unsigned threads = 2) { return machine_class(*shape_of(object, threads)); };
+  const std::string base = shape(nrt("a", 2, 26, 120 * kGi));
+  EXPECT_EQ(base.size(), 13u);
+  EXPECT_EQ(base.substr(0, 3), "mc-");
+  EXPECT_EQ(shape(nrt("b", 2, 26, 120 * kGi, "single-numa-node", "pod", 4)), base) << "running pods changed the class";
+  EXPECT_NE(shape(nrt("a", 2, 24, 120 * kGi)), base) << "reserved CPUs did not change it";
+  EXPECT_NE(shape(nrt("a", 2, 26, 100 * kGi)), base);
+  EXPECT_NE(shape(nrt("a", 4, 26, 120 * kGi)), base);
+  EXPECT_NE(shape(nrt("a", 2, 26, 120 * kGi, "best-effort")), base);
+  EXPECT_NE(shape(nrt("a", 2, 26, 120 * kGi, "single-numa-node", "container")), base);
+  EXPECT_NE(shape(nrt("a", 2, 26, 120 * kGi), 1), base);
+}
+
+TEST(FleetPlan, NodesThatCannotBePlannedSayWhy) {
+  auto nodes = two_generations();
+  nodes.push_back({"no-nrt", {{"numaserve.io/numa-nodes", "2"}}, std::nullopt});
+  nodes.push_back({"no-agent-labels", {}, nrt("no-agent-labels", 2, 26, 120 * kGi)});
+  nodes.push_back(node("best-effort", nrt("best-effort", 2, 26, 120 * kGi, "best-effort")));
+  nodes.push_back(node("container-scope", nrt("container-scope", 2, 26, 120 * kGi, "single-numa-node", "container")));
+  nodes.push_back(node("one-thread", nrt("one-thread", 2, 1, 120 * kGi)));
+  auto plan = plan_fleet(nodes, {});
+  ASSERT_TRUE(plan) << plan.error().message;
+  std::map<std::string, std::string> why;
+  for (const auto& u : plan->unplanned) why[u.node] = u.reason;
+  EXPECT_EQ(why.size(), 5u);
+  EXPECT_NE(why["no-nrt"].find("no NodeResourceTopology"), std::string::npos);
+  EXPECT_NE(why["no-agent-labels"].find("no numaserve.io labels"), std::string::npos);
+  EXPECT_NE(why["best-effort"].find("policy best-effort, not single-numa-node"), std::string::npos);
+  EXPECT_NE(why["container-scope"].find("scope container, not pod"), std::string::npos);
+  EXPECT_NE(why["one-thread"].find("whole core"), std::string::npos);
+  EXPECT_EQ(plan->classes.size(), 2u);
+
+  auto nothing = plan_fleet({nodes.back(), nodes[nodes.size() - 2]}, {});
+  ASSERT_FALSE(nothing);
+  EXPECT_NE(nothing.error().message.find("one-thread: "), std::string::npos) << nothing.error().message;
+  EXPECT_NE(nothing.error().message.find("container-scope: "), std::string::npos);
+}
+
+TEST(ReadObjects, ListsAndDocumentsWithQuantitiesAsKubectlPrintsThem) {
+  const std::string list = R"(apiVersion: v1
+kind: List
+items:
+- apiVersion: topology.node.k8s.io/v1alpha2
+  kind: NodeResourceTopology
+  metadata: {name: w1}
+  attributes:
+  - {name: topologyManagerPolicy, value: single-numa-node}
+  - {name: topologyManagerScope, value: pod}
+  zones:
+  - name: node-0
+    type: Node
+    resources:
+    - {name: cpu, capacity: "16", allocatable: "14", available: "14"}
+    - {name: memory, capacity: 32Gi, allocatable: "31Gi", available: 31Gi}
+    - {name: hugepages-2Mi, capacity: "0", allocatable: "0", available: "0"}
+  - name: node-1
+    type: Node
+    resources:
+    - {name: memory, capacity: 32Gi, allocatable: "0", available: "0"}
+)";
+  const std::string nodes = R"(apiVersion: v1
+kind: Node
+metadata:
+  name: w1
+  labels: {numaserve.io/numa-nodes: "1", numaserve.io/threads-per-core: "2"}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: w2}
+)";
+  auto a = read_objects(list, "nrt.yaml");
+  auto b = read_objects(nodes, "nodes.yaml");
+  ASSERT_TRUE(a) << a.error().message;
+  ASSERT_TRUE(b) << b.error().message;
+  auto merged = merge({std::move(*a), std::move(*b)});
+  ASSERT_TRUE(merged);
+  ASSERT_EQ(merged->size(), 2u);
+  auto plan = plan_fleet(*merged, {});
+  ASSERT_TRUE(plan) << plan.error().message;
+  ASSERT_EQ(plan->classes.size(), 1u);
+  EXPECT_EQ(plan->classes[0].cpus, 14u);
+  EXPECT_EQ(plan->classes[0].shape.zones.size(), 1u) << "a memory-only zone holds no replica";
+  EXPECT_EQ(plan->classes[0].replicas_per_node, 1u);
+  ASSERT_EQ(plan->unplanned.size(), 1u);
+  EXPECT_EQ(plan->unplanned[0].node, "w2");
+}
+
+TEST(ReadObjects, MalformedInputNamesTheFileTheObjectAndTheField) {
+  struct Case {
+    std::string text, expected;
+  };
+  const std::vector<Case> cases = {
+      {"kind: Pod\nmetadata: {name: p}\n", "in.yaml line 1: kind Pod: want Node or NodeResourceTopology objects"},
+      {"kind: Node\nmetadata: {name: a}\n---\n\nkind: ConfigMap\nmetadata: {name: c}\n", "in.yaml line 5: kind ConfigMap"},
+      {"kind: Node\nmetadata: {}\n", "in.yaml line 1: Node: metadata.name: want a name"},
+      {"- a\n- b\n", "want Kubernetes objects, not a list"},
+      {"kind: NodeResourceTopology\nmetadata: {name: n}\nzones:\n- name: node-0\n  resources:\n"
+       "  - {name: cpu, allocatable: 14 cores}\n",
+       "NodeResourceTopology n: zones[0].resources[0].allocatable: not a whole number of CPUs"},
+      {"kind: NodeResourceTopology\nmetadata: {name: n}\nzones:\n- name: node-0\n  resources:\n"
+       "  - {name: memory, allocatable: lots}\n",
+       "NodeResourceTopology n: zones[0].resources[0].allocatable:"},
+      {"kind: NodeResourceTopology\nmetadata: {name: n}\nzones: 3\n", "NodeResourceTopology n: zones: want a list"},
+      {"kind: Node\nmetadata: {name: a, labels: [x]}\n", "Node a: metadata.labels: want a map"},
+      {"kind: [unclosed\n", "in.yaml"},
+  };
+  for (const auto& c : cases) {
+    auto read = read_objects(c.text, "in.yaml");
+    ASSERT_FALSE(read) << c.text;
+    EXPECT_NE(read.error().message.find(c.expected), std::string::npos) << read.error().message;
+  }
+}
+
+// The label the agent puts on its node is the class cluster-plan finds for
+// it in the object the agent publishes, read back as YAML (quantities as
+// strings, where the agent wrote numbers).
+TEST(MachineClass, TheAgentsLabelIsTheClassClusterPlanFinds) {
+  for (const std::string xml : {"32em64t-2n8c2t-pci-normalio", "16amd64-4distances", "64intel64-fakeKNL-SNC4-hybrid"}) {
+    auto report = discover::discover_node(discover::DiscoverConfig::of(
+        TopologySource::xml((testing::fixtures_dir() / ("topologies/xml/" + xml + ".xml")).string())));
+    ASSERT_TRUE(report) << xml;
+    auto planned = plan::plan_node(report->topology, {});
+    ASSERT_TRUE(planned) << xml;
+    const auto labels = publish::make_node_labels(*report, &*planned);
+    auto read = read_objects(publish::to_yaml(publish::make_node_resource_topology("w", *report, &*planned)), "nrt.yaml");
+    ASSERT_TRUE(read) << read.error().message;
+    ASSERT_EQ(read->size(), 1u);
+    const unsigned threads = report->topology.threads_per_core();
+    EXPECT_EQ(labels.at("numaserve.io/threads-per-core"), std::to_string(threads));
+    EXPECT_EQ(labels.at("numaserve.io/machine-class"), machine_class(*shape_of(*(*read)[0].nrt, threads))) << xml;
+  }
+}
+
+}  // namespace
+}  // namespace numaserve::agent::fleet

@@ -1,0 +1,102 @@
+#pragma once
+// The fleet as the cluster sees it, Node and NodeResourceTopology objects as
+// the agents publish them, grouped into machine classes and sized: one
+// replica size per class (per-class) or one for the whole fleet (uniform).
+// Pure: `numaserve-topology-agent cluster-plan` reads the objects from files,
+// the agent computes its own node's class with the same machine_class().
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "numaserve/common/result.h"
+
+namespace numaserve::agent::fleet {
+
+// A NUMA zone that has CPUs, by what the kubelet allocates in it (not what
+// is available: running pods do not change a machine's class).
+struct Zone {
+  std::string name;
+  unsigned cpus = 0;
+  std::uint64_t memory_bytes = 0;
+  std::map<std::string, std::uint64_t> hugepages;  // "hugepages-2Mi" -> bytes
+};
+
+// What decides a replica's shape on a machine.
+struct Shape {
+  std::vector<Zone> zones;  // those with CPUs, by name
+  unsigned threads_per_core = 1;
+  std::string policy;  // the Topology Manager's, from the NRT's attributes ("" unknown)
+  std::string scope;
+};
+
+// From a NodeResourceTopology object (the agent's JSON, or YAML read back
+// with quantities as strings). Errors name the field.
+Result<Shape> shape_of(const nlohmann::json& nrt, unsigned threads_per_core);
+
+// "mc-" and 10 hex digits of a hash of everything in the shape: equal
+// shapes, equal classes, on every machine and in every plan.
+std::string machine_class(const Shape& shape);
+
+// One node of the fleet as the API server returns it.
+struct FleetNode {
+  std::string name;
+  std::map<std::string, std::string> labels;
+  std::optional<nlohmann::json> nrt;  // its NodeResourceTopology, if one exists
+};
+
+// Node and NodeResourceTopology objects from `kubectl get ... -o yaml` (a
+// v1 List) or multi-document YAML, in `source` (named in errors, with the
+// object and field). Other kinds are errors; nodes come in file order.
+Result<std::vector<FleetNode>> read_objects(std::string_view text, const std::string& source);
+// Several sources: a node's NRT may come from another file than its Node.
+Result<std::vector<FleetNode>> merge(std::vector<std::vector<FleetNode>> sources);
+
+enum class Sizing { kPerClass, kUniform };
+Result<Sizing> parse_sizing(std::string_view text);
+std::string_view to_string(Sizing sizing);
+
+struct FleetConfig {
+  Sizing sizing = Sizing::kPerClass;
+  unsigned replicas_per_numa_node = 1;  // per-class
+  double pod_memory_fraction = 0.9;
+  double uniform_min_use = 0.9;  // of the planned nodes' allocatable CPUs
+};
+
+struct ClassPlan {
+  std::string name;  // machine_class()
+  Shape shape;
+  std::vector<std::string> nodes;
+  unsigned replicas_per_node = 0;
+  unsigned cpus = 0;  // a replica's
+  std::uint64_t memory_bytes = 0;
+  std::uint64_t cpus_used() const { return std::uint64_t{cpus} * replicas_per_node * nodes.size(); }
+  std::uint64_t cpus_allocatable() const;
+};
+
+struct Unplanned {
+  std::string node;
+  std::string reason;
+};
+
+struct FleetPlan {
+  Sizing sizing = Sizing::kPerClass;
+  std::vector<ClassPlan> classes;  // by name
+  std::vector<Unplanned> unplanned;
+  std::vector<std::string> notes;
+  std::uint64_t cpus_used() const;
+  std::uint64_t cpus_allocatable() const;
+};
+
+// Errors only when no node can be planned; the error lists every node's reason.
+Result<FleetPlan> plan_fleet(const std::vector<FleetNode>& nodes, const FleetConfig& config);
+
+void to_json(nlohmann::json& j, const FleetPlan& plan);
+std::string render_text(const FleetPlan& plan);
+
+}  // namespace numaserve::agent::fleet
