@@ -5,7 +5,6 @@
 // updater's loop).
 #include <CLI/CLI.hpp>
 
-#include <fstream>
 #include <iostream>
 #include <iterator>
 
@@ -13,6 +12,7 @@
 #include "fleet/fleet.h"
 #include "numaserve/common/log.h"
 #include "numaserve/common/options.h"
+#include "numaserve/common/text_file.h"
 #include "options/agent_options.h"
 #include "plan/plan.h"
 #include "publish/files.h"
@@ -87,23 +87,16 @@ int run_cluster_plan(AgentOptions& o, const std::vector<std::string>& files) {
   }
   std::vector<std::vector<fleet::FleetNode>> sources;
   for (const std::string& file : files.empty() ? std::vector<std::string>{"-"} : files) {
-    std::string text;
-    if (file == "-") {
-      text.assign(std::istreambuf_iterator<char>(std::cin), {});
-    } else {
-      std::ifstream in(file, std::ios::binary);
-      if (!in) return fail(file + ": cannot read");
-      text.assign(std::istreambuf_iterator<char>(in), {});
-    }
-    auto nodes = fleet::read_objects(text, file == "-" ? "<stdin>" : file);
+    auto text = file == "-" ? numaserve::Result<std::string>(std::string(std::istreambuf_iterator<char>(std::cin), {}))
+                            : numaserve::read_text_file(file);
+    if (!text) return fail(text.error().message);
+    auto nodes = fleet::read_objects(*text, file == "-" ? "<stdin>" : file);
     if (!nodes) return fail(nodes.error().message);
     sources.push_back(std::move(*nodes));
   }
-  auto nodes = fleet::merge(std::move(sources));
-  if (!nodes) return fail(nodes.error().message);
   o.fleet.replicas_per_numa_node = o.updater.plan.replicas_per_node;
   o.fleet.pod_memory_fraction = o.updater.plan.pod_memory_fraction;
-  auto planned = fleet::plan_fleet(*nodes, o.fleet);
+  auto planned = fleet::plan_fleet(fleet::merge(std::move(sources)), o.fleet);
   if (!planned) return fail(planned.error().message);
   if (o.output == "text") {
     std::cout << fleet::render_text(*planned);

@@ -70,7 +70,7 @@ check "cluster-plan: uniform sizing, one size for all" 0 '"sizing": "uniform"' c
 check "cluster-plan: from standard input, as YAML" 0 '^  cpus_allocatable: ' env sh -c "\"\$0\" cluster-plan -o yaml < \"\$1\"" "$AGENT" "$fleet/fleet.yaml"
 printf 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n' > "$fleet/bad.yaml"
 check "cluster-plan: another kind names the file and line" 1 'error: .*bad.yaml line 1: kind ConfigMap' cluster-plan "$fleet/bad.yaml"
-check "cluster-plan: an unreadable file is named" 1 'error: /no/such.yaml: cannot read' cluster-plan /no/such.yaml
+check "cluster-plan: an unreadable file is named" 1 'error: cannot read /no/such.yaml: No such file or directory' cluster-plan /no/such.yaml
 check "cluster-plan: nothing plannable lists every node" 1 'no node can be planned:.*' cluster-plan <(printf 'kind: Node\nmetadata: {name: lone}\n')
 check "cluster-plan: a bad sizing is refused" 2 'want per-class or uniform' cluster-plan --sizing half "$fleet/fleet.yaml"
 check "cluster-plan: -o takes text, json or yaml" 2 'want text, json or yaml' cluster-plan -o nrt "$fleet/fleet.yaml"

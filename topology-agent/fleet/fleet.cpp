@@ -98,7 +98,7 @@ std::vector<std::pair<std::string, int>> documents(std::string_view text) {
 }
 
 std::string reason_not_plannable(const FleetNode& node, const Shape* shape) {
-  if (!node.nrt) return "no NodeResourceTopology (no agent publishes for it)";
+  if (!shape) return "no NodeResourceTopology (no agent publishes for it)";
   if (!node.labels.contains("numaserve.io/numa-nodes")) return "no numaserve.io labels (no agent labels it)";
   if (shape->policy.empty()) return "its NodeResourceTopology does not say the Topology Manager's policy";
   if (shape->policy != "single-numa-node") return "Topology Manager policy " + shape->policy + ", not single-numa-node";
@@ -223,16 +223,16 @@ Result<std::vector<FleetNode>> read_objects(std::string_view text, const std::st
           }
         }
       } else {
-        nlohmann::json nrt = to_json_value(object);
-        if (auto shape = shape_of(nrt, 1); !shape) return bad(what + ": " + shape.error().message);
-        node.nrt = std::move(nrt);
+        auto shape = shape_of(to_json_value(object), 1);
+        if (!shape) return bad(what + ": " + shape.error().message);
+        node.shape = std::move(*shape);
       }
     }
   }
   return nodes;
 }
 
-Result<std::vector<FleetNode>> merge(std::vector<std::vector<FleetNode>> sources) {
+std::vector<FleetNode> merge(std::vector<std::vector<FleetNode>> sources) {
   std::vector<FleetNode> merged;
   for (auto& source : sources) {
     for (auto& node : source) {
@@ -242,7 +242,7 @@ Result<std::vector<FleetNode>> merge(std::vector<std::vector<FleetNode>> sources
         continue;
       }
       it->labels.insert(node.labels.begin(), node.labels.end());
-      if (node.nrt) it->nrt = std::move(node.nrt);
+      if (node.shape) it->shape = std::move(node.shape);
     }
   }
   return merged;
@@ -280,8 +280,8 @@ Result<FleetPlan> plan_fleet(const std::vector<FleetNode>& nodes, const FleetCon
   plan.sizing = config.sizing;
   std::map<std::string, ClassPlan> classes;
   for (const auto& node : nodes) {
-    std::optional<Shape> shape;
-    if (node.nrt) {
+    std::optional<Shape> shape = node.shape;
+    if (shape) {
       const auto tpc = node.labels.find("numaserve.io/threads-per-core");
       unsigned threads = 1;
       if (tpc != node.labels.end()) {
@@ -289,9 +289,7 @@ Result<FleetPlan> plan_fleet(const std::vector<FleetNode>& nodes, const FleetCon
       } else if (node.labels.contains("numaserve.io/smt") && node.labels.at("numaserve.io/smt") == "true") {
         threads = 2;  // labels of an agent older than threads-per-core
       }
-      auto parsed = shape_of(*node.nrt, threads);
-      if (!parsed) return bad(node.name + ": " + parsed.error().message);
-      shape = std::move(*parsed);
+      shape->threads_per_core = std::max(1u, threads);
     }
     if (const std::string why = reason_not_plannable(node, shape ? &*shape : nullptr); !why.empty()) {
       plan.unplanned.push_back({node.name, why});

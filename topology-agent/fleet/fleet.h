@@ -47,7 +47,9 @@ std::string machine_class(const Shape& shape);
 struct FleetNode {
   std::string name;
   std::map<std::string, std::string> labels;
-  std::optional<nlohmann::json> nrt;  // its NodeResourceTopology, if one exists
+  // Its NodeResourceTopology's shape, if one exists; threads_per_core is
+  // the labels' (plan_fleet sets it: a Node may come from another file).
+  std::optional<Shape> shape;
 };
 
 // Node and NodeResourceTopology objects from `kubectl get ... -o yaml` (a
@@ -55,7 +57,7 @@ struct FleetNode {
 // object and field). Other kinds are errors; nodes come in file order.
 Result<std::vector<FleetNode>> read_objects(std::string_view text, const std::string& source);
 // Several sources: a node's NRT may come from another file than its Node.
-Result<std::vector<FleetNode>> merge(std::vector<std::vector<FleetNode>> sources);
+std::vector<FleetNode> merge(std::vector<std::vector<FleetNode>> sources);
 
 enum class Sizing { kPerClass, kUniform };
 Result<Sizing> parse_sizing(std::string_view text);
