@@ -108,35 +108,9 @@ seeds("agent_options", [("agent.yaml", "interval: 30s\nport: 9300\nhints_dir: /h
                                        "kube_reserved_memory: 1Gi\npod_memory_fraction: 0.9\noneshot: false\n")])
 
 # Common: what /sys, /proc and hwloc say.
-# cluster-plan: the fleet's objects as the unit tests (tests/unit/agent/fleet_test.cpp) write them.
-nrt_list = """apiVersion: v1
-kind: List
-items:
-- apiVersion: topology.node.k8s.io/v1alpha2
-  kind: NodeResourceTopology
-  metadata: {name: w1}
-  attributes:
-  - {name: topologyManagerPolicy, value: single-numa-node}
-  - {name: topologyManagerScope, value: pod}
-  zones:
-  - name: node-0
-    type: Node
-    resources:
-    - {name: cpu, capacity: "16", allocatable: "14", available: "14"}
-    - {name: memory, capacity: 32Gi, allocatable: "31Gi", available: 31Gi}
-    - {name: hugepages-2Mi, capacity: "0", allocatable: "0", available: "0"}
-  - name: node-1
-    type: Node
-    resources:
-    - {name: memory, capacity: 32Gi, allocatable: "0", available: "0"}
-- apiVersion: v1
-  kind: Node
-  metadata:
-    name: w1
-    labels: {numaserve.io/numa-nodes: "1", numaserve.io/threads-per-core: "2"}
-"""
+# cluster-plan: besides tests/fixtures/fleet (the unit tests' objects, read
+# as seeds too), one more document stream and a malformed object.
 seeds("fleet_objects", [
-    ("list.yaml", nrt_list),
     ("documents.yaml", "kind: Node\nmetadata: {name: a, labels: {numaserve.io/numa-nodes: '2', numaserve.io/smt: 'true'}}\n"
      "---\nkind: NodeResourceTopology\nmetadata: {name: a}\nattributes: [{name: topologyManagerPolicy, value: single-numa-node},"
      " {name: topologyManagerScope, value: pod}]\nzones:\n- name: node-0\n  resources:\n  - {name: cpu, allocatable: 26000m}\n"

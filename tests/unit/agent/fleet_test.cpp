@@ -4,6 +4,7 @@
 
 #include "discover/discover.h"
 #include "fixture_paths.h"
+#include "numaserve/common/text_file.h"
 #include "plan/plan.h"
 #include "publish/nrt.h"
 #include "publish/yaml.h"
@@ -33,9 +34,16 @@ nlohmann::json nrt(const std::string& name, unsigned zones, unsigned cpus, std::
                           {{"name", "topologyManagerScope"}, {"value", scope}}}}};
 }
 
-FleetNode node(const std::string& name, nlohmann::json object, unsigned threads = 2) {
+// What read_objects() makes of an NRT: its shape (threads from the labels).
+Shape as_read(const nlohmann::json& object) {
+  auto shape = shape_of(object, 1);
+  EXPECT_TRUE(shape) << shape.error().message;
+  return shape.value_or(Shape{});
+}
+
+FleetNode node(const std::string& name, const nlohmann::json& object, unsigned threads = 2) {
   return {name, {{"numaserve.io/numa-nodes", "2"}, {"numaserve.io/threads-per-core", std::to_string(threads)}},
-          std::move(object)};
+          as_read(object)};
 }
 
 // The fleet of the issue: Xeon E5 (56 threads, NUMA nodes of 28, 26
@@ -124,7 +132,7 @@ TEST(MachineClass, AllocatableDecidesAvailableDoesNot) {
 TEST(FleetPlan, NodesThatCannotBePlannedSayWhy) {
   auto nodes = two_generations();
   nodes.push_back({"no-nrt", {{"numaserve.io/numa-nodes", "2"}}, std::nullopt});
-  nodes.push_back({"no-agent-labels", {}, nrt("no-agent-labels", 2, 26, 120 * kGi)});
+  nodes.push_back({"no-agent-labels", {}, as_read(nrt("no-agent-labels", 2, 26, 120 * kGi))});
   nodes.push_back(node("best-effort", nrt("best-effort", 2, 26, 120 * kGi, "best-effort")));
   nodes.push_back(node("container-scope", nrt("container-scope", 2, 26, 120 * kGi, "single-numa-node", "container")));
   nodes.push_back(node("one-thread", nrt("one-thread", 2, 1, 120 * kGi)));
@@ -146,46 +154,17 @@ TEST(FleetPlan, NodesThatCannotBePlannedSayWhy) {
   EXPECT_NE(nothing.error().message.find("container-scope: "), std::string::npos);
 }
 
+// tests/fixtures/fleet: a v1 List of NRTs and Node documents, quantities
+// as kubectl prints them (also the fuzz target's seeds).
 TEST(ReadObjects, ListsAndDocumentsWithQuantitiesAsKubectlPrintsThem) {
-  const std::string list = R"(apiVersion: v1
-kind: List
-items:
-- apiVersion: topology.node.k8s.io/v1alpha2
-  kind: NodeResourceTopology
-  metadata: {name: w1}
-  attributes:
-  - {name: topologyManagerPolicy, value: single-numa-node}
-  - {name: topologyManagerScope, value: pod}
-  zones:
-  - name: node-0
-    type: Node
-    resources:
-    - {name: cpu, capacity: "16", allocatable: "14", available: "14"}
-    - {name: memory, capacity: 32Gi, allocatable: "31Gi", available: 31Gi}
-    - {name: hugepages-2Mi, capacity: "0", allocatable: "0", available: "0"}
-  - name: node-1
-    type: Node
-    resources:
-    - {name: memory, capacity: 32Gi, allocatable: "0", available: "0"}
-)";
-  const std::string nodes = R"(apiVersion: v1
-kind: Node
-metadata:
-  name: w1
-  labels: {numaserve.io/numa-nodes: "1", numaserve.io/threads-per-core: "2"}
----
-apiVersion: v1
-kind: Node
-metadata: {name: w2}
-)";
-  auto a = read_objects(list, "nrt.yaml");
-  auto b = read_objects(nodes, "nodes.yaml");
+  const auto dir = testing::fixtures_dir() / "fleet";
+  auto a = read_objects(*read_text_file(dir / "noderesourcetopologies.yaml"), "noderesourcetopologies.yaml");
+  auto b = read_objects(*read_text_file(dir / "nodes.yaml"), "nodes.yaml");
   ASSERT_TRUE(a) << a.error().message;
   ASSERT_TRUE(b) << b.error().message;
-  auto merged = merge({std::move(*a), std::move(*b)});
-  ASSERT_TRUE(merged);
-  ASSERT_EQ(merged->size(), 2u);
-  auto plan = plan_fleet(*merged, {});
+  const auto merged = merge({std::move(*a), std::move(*b)});
+  ASSERT_EQ(merged.size(), 2u);
+  auto plan = plan_fleet(merged, {});
   ASSERT_TRUE(plan) << plan.error().message;
   ASSERT_EQ(plan->classes.size(), 1u);
   EXPECT_EQ(plan->classes[0].cpus, 14u);
@@ -237,7 +216,9 @@ TEST(MachineClass, TheAgentsLabelIsTheClassClusterPlanFinds) {
     ASSERT_EQ(read->size(), 1u);
     const unsigned threads = report->topology.threads_per_core();
     EXPECT_EQ(labels.at("numaserve.io/threads-per-core"), std::to_string(threads));
-    EXPECT_EQ(labels.at("numaserve.io/machine-class"), machine_class(*shape_of(*(*read)[0].nrt, threads))) << xml;
+    Shape shape = *(*read)[0].shape;
+    shape.threads_per_core = threads;
+    EXPECT_EQ(labels.at("numaserve.io/machine-class"), machine_class(shape)) << xml;
   }
 }
 
