@@ -22,7 +22,7 @@ HELM=$ROOT/tests/k8s/node_modules/.bin/helm
 [[ -x $HELM ]] || { echo "helm missing: run scripts/install-deps.sh test" >&2; exit 1; }
 
 use_control_plane() {
-  CP_DIR=$1
+  CP_DIR=$1 KUBE_CONTEXT_NAMESPACE=
   CONTROL_PLANE_OWNER=$$ "$CLUSTER_DIR/control-plane.sh" start "$CP_DIR" >/dev/null
 }
 stop_control_plane() {
@@ -32,8 +32,13 @@ stop_control_plane() {
 }
 # The context's namespace, unlike -n, does not refuse objects that name
 # another: the chart's agent may live in a namespace of its own.
+# Set only when NAMESPACE changed: one kubectl run per call, not two.
 kube() {
-  "$CP_DIR/bin/kubectl" --kubeconfig "$CP_DIR/kubeconfig" config set-context --current --namespace "${NAMESPACE:-default}" >/dev/null
+  if [[ ${KUBE_CONTEXT_NAMESPACE:-} != "${NAMESPACE:-default}" ]]; then
+    "$CP_DIR/bin/kubectl" --kubeconfig "$CP_DIR/kubeconfig" config set-context --current \
+      --namespace "${NAMESPACE:-default}" >/dev/null
+    KUBE_CONTEXT_NAMESPACE=${NAMESPACE:-default}
+  fi
   "$CP_DIR/bin/kubectl" --kubeconfig "$CP_DIR/kubeconfig" "$@"
 }
 as_agent() { "$CP_DIR/bin/kubectl" --kubeconfig "$CP_DIR/agent.kubeconfig" "$@"; }
