@@ -1,12 +1,13 @@
 // numaserve-topology-agent: parses and dispatches. Options are declared
 // once, in agent_options(); the work happens in numaserve::common and the
 // agent's parts: discover, plan, publish (its renderings), report, fleet
-// (cluster-plan), and serve's run_daemon (the DaemonSet: endpoint + the
-// updater's loop).
+// (cluster-plan), serve's run_daemon (the DaemonSet: endpoint + the
+// updater's loop) and pool's run_operator (the topology operator).
 #include <CLI/CLI.hpp>
 
 #include <iostream>
 #include <iterator>
+#include <sstream>
 
 #include "discover/discover.h"
 #include "fleet/fleet.h"
@@ -15,6 +16,7 @@
 #include "numaserve/common/text_file.h"
 #include "options/agent_options.h"
 #include "plan/plan.h"
+#include "pool/controller.h"
 #include "publish/files.h"
 #include "publish/renderings.h"
 #include "publish/yaml.h"
@@ -31,6 +33,7 @@ using numaserve::agent::options::AgentOptions;
 using numaserve::agent::options::kAllGroups;
 using numaserve::agent::options::kDiscover;
 using numaserve::agent::options::kFleet;
+using numaserve::agent::options::kOperator;
 using numaserve::agent::options::kPlan;
 using numaserve::agent::options::kPlanOnly;
 using numaserve::agent::options::kRun;
@@ -81,8 +84,8 @@ int run_plan(const AgentOptions& o) {
 
 // The fleet's objects from files ("-" or none: standard input), planned.
 int run_cluster_plan(AgentOptions& o, const std::vector<std::string>& files) {
-  if (o.output != "text" && o.output != "json" && o.output != "yaml") {
-    std::cerr << kProgram << ": cluster-plan: -o " << o.output << ": want text, json or yaml\n";
+  if (o.output != "text" && o.output != "json" && o.output != "yaml" && o.output != "helm-values") {
+    std::cerr << kProgram << ": cluster-plan: -o " << o.output << ": want text, json, yaml or helm-values\n";
     return 2;
   }
   std::vector<std::vector<fleet::FleetNode>> sources;
@@ -102,10 +105,34 @@ int run_cluster_plan(AgentOptions& o, const std::vector<std::string>& files) {
     std::cout << fleet::render_text(*planned);
   } else if (o.output == "json") {
     std::cout << nlohmann::json(*planned).dump(2) << "\n";
-  } else {
+  } else if (o.output == "yaml") {
     std::cout << publish::to_yaml(nlohmann::json(*planned));
+  } else {
+    // The text plan above the values, for whoever reviews the change.
+    std::cout << "# Written by numaserve-topology-agent cluster-plan for charts/numaserve:\n"
+                 "# one Deployment per machine class (nodes labelled numaserve.io/machine-class).\n";
+    std::istringstream text(fleet::render_text(*planned));
+    for (std::string line; std::getline(text, line);) std::cout << "#   " << line << "\n";
+    std::cout << publish::to_yaml(fleet::helm_values(*planned));
   }
   return 0;
+}
+
+// The operator needs an API server: in its pod, or named by --apiserver-url.
+int run_operator(AgentOptions& o) {
+  numaserve::configure_logging("operator", o.log.level, o.log.format);
+  auto api = o.apiserver_config();
+  if (!api) {
+    std::cerr << kProgram << ": operator: no API server (not in a pod; pass --apiserver-url)\n";
+    return 2;
+  }
+  if (o.operator_config.lease.count() < 3) {
+    std::cerr << kProgram << ": operator: --lease-duration: want at least 3s\n";
+    return 2;
+  }
+  o.operator_config.apiserver = *api;
+  o.operator_config.endpoint = o.endpoint;
+  return numaserve::agent::pool::run_operator(o.operator_config);
 }
 
 }  // namespace
@@ -133,6 +160,10 @@ int main(int argc, char** argv) {
   fleet_table.add_to(*fleet_cmd);
   std::vector<std::string> fleet_files;
   fleet_cmd->add_option("files", fleet_files, "YAML files of Node and NodeResourceTopology objects (default: stdin)");
+  auto* operator_cmd = app.add_subcommand("operator", "The in-cluster loop: one Deployment per machine class for every "
+                                                      "ServingPool of its namespace, leader-elected");
+  auto operator_table = table_for(options, kOperator);
+  operator_table.add_to(*operator_cmd);
   auto* options_cmd = app.add_subcommand("options", "Print every option as a Markdown table (for the README)");
 
   try {
@@ -149,6 +180,7 @@ int main(int argc, char** argv) {
   auto& table = discover_cmd->parsed() ? discover_table
                 : plan_cmd->parsed()   ? plan_table
                 : fleet_cmd->parsed()  ? fleet_table
+                : operator_cmd->parsed() ? operator_table
                                        : run_table;
   if (auto applied = table.apply(); !applied) {
     std::cerr << kProgram << ": " << applied.error().message << "\n";
@@ -159,6 +191,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (fleet_cmd->parsed()) return run_cluster_plan(options, fleet_files);
+  if (operator_cmd->parsed()) return run_operator(options);
   if (discover_cmd->parsed()) return run_discover(options);
   if (plan_cmd->parsed()) return run_plan(options);
   numaserve::configure_logging("agent", options.log.level, options.log.format);

@@ -73,7 +73,12 @@ check "cluster-plan: another kind names the file and line" 1 'error: .*bad.yaml 
 check "cluster-plan: an unreadable file is named" 1 'error: cannot read /no/such.yaml: No such file or directory' cluster-plan /no/such.yaml
 check "cluster-plan: nothing plannable lists every node" 1 'no node can be planned:.*' cluster-plan <(printf 'kind: Node\nmetadata: {name: lone}\n')
 check "cluster-plan: a bad sizing is refused" 2 'want per-class or uniform' cluster-plan --sizing half "$fleet/fleet.yaml"
-check "cluster-plan: -o takes text, json or yaml" 2 'want text, json or yaml' cluster-plan -o nrt "$fleet/fleet.yaml"
+check "cluster-plan: -o takes text, json, yaml or helm-values" 2 'want text, json, yaml or helm-values' cluster-plan -o nrt "$fleet/fleet.yaml"
+check "cluster-plan -o helm-values: one class per machine generation, the plan above as comments" 0 \
+  '^#   fleet: 288 of 288 allocatable CPUs at work' cluster-plan -o helm-values "$fleet/generations.yaml"
+check "cluster-plan -o helm-values: each class its size" 0 '^        cpu: 46$' cluster-plan -o helm-values "$fleet/generations.yaml"
+check "operator: outside a pod it needs an API server" 2 'no API server' operator
+check "operator: a lease shorter than 3 s is refused" 2 'lease-duration' operator --apiserver-url https://127.0.0.1:1 --lease-duration 1s
 check "options table in Markdown" 0 '^\| `--hints-dir DIR` \| `NUMASERVE_HINTS_DIR` \| `hints_dir` \|' options
 check "unknown output format" 2 'output' plan --xml "$xml" -o xml
 check "a plan that cannot be made says why" 1 'no NUMA node can hold a replica .node 0: it has 6 core.s. and reserving 6 per node leaves none' plan --xml "$xml" --reserved-cores-per-node 6

@@ -12,7 +12,8 @@
 //     covers it plus the service's own drain (read from the mounted
 //     numaserve.yaml); NetworkPolicies admitting clients to the data port
 //     only and monitoring to the admin port and the agent's;
-//   - replicas spread across machines; Service and PDB select the pods;
+//   - replicas spread across machines; Service and PDB select the pods; no
+//     two Deployments select each other's pods (one per machine class);
 //   - the agent mounts only what it reads (read-only) and writes, tolerates
 //     no taint wholesale, and its RBAC grants exactly what it uses.
 //
@@ -85,16 +86,22 @@ function restrictedViolations(pod) {
   return out;
 }
 
+// The topology operator's ServingPool holds the service's pod template: its
+// Deployments, one per machine class, are the operator's (made in the
+// cluster, not rendered), so the template is checked as theirs.
+const pools = objects.filter((o) => o.kind === "ServingPool").map((p) => ({ ...p, spec: { template: p.spec.template } }));
 const workloads = objects.filter((o) => ["Deployment", "StatefulSet", "DaemonSet"].includes(o.kind));
 const agents = workloads.filter((o) => o.kind === "DaemonSet");
-const services = workloads.filter((o) => o.kind !== "DaemonSet");
+const component = (o) => o.metadata.labels?.["app.kubernetes.io/component"];
+const operators = workloads.filter((o) => component(o) === "topology-operator");
+const services = [...workloads.filter((o) => o.kind !== "DaemonSet" && component(o) !== "topology-operator"), ...pools];
 if (services.length === 0) fail("render", "no service workload");
 
 for (const w of services) {
   const what = `${w.kind}/${w.metadata.name}`;
   const pod = w.spec.template.spec;
   const podLabels = w.spec.template.metadata?.labels ?? {};
-  if (expectedReplicas !== null && w.spec.replicas !== expectedReplicas)
+  if (expectedReplicas !== null && w.kind !== "ServingPool" && w.spec.replicas !== expectedReplicas)
     fail(what, `replicas ${w.spec.replicas}, expected ${expectedReplicas}`);
   if (!Number.isInteger(w.spec.replicas ?? 0) || (w.spec.replicas ?? 0) < 0) fail(what, "replicas is not a count");
 
@@ -172,8 +179,26 @@ for (const w of services) {
   } else if (!expectNoPolicy) {
     fail(what, "no NetworkPolicy selects its pods");
   }
-  for (const pdb of byKind("PodDisruptionBudget"))
-    if (!matches(pdb.spec.selector.matchLabels, podLabels)) fail(`PodDisruptionBudget/${pdb.metadata.name}`, "selects no service pod");
+  const pdbs = byKind("PodDisruptionBudget");
+  if (pdbs.length && !pdbs.some((pdb) => matches(pdb.spec.selector.matchLabels, podLabels)))
+    fail(what, "no PodDisruptionBudget covers its pods");
+  // Deployments whose selectors match each other's pods fight over them
+  // (each ReplicaSet counts the other's pods as its own).
+  for (const other of services.filter((o) => o !== w && matches(o.spec.selector.matchLabels, podLabels)))
+    fail(what, `its pods are also selected by ${other.kind}/${other.metadata.name}`);
+}
+for (const pdb of byKind("PodDisruptionBudget"))
+  if (!services.some((w) => matches(pdb.spec.selector.matchLabels, w.spec.template.metadata?.labels)))
+    fail(`PodDisruptionBudget/${pdb.metadata.name}`, "selects no service pod");
+
+// The operator: an ordinary restricted pod, no host access.
+for (const o of operators) {
+  const what = `Deployment/${o.metadata.name}`;
+  const pod = o.spec.template.spec;
+  for (const v of restrictedViolations(pod)) fail(what, `Pod Security "restricted" would refuse it: ${v}`);
+  for (const c of pod.containers)
+    if (c.securityContext?.readOnlyRootFilesystem !== true) fail(what, "root filesystem is writable");
+  if (!pools.length) fail(what, "an operator without a ServingPool to serve");
 }
 
 for (const d of agents) {

@@ -13,7 +13,11 @@
 #      rule caught;
 #   5. the topology-aware scheduler: replicas bound by NodeResourceTopologyMatch
 #      from the agents' objects, and one that fits no NUMA zone left Pending,
-#      its events saying why.
+#      its events saying why;
+#   6. a mixed fleet (two machine generations and the workers): cluster-plan
+#      -o helm-values, per-class and uniform, gives one Deployment per class
+#      whose replicas are all bound on that class's nodes; the one-size chart
+#      leaves most Pending.
 # What stands in for the kubelet (none runs): Node objects with a kubelet's
 # status (clusters/four-workers.yaml), made schedulable as the node lifecycle
 # controller would; pods are bound, never run; a pod removed is force-deleted,
@@ -30,14 +34,6 @@ trap '[[ -n $agent_pid ]] && kill "$agent_pid" 2>/dev/null; stop_control_plane; 
 use_control_plane "$out/cluster"
 export NAMESPACE=numaserve  # the release's, and the agent's (control-plane.sh's defaults)
 
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-ok() { echo "ok $*"; }
-# Polls a command until it succeeds or the seconds run out.
-eventually() {  # seconds command...
-  local deadline=$((SECONDS + $1)); shift
-  until "$@" >/dev/null 2>&1; do ((SECONDS < deadline)) || return 1; sleep 0.5; done
-}
 # The workers' machine, its kubelet set up as planned (the Topology
 # Manager's policy goes into the NRT's attributes); no pods yet.
 machine=(--xml "$FIXTURES/topologies/xml/32em64t-2n8c2t-pci-normalio.xml" --kubelet-config "$FIXTURES/kubelet/numa-ready/config.yaml")
@@ -320,6 +316,69 @@ if "$AGENT" cluster-plan -o json "$out/fleet.yaml" > "$out/fleet.json"; then
 else
   fail "cluster-plan on the cluster's objects failed"
 fi
+
+echo "== a mixed fleet: one Deployment per machine class, from cluster-plan -o helm-values"
+# Two machine generations join the four workers: Xeon E5 (56 threads, NUMA
+# nodes of 28) and Xeon Gold (96 threads, NUMA nodes of 48), each as its
+# agent publishes it (NodeResourceTopology, labels) and registered as its
+# kubelet would (allocatable: the plan's rooms summed).
+# Every Deployment scaled to zero and its pods let go before it is deleted:
+# a ReplicaSet still alive would replace the pods released.
+clear_release() {
+  kube -n numaserve scale deployment --all --replicas 0 >/dev/null 2>&1 || true
+  eventually 30 no_replica_sets_scaled || true
+  release_pods numaserve "$service"
+  eventually 60 settled numaserve "$service" 0 || fail "the replicas were not let go: $(placement numaserve "$service")"
+  kube -n numaserve delete deployment --all >/dev/null
+}
+kube -n numaserve delete pod too-big-default too-big-aware --grace-period 0 --force --wait=false >/dev/null 2>&1 || true
+clear_release
+{ fleet_node e5-1 "${E5[@]}"; fleet_node e5-2 "${E5[@]}"; fleet_node gold-1 "${GOLD[@]}"; fleet_node gold-2 "${GOLD[@]}"; } > "$out/generations.yaml"
+create_nodes "$out/generations.yaml"
+# worker-1's NodeResourceTopology says what its pods hold: as an agent would
+# once they are gone, all of it is available again.
+kube apply --server-side --force-conflicts -f "$out/nrt-1.yaml" >/dev/null
+# What a plan expects: "node=replicas ..." over every class's nodes.
+expected_placement() {  # plan.json
+  node -e 'const p = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+    console.log(p.classes.flatMap((c) => c.nodes.map((n) => `${n}=${c.replicas_per_node}`)).sort().join(" ") + " ")' "$1"
+}
+for sizing in per-class uniform; do
+  kube get noderesourcetopologies,nodes -o yaml > "$out/fleet.yaml"
+  "$AGENT" cluster-plan --sizing "$sizing" -o json "$out/fleet.yaml" > "$out/fleet-$sizing.json"
+  "$AGENT" cluster-plan --sizing "$sizing" -o helm-values "$out/fleet.yaml" > "$out/fleet-$sizing.values.yaml"
+  "$HELM" template numaserve "$CHART" --namespace numaserve -f "$out/fleet-$sizing.values.yaml" \
+    --set agent.enabled=false --set schedulerName=topology-aware-scheduler > "$out/fleet-$sizing.yaml"
+  kube apply --server-side -f "$out/fleet-$sizing.yaml" >/dev/null
+  expected=$(expected_placement "$out/fleet-$sizing.json")
+  eventually 90 placed_as numaserve "$service" "$expected" || true
+  got=$(placement numaserve "$service") classes=$(kube -n numaserve get deployments -o name | wc -l)
+  wrong=$(class_mismatches numaserve "$service")
+  if [[ $got == "$expected" && -z $wrong && $classes == $(node -p "require('$out/fleet-$sizing.json').classes.length") ]]; then
+    ok "$sizing: $classes Deployments, one per class, every replica bound on its class's nodes: $got"
+  else
+    fail "$sizing: placed $got, expected $expected; $classes Deployments; on another class's node: ${wrong:-none}"
+  fi
+  clear_release
+done
+use=$(node -p "const u = (s) => { const f = require('$out/fleet-' + s + '.json').fleet; return f.cpus_used + '/' + f.cpus_allocatable; };
+  'per-class ' + u('per-class') + ', uniform ' + u('uniform')")
+echo "CPUs at work on the mixed fleet: $use"
+# Today's one-size chart on the same fleet, sized from a Gold node: no E5
+# NUMA node (26 CPUs) nor a worker's (14) holds a 46-CPU replica, so at
+# least 12 of the 16 stay Pending (more: the spread rule counts the nodes
+# that cannot hold one, so each Gold node takes one).
+"$AGENT" plan -o helm-values "${GOLD[@]}" "${FLEET_KUBELET[@]}" > "$out/one-size.values.yaml"
+"$HELM" template numaserve "$CHART" --namespace numaserve -f "$out/one-size.values.yaml" --set nodes=8 \
+  --set agent.enabled=false --set schedulerName=topology-aware-scheduler > "$out/one-size.yaml"
+kube apply --server-side -f "$out/one-size.yaml" >/dev/null
+eventually 60 settled numaserve "$service" 16 || true
+sleep 3
+got=$(placement numaserve "$service")
+pending=$(sed -n 's/.*Pending=\([0-9]*\).*/\1/p' <<<"$got")
+[[ ${pending:-0} -ge 12 && $got == *gold-1=* && $got != *e5-* && $got != *worker-* ]] &&
+  ok "the one-size chart sized from a Gold node leaves $pending of 16 replicas Pending on the mixed fleet: $got" ||
+  fail "the one-size chart on the mixed fleet: $got"
 
 if ((failures)); then echo "$failures failure(s)" >&2; exit 1; fi
 echo "cluster checks passed"

@@ -17,6 +17,9 @@ use_control_plane "$out/cluster"
 KUBECTL=$CP_DIR/bin/kubectl
 # The Prometheus Operator's ServiceMonitor CRD, for the renders that have one.
 kube apply --server-side -f "$CP_DIR/bin/crds/monitoring.coreos.com_servicemonitors.yaml" >/dev/null
+# The chart's own CRD (crds/: Helm installs it before the templates).
+kube apply --server-side -f "$CHART/crds/servingpool-crd.yaml" >/dev/null
+kube wait --for condition=Established --timeout 30s crd/servingpools.numaserve.io >/dev/null
 export NAMESPACE=ranking  # as `helm install -n ranking` (the renders' namespace)
 # The service's namespace as the README has it: Pod Security "restricted",
 # enforced by the API server's own admission (it warns of workloads whose
@@ -26,8 +29,6 @@ kube label namespace ranking pod-security.kubernetes.io/enforce=restricted >/dev
 kube create namespace numaserve-system >/dev/null
 kube label namespace numaserve-system pod-security.kubernetes.io/enforce=privileged >/dev/null
 
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 check() { node "$HERE/check_deployment.mjs" "$@"; }
 lint() { yamllint -s -c "$HERE/yamllint.yaml" "$@"; }
 
@@ -122,6 +123,22 @@ for xml in 16amd64-4distances 32em64t-2n8c2t-pci-normalio 64intel64-fakeKNL-SNC4
   cpu=$(sed -n '/^  limits:/,/memory/s/^    cpu: //p' "$out/$xml.values.yaml")
   grep -q "cpu: \"$cpu\"" "$out/plan-$xml.yaml" || fail "plan-$xml: the planned $cpu CPUs are not what the pod asks"
 done
+# A fleet's plan (cluster-plan -o helm-values: the golden of the fixture
+# machines, tests/unit/agent/fleet_test.cpp) as the chart takes it: one
+# Deployment, PDB and HPA per class, each class's pods its own, one Service.
+fleet_values=$FIXTURES/fleet/golden/fixture-machines.per-class.helm-values.yaml
+classes=$(grep -c '^  - name: ' "$fleet_values")
+render fleet-classes "" -f "$fleet_values" --set autoscaling.enabled=true
+for kind in Deployment PodDisruptionBudget HorizontalPodAutoscaler; do
+  n=$(grep -c "^kind: $kind\$" "$out/fleet-classes.yaml")
+  [[ $n == "$classes" ]] || fail "fleet-classes: $n ${kind}s for $classes classes"
+done
+[[ $(grep -c '^kind: Service$' "$out/fleet-classes.yaml") == 3 ]] || fail "fleet-classes: not one Service (+ admin, agent)"
+# The topology operator: a ServingPool instead of Deployments, the operator
+# itself restricted (Pod Security, in the service's namespace).
+render operator "" --set operator.enabled=true
+grep -q '^kind: ServingPool$' "$out/operator.yaml" || fail "operator: no ServingPool"
+[[ $(grep -c '^kind: Deployment$' "$out/operator.yaml") == 1 ]] || fail "operator: the chart still renders the service's Deployments"
 # The admission policy's verdicts and the replicas' scheduling are the real
 # API server's and scheduler's: cluster_test.sh.
 grep -q '^kind: ValidatingAdmissionPolicy$' "$out/agent-quiet.yaml" && fail "agent.publish=false still renders the admission policy"
@@ -142,7 +159,8 @@ rm "$out/notes-chart/templates/NOTES.txt"
 printf 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\ndata:\n  notes: {{ include "notes" . | quote }}\n' \
   > "$out/notes-chart/templates/notes.yaml"
 notes=$("$HELM" template numaserve "$out/notes-chart" -n ranking -s templates/notes.yaml -f "$CHART/examples/two-socket.yaml")
-for want in "8 replica(s) of 14 CPU / 28511Mi" "exec ds/numaserve-agent -- cat /hints/helm-values.yaml" "localhost:9090/placement"; do
+for want in "8 replica(s) of 14 CPU / 28511Mi" "exec ds/numaserve-agent -- cat /hints/kubelet-config.yaml" \
+            "cluster-plan -o helm-values > fleet-values.yaml" "localhost:9090/placement"; do
   grep -qF "$want" <<<"$notes" || fail "NOTES.txt does not say '$want'"
 done
 echo "ok NOTES.txt"

@@ -35,12 +35,17 @@ std::optional<ApiServerConfig> in_cluster_config(const std::filesystem::path& se
   return config;
 }
 
-ApiServer::ApiServer(ApiServerConfig config) : config_(std::move(config)) {}
+std::string Reply::reason() const {
+  return "HTTP " + std::to_string(status) + ": " + refusal_reason(text);
+}
+
+ApiServer::ApiServer(ApiServerConfig config, std::string field_manager)
+    : config_(std::move(config)), field_manager_(std::move(field_manager)) {}
 
 Status ApiServer::apply_node_resource_topology(const nlohmann::json& nrt) {
-  return apply("/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies/" +
-                   nrt["metadata"]["name"].get<std::string>(),
-               nrt);
+  const std::string path =
+      "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies/" + nrt["metadata"]["name"].get<std::string>();
+  return expect_ok(apply(path, nrt), path);
 }
 
 Status ApiServer::apply_node_labels(const std::string& node_name, const std::map<std::string, std::string>& labels) {
@@ -49,13 +54,37 @@ Status ApiServer::apply_node_labels(const std::string& node_name, const std::map
   const nlohmann::json node = {{"apiVersion", "v1"},
                                {"kind", "Node"},
                                {"metadata", {{"name", node_name}, {"labels", labels}}}};
-  return apply("/api/v1/nodes/" + node_name, node);
+  const std::string path = "/api/v1/nodes/" + node_name;
+  return expect_ok(apply(path, node), path);
 }
 
-Status ApiServer::apply(const std::string& path, const nlohmann::json& object) {
-  const std::string query = path + "?fieldManager=" + kFieldManager + "&force=true";
+Status ApiServer::expect_ok(Result<Reply> reply, const std::string& path) {
+  if (!reply) return tl::unexpected(std::move(reply.error()));
+  if (reply->ok()) return {};
+  return make_error(Error::Code::kUnavailable, "PATCH " + path + ": " + reply->reason(), path);
+}
+
+Result<Reply> ApiServer::get(const std::string& path) { return send("GET", path, "", ""); }
+
+Result<Reply> ApiServer::apply(const std::string& path, const nlohmann::json& object) {
   // JSON is YAML, so the apply-patch content type takes it as it is.
-  const std::string body = object.dump();
+  return send("PATCH", path + (path.find('?') == std::string::npos ? "?" : "&") + "fieldManager=" + field_manager_ +
+                           "&force=true",
+              object.dump(), "application/apply-patch+yaml");
+}
+
+Result<Reply> ApiServer::create(const std::string& collection_path, const nlohmann::json& object) {
+  return send("POST", collection_path + "?fieldManager=" + field_manager_, object.dump(), "application/json");
+}
+
+Result<Reply> ApiServer::replace(const std::string& path, const nlohmann::json& object) {
+  return send("PUT", path + "?fieldManager=" + field_manager_, object.dump(), "application/json");
+}
+
+Result<Reply> ApiServer::remove(const std::string& path) { return send("DELETE", path, "", ""); }
+
+Result<Reply> ApiServer::send(const std::string& method, const std::string& path, const std::string& body,
+                              const std::string& content_type) {
   double backoff = config_.first_backoff_seconds;
   std::string last_error;
   for (unsigned attempt = 1; attempt <= config_.attempts; ++attempt) {
@@ -69,17 +98,16 @@ Status ApiServer::apply(const std::string& path, const nlohmann::json& object) {
     while (!token->empty() && (token->back() == '\n' || token->back() == ' ')) token->pop_back();
 
     http::Client client({config_.url, config_.ca_file, config_.timeout_seconds});
-    auto response = client.patch(query, {{"Authorization", "Bearer " + *token}, {"Accept", "application/json"}}, body,
-                                 "application/apply-patch+yaml");
+    auto response = client.send({method, path, {{"Authorization", "Bearer " + *token}, {"Accept", "application/json"}},
+                                 body, content_type});
     if (!response) {
       last_error = response.error().message;
       continue;
     }
-    if (response->status >= 200 && response->status < 300) return {};
-    last_error = "PATCH " + path + ": HTTP " + std::to_string(response->status) + ": " + refusal_reason(response->body);
-    if (!transient(response->status)) {
-      return make_error(Error::Code::kUnavailable, last_error, path);
-    }
+    Reply reply{response->status, nlohmann::json::parse(response->body, nullptr, false), response->body};
+    if (reply.body.is_discarded()) reply.body = nullptr;
+    if (!transient(response->status)) return reply;
+    last_error = method + " " + path + ": HTTP " + std::to_string(response->status) + ": " + refusal_reason(response->body);
   }
   return make_error(Error::Code::kUnavailable,
                     last_error + " (gave up after " + std::to_string(config_.attempts) + " attempts)", path);

@@ -1,11 +1,11 @@
 #pragma once
-// Publishing to the Kubernetes API server from inside the cluster: server-side
-// apply (PATCH, application/apply-patch+yaml, fieldManager
-// numaserve-topology-agent) of the node's NodeResourceTopology object and of
-// its numaserve.io/* labels, authenticated with the pod's service-account
-// token over TLS checked against the cluster CA. Transient failures (no
-// answer, 429, 5xx) are retried with exponential backoff; none is fatal to
-// the agent, which reports and counts them.
+// The Kubernetes API server from inside the cluster, authenticated with the
+// pod's service-account token over TLS checked against the cluster CA: the
+// agent's server-side apply (PATCH, application/apply-patch+yaml, fieldManager
+// numaserve-topology-agent) of its node's NodeResourceTopology and
+// numaserve.io/* labels, and the operator's reads, applies and deletes.
+// Transient failures (no answer, 429, 5xx) are retried with exponential
+// backoff; none is fatal to the caller, which reports and counts them.
 
 #include <filesystem>
 #include <map>
@@ -38,18 +38,45 @@ std::optional<ApiServerConfig> in_cluster_config(
 // in `body`, else the first 200 bytes of it.
 std::string refusal_reason(const std::string& body);
 
+// An answer of the API server that was not transient: its status and body
+// (parsed: null when it sent none or not JSON; and as sent).
+struct Reply {
+  int status = 0;
+  nlohmann::json body;
+  std::string text;
+  bool ok() const { return status >= 200 && status < 300; }
+  // "HTTP 409: <the Status object's message>"
+  std::string reason() const;
+};
+
 class ApiServer {
  public:
-  explicit ApiServer(ApiServerConfig config);
+  explicit ApiServer(ApiServerConfig config, std::string field_manager = kFieldManager);
 
+  // The agent's two objects.
   Status apply_node_resource_topology(const nlohmann::json& nrt);
   Status apply_node_labels(const std::string& node_name, const std::map<std::string, std::string>& labels);
+
+  // One request each, retried with backoff while the answer is transient (no
+  // answer, 429, 5xx); any other answer is the Reply, for the caller to judge
+  // (a 404 or a 409 is news, not a fault). Paths are the API's, with query.
+  Result<Reply> get(const std::string& path);
+  // Server-side apply as this field manager, forcing conflicts: the object's
+  // fields it sends are its own, whoever wrote them last.
+  Result<Reply> apply(const std::string& path, const nlohmann::json& object);
+  Result<Reply> create(const std::string& collection_path, const nlohmann::json& object);
+  // PUT: refused with 409 unless metadata.resourceVersion is still current.
+  Result<Reply> replace(const std::string& path, const nlohmann::json& object);
+  Result<Reply> remove(const std::string& path);
 
   unsigned retries() const { return retries_; }
 
  private:
-  Status apply(const std::string& path, const nlohmann::json& object);
+  Status expect_ok(Result<Reply> reply, const std::string& path);
+  Result<Reply> send(const std::string& method, const std::string& path, const std::string& body,
+                     const std::string& content_type);
   ApiServerConfig config_;
+  std::string field_manager_;
   unsigned retries_ = 0;
 };
 

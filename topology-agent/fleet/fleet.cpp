@@ -304,39 +304,43 @@ Result<FleetPlan> plan_fleet(const std::vector<FleetNode>& nodes, const FleetCon
     return static_cast<std::uint64_t>(static_cast<double>(z.memory_bytes) * config.pod_memory_fraction / share) / kMi * kMi;
   };
   if (config.sizing == Sizing::kPerClass) {
-    // Each class: the replica that fills one NUMA zone of its smallest, k per zone.
+    // Each class: the replica that fills one NUMA zone of its smallest, k
+    // per zone; zones without allocatable memory hold none.
     const unsigned k = config.replicas_per_numa_node;
     for (auto& [name, c] : classes) {
-      unsigned cpus = ~0u;
+      unsigned cpus = ~0u, zones = 0;
       std::uint64_t memory = ~std::uint64_t{0};
       for (const auto& z : c.shape.zones) {
+        if (z.memory_bytes == 0) continue;
+        ++zones;
         cpus = std::min(cpus, round_down(z.cpus / k, c.shape.threads_per_core));
         memory = std::min(memory, memory_for(z, k));
       }
-      const unsigned per_node = static_cast<unsigned>(c.shape.zones.size()) * k;
-      settle(plan, std::move(c), cpus, memory, per_node,
-             "no NUMA zone holds " + std::to_string(k) + " replica(s) of a whole core");
+      if (zones == 0) cpus = 0;
+      settle(plan, std::move(c), cpus, memory, zones * k,
+             zones == 0 ? "no NUMA zone with CPUs has allocatable memory"
+                        : "no NUMA zone holds " + std::to_string(k) + " replica(s) of a whole core");
     }
   } else {
-    // One size for all: the largest whose fleet-wide use reaches the
-    // minimum; memory in proportion to the CPUs, at the fleet's smallest
-    // memory per CPU, so that every replica that fits a zone's CPUs fits its memory.
+    // One CPU size for all: the largest whose fleet-wide use reaches the
+    // minimum. Zones without allocatable memory hold none. Memory is each
+    // class's own: the share of a zone's memory each of its replicas gets,
+    // at the class's tightest zone (a fleet-wide figure would hand every
+    // machine the smallest machine's memory).
     unsigned step = 1, largest = 0;
-    double memory_per_cpu = 0;
     std::uint64_t allocatable = 0;
     for (const auto& [name, c] : classes) {
       step = std::lcm(step, c.shape.threads_per_core);
       for (const auto& z : c.shape.zones) {
-        largest = std::max(largest, z.cpus);
-        const double per_cpu = static_cast<double>(z.memory_bytes) * config.pod_memory_fraction / z.cpus;
-        memory_per_cpu = memory_per_cpu == 0 ? per_cpu : std::min(memory_per_cpu, per_cpu);
+        if (z.memory_bytes > 0) largest = std::max(largest, z.cpus);
         allocatable += std::uint64_t{z.cpus} * c.nodes.size();
       }
     }
+    const auto replicas_in = [](const Zone& z, unsigned size) { return z.memory_bytes == 0 ? 0 : z.cpus / size; };
     const auto use_of = [&](unsigned size) {
       std::uint64_t used = 0;
       for (const auto& [name, c] : classes) {
-        for (const auto& z : c.shape.zones) used += std::uint64_t{z.cpus / size} * size * c.nodes.size();
+        for (const auto& z : c.shape.zones) used += std::uint64_t{replicas_in(z, size)} * size * c.nodes.size();
       }
       return allocatable == 0 ? 0.0 : static_cast<double>(used) / static_cast<double>(allocatable);
     };
@@ -357,12 +361,19 @@ Result<FleetPlan> plan_fleet(const std::vector<FleetNode>& nodes, const FleetCon
                     config.uniform_min_use * 100, best, use_of(best) * 100);
       plan.notes.emplace_back(line);
     }
-    const std::uint64_t memory = static_cast<std::uint64_t>(memory_per_cpu * chosen) / kMi * kMi;
     for (auto& [name, c] : classes) {
       unsigned per_node = 0;
-      for (const auto& z : c.shape.zones) per_node += chosen == 0 ? 0 : z.cpus / chosen;
-      settle(plan, std::move(c), chosen, memory, per_node,
-             "no NUMA zone holds the fleet's replica of " + std::to_string(chosen) + " CPUs");
+      std::uint64_t memory = ~std::uint64_t{0};
+      for (const auto& z : c.shape.zones) {
+        const unsigned n = chosen == 0 ? 0 : replicas_in(z, chosen);
+        per_node += n;
+        if (n > 0) memory = std::min(memory, memory_for(z, n));
+      }
+      const bool any_memory = std::any_of(c.shape.zones.begin(), c.shape.zones.end(),
+                                          [](const Zone& z) { return z.memory_bytes > 0; });
+      settle(plan, std::move(c), chosen, per_node == 0 ? 0 : memory, per_node,
+             any_memory ? "no NUMA zone holds the fleet's replica of " + std::to_string(chosen) + " CPUs"
+                        : "no NUMA zone with CPUs has allocatable memory");
     }
   }
   if (plan.classes.empty()) {
@@ -426,6 +437,18 @@ std::string render_text(const FleetPlan& plan) {
   out << line;
   for (const auto& n : plan.notes) out << "note: " << n << "\n";
   return out.str();
+}
+
+nlohmann::json helm_values(const FleetPlan& plan) {
+  nlohmann::json classes = nlohmann::json::array();
+  for (const auto& c : plan.classes) {
+    const nlohmann::json amount = {{"cpu", c.cpus}, {"memory", format_quantity(c.memory_bytes)}};
+    classes.push_back({{"name", c.name},
+                       {"nodes", c.nodes.size()},
+                       {"replicasPerNode", c.replicas_per_node},
+                       {"resources", {{"requests", amount}, {"limits", amount}}}});
+  }
+  return {{"classes", classes}};
 }
 
 }  // namespace numaserve::agent::fleet

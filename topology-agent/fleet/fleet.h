@@ -100,5 +100,8 @@ Result<FleetPlan> plan_fleet(const std::vector<FleetNode>& nodes, const FleetCon
 
 void to_json(nlohmann::json& j, const FleetPlan& plan);
 std::string render_text(const FleetPlan& plan);
+// Values for charts/numaserve, taken as they are: `classes:`, one Deployment
+// (nodes, replicas per node, Guaranteed resources) per machine class.
+nlohmann::json helm_values(const FleetPlan& plan);
 
 }  // namespace numaserve::agent::fleet

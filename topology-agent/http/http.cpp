@@ -124,12 +124,21 @@ Client::Client(ClientConfig config) : impl_(std::make_unique<Impl>(std::move(con
 
 Client::~Client() = default;
 
-Result<Response> Client::patch(const std::string& path_and_query, const std::map<std::string, std::string>& headers,
-                               const std::string& body, const std::string& content_type) {
-  const httplib::Headers h(headers.begin(), headers.end());
-  httplib::Result result = impl_->client.Patch(path_and_query, h, body, content_type);
+Result<Response> Client::send(const Request& request) {
+  const httplib::Headers h(request.headers.begin(), request.headers.end());
+  auto& c = impl_->client;
+  const std::string& path = request.path_and_query;
+  const std::string& m = request.method;
+  if (m != "GET" && m != "POST" && m != "PUT" && m != "PATCH" && m != "DELETE") {
+    return make_error(Error::Code::kInvalidArgument, "HTTP method " + m + ": not one the client sends");
+  }
+  httplib::Result result = m == "GET"    ? c.Get(path, h)
+                           : m == "POST" ? c.Post(path, h, request.body, request.content_type)
+                           : m == "PUT"  ? c.Put(path, h, request.body, request.content_type)
+                           : m == "PATCH" ? c.Patch(path, h, request.body, request.content_type)
+                                          : c.Delete(path, h, request.body, request.content_type);
   if (!result) {
-    return make_error(Error::Code::kUnavailable, "PATCH " + impl_->config.base_url + path_and_query + ": " +
+    return make_error(Error::Code::kUnavailable, request.method + " " + impl_->config.base_url + path + ": " +
                                                      httplib::to_string(result.error()));
   }
   return Response{result->status, result->body};

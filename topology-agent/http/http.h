@@ -55,9 +55,16 @@ struct Response {
   std::string body;
 };
 
+struct Request {
+  std::string method;  // GET, POST, PUT, PATCH or DELETE
+  std::string path_and_query;
+  std::map<std::string, std::string> headers;
+  std::string body;
+  std::string content_type;  // with a body
+};
+
 // One request at a time; a transport failure (refused, TLS, timeout) is an
-// error, an HTTP status of any kind is a Response. PATCH is all the agent
-// sends (server-side apply).
+// error, an HTTP status of any kind is a Response.
 class Client {
  public:
   explicit Client(ClientConfig config);
@@ -65,8 +72,7 @@ class Client {
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
-  Result<Response> patch(const std::string& path_and_query, const std::map<std::string, std::string>& headers,
-                         const std::string& body, const std::string& content_type);
+  Result<Response> send(const Request& request);
 
  private:
   struct Impl;

@@ -1,9 +1,12 @@
 #include "options/agent_options.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 
 #include "numaserve/common/placement.h"
 #include "numaserve/common/quantity.h"
+#include "numaserve/common/text_file.h"
 #include "publish/renderings.h"
 
 namespace numaserve::agent::options {
@@ -29,17 +32,32 @@ updater::UpdaterConfig AgentOptions::updater_config() const {
   config.discover = discover_config();
   config.publish = !no_publish;
   if (!kubelet_dropin_dir.empty()) config.kubelet_dropin_dir = kubelet_dropin_dir;
-  if (no_apiserver) return config;
-  config.apiserver = apiserver::in_cluster_config();
+  if (!no_apiserver) config.apiserver = apiserver_config();
+  return config;
+}
+
+std::optional<apiserver::ApiServerConfig> AgentOptions::apiserver_config() const {
+  auto config = apiserver::in_cluster_config();
   if (!apiserver_url.empty()) {
-    if (!config.apiserver) config.apiserver.emplace();
-    config.apiserver->url = apiserver_url;
+    if (!config) config.emplace();
+    config->url = apiserver_url;
   }
-  if (config.apiserver) {
-    if (!apiserver_ca_file.empty()) config.apiserver->ca_file = apiserver_ca_file;
-    if (!apiserver_token_file.empty()) config.apiserver->token_file = apiserver_token_file;
+  if (config) {
+    if (!apiserver_ca_file.empty()) config->ca_file = apiserver_ca_file;
+    if (!apiserver_token_file.empty()) config->token_file = apiserver_token_file;
   }
   return config;
+}
+
+std::string default_namespace() {
+  if (const char* ns = std::getenv("POD_NAMESPACE"); ns != nullptr && *ns != '\0') return ns;
+  auto file = read_text_file("/var/run/secrets/kubernetes.io/serviceaccount/namespace");
+  return file && !file->empty() ? *file : "default";
+}
+
+std::string default_identity() {
+  if (const char* name = std::getenv("POD_NAME"); name != nullptr && *name != '\0') return name;
+  return host_name() + "_" + std::to_string(::getpid());
 }
 
 namespace {
@@ -94,7 +112,7 @@ OptionSpec fraction_option(std::string name, std::string help, double& target) {
 OptionSpec output_option(std::string& target) {
   std::string names;
   for (const auto& r : publish::renderings()) names += (names.empty() ? "" : ", ") + std::string(r.name);
-  OptionSpec row{"output", "FORMAT", "plan: print the plan as " + names + "; cluster-plan: as text, json or yaml",
+  OptionSpec row{"output", "FORMAT", "plan: print the plan as " + names + "; cluster-plan: as text, json, yaml or helm-values",
                  target, [&target](const std::string& t) {
                    if (publish::find_rendering(t) == nullptr) {
                      return Status(make_error(Error::Code::kInvalidArgument, "output: '" + t + "' is not a rendering", "output"));
@@ -155,8 +173,8 @@ std::vector<Row> agent_options(AgentOptions& o) {
               "Most cycles a second that kubelet state changes trigger (inotify); --interval still runs",
               format_number(o.loop.max_events_per_second),
               [&o](const std::string& t) { return set_rate("max_events_per_second", t, o.loop.max_events_per_second); }}},
-      {kRun, text_option("listen_address", "ADDR", "Address for /topology, /plan, /metrics, /healthz", o.endpoint.host)},
-      {kRun, count_option("port", "N", "Port for the HTTP endpoint; 0 picks a free one", o.endpoint.port, 65535u)},
+      {kRun | kOperator, text_option("listen_address", "ADDR", "Address for /topology, /plan, /metrics, /healthz", o.endpoint.host)},
+      {kRun | kOperator, count_option("port", "N", "Port for the HTTP endpoint; 0 picks a free one", o.endpoint.port, 65535u)},
       {kRun, path_option("hints_dir", "DIR", "Where topology.json, plan.json, kubelet-config.yaml... are written",
                          o.updater.hints_dir)},
       {kRun, text_option("kubelet_dropin_dir", "DIR",
@@ -165,12 +183,12 @@ std::vector<Row> agent_options(AgentOptions& o) {
       {kRun, switch_option("no_publish", "Discover and plan, but write nothing", o.no_publish)},
       {kRun, switch_option("no_apiserver", "Do not apply the NodeResourceTopology and labels even in a cluster",
                            o.no_apiserver)},
-      {kRun, text_option("apiserver_url", "URL",
+      {kRun | kOperator, text_option("apiserver_url", "URL",
                          "API server to apply to (default in a pod: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)",
                          o.apiserver_url)},
-      {kRun, text_option("apiserver_ca_file", "FILE", "CA bundle for the API server (default the service account's ca.crt)",
+      {kRun | kOperator, text_option("apiserver_ca_file", "FILE", "CA bundle for the API server (default the service account's ca.crt)",
                          o.apiserver_ca_file)},
-      {kRun, text_option("apiserver_token_file", "FILE", "Bearer token file (default the service account's token)",
+      {kRun | kOperator, text_option("apiserver_token_file", "FILE", "Bearer token file (default the service account's token)",
                          o.apiserver_token_file)},
       {kDiscover, switch_option("json", "discover: print JSON instead of text", o.json)},
       {kDiscover | kPlanOnly, text_option("svg", "FILE",
@@ -189,6 +207,19 @@ std::vector<Row> agent_options(AgentOptions& o) {
       {kFleet, fraction_option("uniform_min_use",
                                "cluster-plan --sizing uniform: the least share of the planned nodes' CPUs at work",
                                o.fleet.uniform_min_use)},
+      {kOperator, without_default(text_option("namespace", "NS",
+                                              "operator: the namespace of its ServingPools, their Deployments and its "
+                                              "Lease (POD_NAMESPACE; default the service account's)",
+                                              o.operator_config.namespace_name))},
+      {kOperator, without_default(text_option("identity", "NAME",
+                                              "operator: its name in the Lease (POD_NAME; default host name and pid)",
+                                              o.operator_config.identity))},
+      {kOperator, text_option("lease_name", "NAME", "operator: the coordination.k8s.io Lease its replicas elect a leader by",
+                              o.operator_config.lease_name)},
+      {kOperator, duration_option("resync_interval", "operator: plan and reconcile every pool this often",
+                                  o.operator_config.resync)},
+      {kOperator, duration_option("lease_duration", "operator: how long a leader's Lease holds without renewal",
+                                  o.operator_config.lease)},
   };
   return rows;
 }
@@ -200,10 +231,10 @@ OptionTable table_for(AgentOptions& o, int groups) {
   for (auto& row : agent_options(o)) {
     // A subcommand's own flags are not in config files or the environment;
     // a shared row (cluster-plan's share of the plan's) keeps them.
-    if (!(row.groups & (kSource | kPlan | kRun))) row.spec.command_line_only = true;
+    if (!(row.groups & (kSource | kPlan | kRun | kOperator))) row.spec.command_line_only = true;
     if (row.groups & groups) specs.push_back(std::move(row.spec));
   }
-  if (groups & kRun) {
+  if (groups & (kRun | kOperator)) {
     for (auto& row : numaserve::log_options(o.log)) specs.push_back(std::move(row));
   }
   return numaserve::OptionTable(std::move(specs));

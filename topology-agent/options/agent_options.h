@@ -15,6 +15,7 @@
 #include "discover/discover.h"
 #include "fleet/fleet.h"
 #include "http/http.h"
+#include "pool/controller.h"
 #include "numaserve/common/options.h"
 #include "updater/loop.h"
 #include "updater/updater.h"
@@ -24,9 +25,17 @@ namespace numaserve::agent::options {
 // The node's name as Kubernetes knows it: NODE_NAME from the downward API in
 // the DaemonSet, else the host name (what the kubelet registers by default).
 std::string default_node_name();
+// The operator's namespace: POD_NAMESPACE, else the service account's, else "default".
+std::string default_namespace();
+// The operator's name in its Lease: POD_NAME, else host name and pid.
+std::string default_identity();
 
 struct AgentOptions {
-  AgentOptions() { updater.node_name = default_node_name(); }
+  AgentOptions() {
+    updater.node_name = default_node_name();
+    operator_config.namespace_name = default_namespace();
+    operator_config.identity = default_identity();
+  }
 
   // Where the machine is read from: at most one of these, else this machine.
   std::string xml;
@@ -52,18 +61,22 @@ struct AgentOptions {
   std::string svg;              // discover, plan
   std::string output = "text";  // plan -o: a rendering's name (publish/renderings.h); cluster-plan -o
   fleet::FleetConfig fleet;     // cluster-plan; replicas per NUMA node and memory share from the plan's rows
+  pool::OperatorConfig operator_config;  // operator; API server and endpoint from the run's rows
 
   discover::DiscoverConfig discover_config() const;
   // The updater's whole config: the rows' values, the API server's from the
   // pod's service account unless told otherwise (none outside a cluster).
   updater::UpdaterConfig updater_config() const;
+  // The API server's: the pod's service account unless told otherwise.
+  std::optional<apiserver::ApiServerConfig> apiserver_config() const;
 };
 
 // Which subcommands take a row: discover the sources, plan also the plan's
 // settings, run everything; kDiscover, kPlanOnly and kFleet rows are those
-// subcommands' own flags (kFleet: cluster-plan's).
-enum Group { kSource = 1, kPlan = 2, kRun = 4, kDiscover = 8, kPlanOnly = 16, kFleet = 32 };
-inline constexpr int kAllGroups = kSource | kPlan | kRun | kDiscover | kPlanOnly | kFleet;
+// subcommands' own flags (kFleet: cluster-plan's); kOperator the operator's
+// (with the run's API server, endpoint and log rows).
+enum Group { kSource = 1, kPlan = 2, kRun = 4, kDiscover = 8, kPlanOnly = 16, kFleet = 32, kOperator = 64 };
+inline constexpr int kAllGroups = kSource | kPlan | kRun | kDiscover | kPlanOnly | kFleet | kOperator;
 
 // The rows of `groups`, writing into `o`.
 OptionTable table_for(AgentOptions& o, int groups);

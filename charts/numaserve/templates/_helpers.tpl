@@ -48,12 +48,13 @@ Guaranteed QoS needs requests = limits for cpu and memory, and the static CPU
 Manager exclusive CPUs needs a whole number of them. JSON Schema cannot
 compare two values, so the equality is checked here, at the same step
 (helm install/template) and with the same kind of message.
+Called with dict "resources" (requests and limits) "field" (their values path).
 */}}
 {{- define "numaserve.resources" -}}
-{{- $r := .Values.resources -}}
+{{- $r := .resources -}}
 {{- range $name := list "cpu" "memory" -}}
 {{- if ne (toString (index $r.requests $name)) (toString (index $r.limits $name)) -}}
-{{- fail (printf "values: resources.requests.%s (%v) must equal resources.limits.%s (%v): numaserve pods are Guaranteed QoS" $name (index $r.requests $name) $name (index $r.limits $name)) -}}
+{{- fail (printf "values: %s.requests.%s (%v) must equal %s.limits.%s (%v): numaserve pods are Guaranteed QoS" $.field $name (index $r.requests $name) $.field $name (index $r.limits $name)) -}}
 {{- end -}}
 {{- end -}}
 requests:
@@ -62,6 +63,41 @@ requests:
 limits:
   cpu: {{ $r.limits.cpu | quote }}
   memory: {{ $r.limits.memory | quote }}
+{{- end -}}
+
+{{- /*
+The service's Deployments, one per machine class: `classes` as cluster-plan
+-o helm-values writes it, or, without it, one class of the top-level nodes,
+replicasPerNode and resources (name "": the Deployment keeps the release's
+name and its selector, so an existing release upgrades in place). Each:
+name, field (its values path, for messages), nodes, replicasPerNode,
+resources, and the Deployment's name.
+*/ -}}
+{{- define "numaserve.classes" -}}
+{{- $fullname := include "numaserve.fullname" . -}}
+{{- $classes := list -}}
+{{- if .Values.classes -}}
+{{- range $i, $c := .Values.classes -}}
+{{- $name := printf "%s-%s" ($fullname | trunc (int (sub 62 (len $c.name))) | trimSuffix "-") $c.name -}}
+{{- $classes = append $classes (merge (dict "field" (printf "classes[%d].resources" $i) "deployment" $name) $c) -}}
+{{- end -}}
+{{- else -}}
+{{- $classes = list (dict "name" "" "field" "resources" "deployment" $fullname "nodes" .Values.nodes
+      "replicasPerNode" .Values.replicasPerNode "resources" .Values.resources) -}}
+{{- end -}}
+{{- toYaml $classes -}}
+{{- end -}}
+
+{{- /*
+A class's pods: the service's selector labels and, for a named class, its
+machine class, so that no two Deployments select each other's pods (their
+ReplicaSets would fight) while the one Service selects them all.
+*/ -}}
+{{- define "numaserve.classSelectorLabels" -}}
+{{- include "numaserve.selectorLabels" (dict "Chart" .root.Chart "Release" .root.Release "component" "service") }}
+{{- with .class.name }}
+numaserve.io/machine-class: {{ . }}
+{{- end -}}
 {{- end -}}
 
 {{/* The pod's grace: preStop, then the service's drain, then a margin. */}}
@@ -93,18 +129,26 @@ the process to exit.
 The pod's affinity: the user's, and with plannedNodesOnly every required
 node-selector term also asks for a node the topology agent has planned (its
 numaserve.io/replicas label), so replicas never land on a machine whose
-kubelet was not set up for them.
+kubelet was not set up for them; a class's pods, for a node of that class.
+Called with dict "root" (the chart's context) "class".
 */ -}}
 {{- define "numaserve.affinity" -}}
-{{- $affinity := deepCopy (.Values.affinity | default dict) -}}
-{{- if .Values.plannedNodesOnly -}}
-{{- $planned := dict "key" "numaserve.io/replicas" "operator" "Exists" -}}
+{{- $values := .root.Values -}}
+{{- $affinity := deepCopy ($values.affinity | default dict) -}}
+{{- $extra := list -}}
+{{- if $values.plannedNodesOnly -}}
+{{- $extra = append $extra (dict "key" "numaserve.io/replicas" "operator" "Exists") -}}
+{{- end -}}
+{{- with .class.name -}}
+{{- $extra = append $extra (dict "key" "numaserve.io/machine-class" "operator" "In" "values" (list .)) -}}
+{{- end -}}
+{{- if $extra -}}
 {{- $nodeAffinity := get $affinity "nodeAffinity" | default dict -}}
 {{- $required := get $nodeAffinity "requiredDuringSchedulingIgnoredDuringExecution" | default dict -}}
 {{- $terms := list -}}
 {{- range get $required "nodeSelectorTerms" | default (list dict) -}}
 {{- $term := deepCopy . -}}
-{{- $_ := set $term "matchExpressions" (append (get $term "matchExpressions" | default list) $planned) -}}
+{{- $_ := set $term "matchExpressions" (concat (get $term "matchExpressions" | default list) $extra) -}}
 {{- $terms = append $terms $term -}}
 {{- end -}}
 {{- $_ := set $required "nodeSelectorTerms" $terms -}}

@@ -7,8 +7,6 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/lib.sh"
 out=$(mktemp -d); trap 'stop_control_plane; rm -rf "$out"' EXIT
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 running() { local name pid; while read -r name pid; do kill -0 "$pid" 2>/dev/null && echo "$name"; done < "$1"; }
 
 started=$SECONDS

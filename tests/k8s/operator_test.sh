@@ -1,0 +1,230 @@
+#!/usr/bin/env bash
+# The topology operator (numaserve-topology-agent operator) against a real
+# control plane (tests/k8s/cluster): the chart's ServingPool and the
+# operator's RBAC installed, a mixed fleet's Node and NodeResourceTopology
+# objects created, the operator run here with its ServiceAccount's token, as
+# its pod would:
+#   1. one Deployment and PDB per machine class; kube-scheduler binds every
+#      replica on a node of its class; the pool's status says so;
+#   2. a second pass writes nothing (resourceVersions unchanged);
+#   3. a write by another field manager is taken back;
+#   4. a node of a new class adds a Deployment; a class gone deletes its own;
+#   5. a pod the kubelet refused (TopologyAffinityError) is deleted once, a
+#      node refusing again and again is backed off and reported;
+#   6. the API server stopped and restarted is survived;
+#   7. two operators, one leader; the leader stopped, the other takes over;
+#   8. RBAC: the operator's identity can do what it does and nothing else.
+# What stands in for the kubelet (none runs), as in cluster_test.sh: Node
+# objects with a kubelet's status; pods are bound, never run; a pod's
+# readiness and its refusal at admission are written to its status here, as
+# the kubelet would report them.
+# Usage: operator_test.sh AGENT FIXTURES_DIR
+set -euo pipefail
+AGENT=$1
+HERE=$(cd "$(dirname "$0")" && pwd)
+source "$HERE/cluster/lib.sh"
+out=$(mktemp -d)
+operators=()
+trap 'for p in "${operators[@]}"; do kill "$p" 2>/dev/null || true; done; stop_control_plane; rm -rf "$out"' EXIT
+use_control_plane "$out/cluster"
+export NAMESPACE=numaserve  # the release's; control-plane.sh made the operator's ServiceAccount here
+
+
+echo "== the chart's ServingPool, the operator's RBAC"
+kube apply --server-side -f "$CHART/crds/servingpool-crd.yaml" >/dev/null
+kube wait --for condition=Established --timeout 30s crd/servingpools.numaserve.io >/dev/null
+"$HELM" template numaserve "$CHART" --namespace numaserve --set operator.enabled=true --set agent.enabled=false \
+  --set schedulerName=topology-aware-scheduler > "$out/release.yaml"
+# Everything but the operator's own Deployment: it runs here instead.
+node -e 'const {parseAllDocuments, stringify} = require(process.argv[1]);
+  const docs = parseAllDocuments(require("fs").readFileSync(process.argv[2], "utf8")).map((d) => d.toJS()).filter(Boolean);
+  process.stdout.write(docs.filter((o) => !(o.kind === "Deployment" && o.metadata.name.endsWith("-operator")))
+    .map((o) => stringify(o)).join("---\n"))' "$HERE/node_modules/yaml/dist/index.js" "$out/release.yaml" > "$out/objects.yaml"
+kube apply --server-side -f "$out/objects.yaml" >/dev/null
+pool=numaserve
+# An unknown field in a ServingPool is refused by its schema.
+if why=$(sed 's/^  sizing: per-class$/  sizing: per-class\n  bogus: 1/' "$out/objects.yaml" |
+         kube apply --server-side --dry-run=server --validate=strict -f - 2>&1); then
+  fail "a ServingPool with an unknown field was accepted"
+elif [[ $why == *'.spec.bogus: field not declared in schema'* ]]; then ok "the ServingPool schema refuses unknown fields"
+else fail "the ServingPool with an unknown field was refused, but not as unknown: $why"; fi
+
+echo "== a mixed fleet"
+{ fleet_node e5-1 "${E5[@]}"; fleet_node e5-2 "${E5[@]}"; fleet_node gold-1 "${GOLD[@]}"; fleet_node gold-2 "${GOLD[@]}"; } > "$out/fleet.yaml"
+create_nodes "$out/fleet.yaml"
+
+declare -A pid port  # by identity
+start_operator() {  # identity: runs it in the background with the operator's token; its pid and port
+  "$AGENT" operator --apiserver-url "$(cat "$CP_DIR/url")" --apiserver-ca-file "$CP_DIR/ca.crt" \
+    --apiserver-token-file "$CP_DIR/operator.token" --namespace numaserve --identity "$1" \
+    --lease-name numaserve-operator --resync-interval 1s --lease-duration 4s --port 0 > "$out/$1.log" 2>&1 &
+  operators+=($!)
+  pid[$1]=$!
+  local deadline=$((SECONDS + 10))
+  until grep -q 'msg=listening' "$out/$1.log"; do ((SECONDS < deadline)) || { fail "$1 did not start: $(cat "$out/$1.log")"; return; }; sleep 0.2; done
+  port[$1]=$(sed -n 's/.*msg=listening.* port=\([0-9]*\).*/\1/p' "$out/$1.log" | head -1)
+}
+metric() {  # identity name [labels]: a sample's value
+  curl -fsS "http://127.0.0.1:${port[$1]}/metrics" | awk -v n="$2${3:+{$3\}}" '$1 == n {print $2}'
+}
+deployments() { kube get deployments -l numaserve.io/pool=$pool -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}' | sort | tr '\n' ' '; }
+pods_sel=numaserve.io/pool=$pool
+placement() { kube get pods -l "$pods_sel" -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' | sed 's/^$/Pending/' | sort | uniq -c | awk '{printf "%s=%s ", $2, $1}'; }
+placed_as() { [[ $(placement) == "$1" ]]; }
+class_of() { kube get node "$1" -o jsonpath='{.metadata.labels.numaserve\.io/machine-class}'; }
+# The kubelet's report of a running, ready pod, for every bound pod.
+mark_ready() {
+  local p
+  for p in $(kube get pods -l "$pods_sel" -o jsonpath='{range .items[?(@.spec.nodeName)]}{.metadata.name}{"\n"}{end}'); do
+    kube patch pod "$p" --subresource status --type merge -p \
+      '{"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"},{"type":"ContainersReady","status":"True"},{"type":"PodScheduled","status":"True"},{"type":"Initialized","status":"True"}]}}' >/dev/null 2>&1 || true
+  done
+}
+pool_field() { kube get servingpool $pool -o jsonpath="$1"; }
+
+echo "== 1. one Deployment per machine class, bound on its class's nodes"
+start_operator op-a
+e5=$(class_of e5-1) gold=$(class_of gold-1)
+want="$pool-$e5 $pool-$gold "
+[[ $e5 < $gold ]] || want="$pool-$gold $pool-$e5 "
+eventually 30 bash -c "[[ \"\$(kubectl --kubeconfig $CP_DIR/kubeconfig -n numaserve get deployments -l numaserve.io/pool=$pool -o name | wc -l)\" == 2 ]]" || true
+[[ $(deployments) == "$want" ]] && ok "one Deployment per class: $(deployments)" || fail "Deployments: $(deployments), expected $want"
+[[ $(kube get pdb -l numaserve.io/pool=$pool -o name | wc -l) == 2 ]] && ok "one PodDisruptionBudget per class" || fail "PDBs: $(kube get pdb -o name | tr '\n' ' ')"
+expected="e5-1=2 e5-2=2 gold-1=2 gold-2=2 "
+eventually 60 placed_as "$expected" || true
+wrong=$(class_mismatches numaserve "$pods_sel")
+[[ $(placement) == "$expected" && -z $wrong ]] && ok "every replica bound on a node of its class: $(placement)" ||
+  fail "placement $(placement), expected $expected; on another class's node: ${wrong:-none}"
+owner=$(kube get deployment "$pool-$e5" -o jsonpath='{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name} {.spec.strategy.rollingUpdate.maxSurge} {.spec.template.spec.containers[0].resources.limits.cpu}')
+[[ $owner == "ServingPool/$pool 0 26" ]] && ok "the E5 class's Deployment: owned by the pool, no surge, 26 CPUs" || fail "the E5 Deployment: $owner"
+mark_ready
+ready() { [[ $(pool_field '{.status.conditions[?(@.type=="Ready")].status}') == True ]]; }
+eventually 30 ready || true
+status=$(pool_field '{.status.classes[*].readyReplicas}/{.status.classes[*].replicas} {.status.cpusUsed}/{.status.cpusAllocatable} {.status.conditions[0].status}')
+[[ $status == "4 4/4 4 288/288 True" ]] && ok "the pool's status: ready per class, CPUs at work: $status" ||
+  fail "the pool's status: $status"
+
+echo "== 2. a second pass writes nothing"
+versions() { kube get deployments,pdb,servingpool -l "app.kubernetes.io/instance=numaserve" -o jsonpath='{range .items[*]}{.metadata.resourceVersion} {end}'; kube get deployments,pdb -l "$pods_sel" -o jsonpath='{range .items[*]}{.metadata.resourceVersion} {end}'; }
+# Settled: the status has caught up with the replicas' readiness.
+sleep 3
+before=$(versions) applied=$(metric op-a numaserve_operator_objects_total 'action="applied"') passes=$(metric op-a numaserve_operator_reconciles_total)
+sleep 4
+after=$(versions)
+[[ $before == "$after" && $(metric op-a numaserve_operator_objects_total 'action="applied"') == "$applied" &&
+   $(metric op-a numaserve_operator_reconciles_total) -gt $((passes + 1)) ]] &&
+  ok "$(( $(metric op-a numaserve_operator_reconciles_total) - passes )) more passes, no write: resourceVersions unchanged" ||
+  fail "passes wrote: resourceVersions '$before' -> '$after', applies $applied -> $(metric op-a numaserve_operator_objects_total 'action="applied"')"
+
+echo "== 3. a conflicting write by another field manager is taken back"
+kube scale deployment "$pool-$gold" --replicas 1 >/dev/null
+back() { [[ $(kube get deployment "$pool-$gold" -o jsonpath='{.spec.replicas}') == 4 ]]; }
+eventually 20 back && ok "kubectl's scale to 1 taken back to the plan's 4 replicas" ||
+  fail "the gold class's replicas after a scale by kubectl: $(kube get deployment "$pool-$gold" -o jsonpath='{.spec.replicas}')"
+
+echo "== 4. classes come and go with their nodes"
+fleet_node big-1 --synthetic "pack:4 numa:2(memory=64GiB) core:8 pu:2" > "$out/big.yaml"
+create_nodes "$out/big.yaml"
+big=$(class_of big-1)
+has() { kube get deployment "$1" >/dev/null 2>&1; }
+eventually 20 has "$pool-$big" && ok "a node of a new class (8 NUMA nodes) adds its Deployment: $pool-$big" ||
+  fail "no Deployment for the new class $big: $(deployments)"
+kube delete node gold-1 gold-2 >/dev/null
+kube delete noderesourcetopology gold-1 gold-2 >/dev/null
+gone() { ! kube get deployment "$1" >/dev/null 2>&1 && ! kube get pdb "$1" >/dev/null 2>&1; }
+eventually 20 gone "$pool-$gold" && ok "the class whose nodes left: its Deployment and PDB deleted" ||
+  fail "the gold class's Deployment is still there: $(deployments)"
+has "$pool-$e5" || fail "the E5 class's Deployment went too"
+
+echo "== 5. pods the kubelet refused at admission"
+refuse() {  # pod: the kubelet's report of a pod it would not admit
+  kube patch pod "$1" --subresource status --type merge -p \
+    '{"status":{"phase":"Failed","reason":"TopologyAffinityError","message":"Resources cannot be allocated with Topology locality"}}' >/dev/null
+}
+e5_pods() { kube get pods -l "numaserve.io/machine-class=$e5" --field-selector spec.nodeName=e5-1,status.phase!=Failed -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}'; }
+victim=$(e5_pods | head -1)
+refuse "$victim"
+deleted() { ! kube get pod "$1" >/dev/null 2>&1; }
+eventually 10 deleted "$victim" && [[ $(metric op-a numaserve_operator_refused_pods_total 'action="deleted"') == 1 ]] &&
+  ok "a pod refused with TopologyAffinityError is deleted, once: $victim" ||
+  fail "the refused pod $victim: still there or counted $(metric op-a numaserve_operator_refused_pods_total 'action="deleted"')"
+# Refused again and again on one node: deletions spaced by the backoff (1 s,
+# 2 s, 4 s...), the node reported in the pool's status.
+t0=$SECONDS
+for i in 1 2 3; do
+  eventually 20 bash -c "[[ -n \"\$(kubectl --kubeconfig $CP_DIR/kubeconfig -n numaserve get pods -l numaserve.io/machine-class=$e5 --field-selector spec.nodeName=e5-1,status.phase!=Failed -o name)\" ]]" || true
+  p=$(e5_pods | head -1)
+  [[ -n $p ]] && refuse "$p"
+  eventually 20 deleted "$p" || fail "refused pod $p not deleted"
+done
+spent=$((SECONDS - t0))
+reported() { [[ $(pool_field '{.status.refusingNodes[*].node}') == e5-1 ]]; }
+eventually 10 reported || true
+count=$(pool_field '{.status.refusedPods}') deferred=$(metric op-a numaserve_operator_refused_pods_total 'action="deferred"')
+if reported && ((count == 4 && deferred > 0 && spent >= 3)); then
+  ok "a node refusing 4 pods: each deleted after its backoff ($deferred deferrals, ${spent}s), e5-1 reported: $(pool_field '{.status.refusingNodes[0]}')"
+else
+  fail "refusals: status refusedPods=$count refusingNodes='$(pool_field '{.status.refusingNodes}')', deferred $deferred, ${spent}s"
+fi
+
+echo "== 6. the API server stopped and restarted"
+read -r _ api_pid < <(grep '^kube-apiserver ' "$CP_DIR/pids")
+mapfile -d '' api_cmd < "/proc/$api_pid/cmdline"
+errors=$(metric op-a numaserve_operator_errors_total)
+kill -TERM -- "-$api_pid"
+for _ in $(seq 50); do kill -0 "$api_pid" 2>/dev/null || break; sleep 0.1; done
+sleep 4  # the operator's passes fail meanwhile
+setsid "${api_cmd[@]}" >> "$CP_DIR/logs/kube-apiserver.log" 2>&1 < /dev/null &
+sed -i "s/^kube-apiserver $api_pid\$/kube-apiserver $!/" "$CP_DIR/pids"
+api_up() { kube get --raw /readyz >/dev/null; }
+eventually 60 api_up || fail "the API server did not come back"
+kube scale deployment "$pool-$e5" --replicas 1 >/dev/null
+e5_back() { [[ $(kube get deployment "$pool-$e5" -o jsonpath='{.spec.replicas}') == 4 ]]; }
+if kill -0 "${pid[op-a]}" 2>/dev/null && eventually 30 e5_back && (($(metric op-a numaserve_operator_errors_total) > errors)); then
+  ok "the operator lived through the API server's restart ($(( $(metric op-a numaserve_operator_errors_total) - errors )) failed requests) and reconciles again"
+else
+  fail "after the API server's restart: operator alive=$(kill -0 "${pid[op-a]}" 2>/dev/null && echo yes || echo no), e5 replicas $(kube get deployment "$pool-$e5" -o jsonpath='{.spec.replicas}')"
+fi
+
+echo "== 7. two operators, one leader"
+start_operator op-b
+sleep 3
+holder() { kube get lease numaserve-operator -o jsonpath='{.spec.holderIdentity}'; }
+[[ $(holder) == op-a && $(metric op-a numaserve_operator_leader) == 1 && $(metric op-b numaserve_operator_leader) == 0 &&
+   $(metric op-b numaserve_operator_reconciles_total) == 0 ]] &&
+  ok "op-a leads (the Lease's holder), op-b waits and writes nothing" ||
+  fail "leaders: lease holder $(holder), op-a $(metric op-a numaserve_operator_leader), op-b $(metric op-b numaserve_operator_leader)"
+kill -TERM "${pid[op-a]}"
+wait "${pid[op-a]}" || fail "op-a exited with $? on SIGTERM"
+takes_over() { [[ $(holder) == op-b && $(metric op-b numaserve_operator_leader) == 1 ]]; }
+eventually 15 takes_over && ok "op-a stopped (Lease released): op-b leads" || fail "after op-a stopped: holder $(holder)"
+kube scale deployment "$pool-$e5" --replicas 1 >/dev/null
+eventually 20 e5_back && ok "op-b reconciles" || fail "op-b does not reconcile"
+
+echo "== 8. RBAC: what the operator's identity may do"
+as_operator() { "$CP_DIR/bin/kubectl" --kubeconfig "$CP_DIR/operator.kubeconfig" "$@"; }
+for allowed in "list nodes" "list noderesourcetopologies.topology.node.k8s.io" "-n numaserve patch deployments" \
+               "-n numaserve create deployments" "-n numaserve delete poddisruptionbudgets" "-n numaserve delete pods" \
+               "-n numaserve patch servingpools.numaserve.io --subresource status" "-n numaserve update leases/numaserve-operator"; do
+  # shellcheck disable=SC2086
+  [[ $(as_operator auth can-i $allowed 2>/dev/null) == yes ]] && ok "may $allowed" || fail "may not $allowed"
+done
+for refused in "-n default create deployments" "-n kube-system delete pods" "patch nodes" "-n numaserve get secrets" \
+               "-n numaserve patch servingpools.numaserve.io" "-n numaserve update leases/another" "-n numaserve create pods" \
+               "patch noderesourcetopologies.topology.node.k8s.io"; do
+  # shellcheck disable=SC2086
+  [[ $(as_operator auth can-i $refused 2>/dev/null) == no ]] && ok "refused $refused" || fail "may $refused"
+done
+
+echo "== the pool deleted: the garbage collector removes its Deployments"
+kube delete servingpool $pool >/dev/null
+none_left() { [[ -z $(deployments | tr -d ' ') ]]; }
+eventually 60 none_left && ok "no Deployment of the pool left" ||
+  fail "left behind: $(deployments); the garbage collector: $(grep -i 'garbage\|servingpool' "$CP_DIR/logs/kube-controller-manager.log" | tail -5)"
+
+if ((failures)); then
+  for f in "$out"/op-*.log; do echo "--- $f"; tail -20 "$f"; done >&2
+  echo "$failures failure(s)" >&2
+  exit 1
+fi
+echo "operator checks passed"

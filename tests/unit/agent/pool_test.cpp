@@ -1,0 +1,252 @@
+#include "pool/pool.h"
+
+#include <gtest/gtest.h>
+
+namespace numaserve::agent::pool {
+namespace {
+
+using nlohmann::json;
+using std::chrono::seconds;
+constexpr std::uint64_t kGi = 1ull << 30;
+
+json pool_object(json spec = json::object()) {
+  json object = {{"apiVersion", kApiVersion},
+                 {"kind", "ServingPool"},
+                 {"metadata", {{"name", "ranking"}, {"namespace", "serving"}, {"uid", "u-1"}, {"generation", 3}}},
+                 {"spec", {{"template", {{"metadata", {{"labels", {{"app", "ranker"}}}}},
+                                         {"spec", {{"containers", {{{"name", "sidecar"}, {"image", "s"}},
+                                                                   {{"name", "numaserve"}, {"image", "n"}}}}}}}}}}};
+  for (const auto& [k, v] : spec.items()) object["spec"][k] = v;
+  return object;
+}
+
+PoolSpec parsed(json spec = json::object()) {
+  auto pool = parse_pool(pool_object(std::move(spec)));
+  EXPECT_TRUE(pool) << pool.error().message;
+  return pool.value_or(PoolSpec{});
+}
+
+// The API server's lists: Nodes with the agent's labels, their NRTs.
+json node_list(const std::vector<std::pair<std::string, std::map<std::string, std::string>>>& nodes) {
+  json items = json::array();
+  for (const auto& [name, extra] : nodes) {
+    json labels = {{"numaserve.io/numa-nodes", "2"}, {"numaserve.io/threads-per-core", "2"}};
+    for (const auto& [k, v] : extra) labels[k] = v;
+    items.push_back({{"metadata", {{"name", name}, {"labels", labels}}}});
+  }
+  return {{"kind", "NodeList"}, {"items", items}};
+}
+
+json nrt_item(const std::string& name, unsigned cpus, std::uint64_t memory) {
+  json zones = json::array();
+  for (int i = 0; i < 2; ++i) {
+    zones.push_back({{"name", "node-" + std::to_string(i)},
+                     {"type", "Node"},
+                     {"resources", {{{"name", "cpu"}, {"capacity", std::to_string(cpus + 2)}, {"allocatable", std::to_string(cpus)},
+                                     {"available", "0"}},
+                                    {{"name", "memory"}, {"capacity", std::to_string(memory)},
+                                     {"allocatable", std::to_string(memory)}, {"available", "0"}}}}});
+  }
+  return {{"metadata", {{"name", name}}},
+          {"zones", zones},
+          {"attributes", {{{"name", "topologyManagerPolicy"}, {"value", "single-numa-node"}},
+                          {{"name", "topologyManagerScope"}, {"value", "pod"}}}}};
+}
+
+json two_generations_nrts() {
+  return {{"kind", "NodeResourceTopologyList"},
+          {"items", {nrt_item("e5-1", 26, 120 * kGi), nrt_item("e5-2", 26, 120 * kGi), nrt_item("gold-1", 46, 180 * kGi)}}};
+}
+
+fleet::FleetPlan plan_for(const PoolSpec& pool) {
+  auto nodes = fleet_of(node_list({{"e5-1", {}}, {"e5-2", {}}, {"gold-1", {}}}), two_generations_nrts(), pool.node_selector);
+  EXPECT_TRUE(nodes) << nodes.error().message;
+  auto plan = fleet::plan_fleet(nodes.value_or(std::vector<fleet::FleetNode>{}), pool.sizing);
+  EXPECT_TRUE(plan) << plan.error().message;
+  return plan.value_or(fleet::FleetPlan{});
+}
+
+const json* find(const std::vector<json>& objects, const std::string& kind, const std::string& class_of_node,
+                 const fleet::FleetPlan& plan) {
+  for (const auto& c : plan.classes) {
+    if (std::find(c.nodes.begin(), c.nodes.end(), class_of_node) == c.nodes.end()) continue;
+    for (const auto& o : objects) {
+      if (o["kind"] == kind && o["metadata"]["name"] == "ranking-" + c.name) return &o;
+    }
+  }
+  return nullptr;
+}
+
+TEST(ServingPool, EachClassGetsItsDeploymentAndBudgetOnItsOwnNodes) {
+  const PoolSpec pool = parsed({{"container", "numaserve"}, {"maxUnavailable", "25%"}});
+  const auto plan = plan_for(pool);
+  ASSERT_EQ(plan.classes.size(), 2u);
+  const auto objects = desired_objects(pool, plan);
+  ASSERT_EQ(objects.size(), 4u);
+  const json* e5 = find(objects, "Deployment", "e5-1", plan);
+  const json* gold = find(objects, "Deployment", "gold-1", plan);
+  ASSERT_TRUE(e5 && gold);
+  EXPECT_EQ((*e5)["spec"]["replicas"], 4);    // 2 nodes x 2 NUMA nodes
+  EXPECT_EQ((*gold)["spec"]["replicas"], 2);  // 1 node x 2
+  const json& pod = (*e5)["spec"]["template"];
+  const std::string e5_class = (*e5)["metadata"]["labels"][kClassLabel];
+  EXPECT_EQ(pod["metadata"]["labels"]["app"], "ranker");  // the template's own labels stay
+  EXPECT_EQ(pod["metadata"]["labels"][kClassLabel], e5_class);
+  EXPECT_EQ((*e5)["spec"]["selector"]["matchLabels"], json({{kPoolLabel, "ranking"}, {kClassLabel, e5_class}}));
+  const json terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
+  ASSERT_EQ(terms.size(), 1u);
+  EXPECT_EQ(terms[0]["matchExpressions"][0], json({{"key", kClassLabel}, {"operator", "In"}, {"values", {e5_class}}}));
+  // The named container is sized, Guaranteed; the other is left alone.
+  EXPECT_FALSE(pod["spec"]["containers"][0].contains("resources"));
+  const json& resources = pod["spec"]["containers"][1]["resources"];
+  EXPECT_EQ(resources["requests"], resources["limits"]);
+  EXPECT_EQ(resources["limits"]["cpu"], "26");
+  EXPECT_EQ((*gold)["spec"]["template"]["spec"]["containers"][1]["resources"]["limits"]["cpu"], "46");
+  // No surge on a packed cluster; the rollout's pace is the pool's.
+  EXPECT_EQ((*e5)["spec"]["strategy"]["rollingUpdate"], json({{"maxSurge", 0}, {"maxUnavailable", "25%"}}));
+  EXPECT_EQ((*e5)["metadata"]["ownerReferences"][0]["uid"], "u-1");
+  EXPECT_TRUE((*e5)["metadata"]["ownerReferences"][0]["controller"].get<bool>());
+  const json* pdb = find(objects, "PodDisruptionBudget", "e5-1", plan);
+  ASSERT_TRUE(pdb);
+  EXPECT_EQ((*pdb)["spec"]["selector"], (*e5)["spec"]["selector"]);
+}
+
+TEST(ServingPool, HeadroomAndUniformSizing) {
+  // Two E5 machines and one Gold: 22 CPUs put 89.8% to work.
+  const PoolSpec pool = parsed({{"sizing", "uniform"}, {"uniformMinUse", 0.85}, {"headroom", 1}});
+  const auto plan = plan_for(pool);
+  const auto objects = desired_objects(pool, plan);
+  const json* e5 = find(objects, "Deployment", "e5-1", plan);
+  const json* gold = find(objects, "Deployment", "gold-1", plan);
+  ASSERT_TRUE(e5 && gold);
+  // 22 CPUs: one per E5 NUMA node, two per Gold one; one slot of each class left free.
+  EXPECT_EQ((*e5)["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"], "22");
+  EXPECT_EQ((*e5)["spec"]["replicas"], 4 - 1);
+  EXPECT_EQ((*gold)["spec"]["replicas"], 4 - 1);
+}
+
+TEST(ServingPool, TheNodeSelectorBoundsThePoolsFleet) {
+  auto nodes = fleet_of(node_list({{"e5-1", {{"pool", "a"}}}, {"e5-2", {}}, {"gold-1", {{"pool", "a"}}}}),
+                        two_generations_nrts(), {{"pool", "a"}});
+  ASSERT_TRUE(nodes) << nodes.error().message;
+  std::vector<std::string> names;
+  for (const auto& n : *nodes) names.push_back(n.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"e5-1", "gold-1"}));
+}
+
+TEST(ServingPool, MistakesTheSchemaCannotCatchNameTheField) {
+  auto no_container = parse_pool(pool_object({{"container", "missing"}}));
+  ASSERT_FALSE(no_container);
+  EXPECT_EQ(no_container.error().field, "spec.container");
+  json empty = pool_object();
+  empty["spec"]["template"]["spec"]["containers"] = json::array();
+  EXPECT_EQ(parse_pool(empty).error().field, "spec.template.spec.containers");
+  EXPECT_EQ(parse_pool(pool_object({{"podMemoryFraction", 1.5}})).error().field, "spec.podMemoryFraction");
+  EXPECT_EQ(parse_pool(pool_object({{"sizing", "half"}})).error().field, "spec.sizing");
+  json long_name = pool_object();
+  long_name["metadata"]["name"] = std::string(50, 'a');
+  EXPECT_EQ(parse_pool(long_name).error().field, "metadata.name");
+}
+
+TEST(Contains, WhatTheServerAddedIsNotADifferenceWhatWeSetIs) {
+  const json desired = {{"spec", {{"replicas", 4}, {"template", {{"labels", json::object()}, {"ports", {{{"port", 80}}}}}}}}};
+  json live = {{"metadata", {{"resourceVersion", "7"}}},
+               {"spec", {{"replicas", 4}, {"revisionHistoryLimit", 10},
+                         {"template", {{"ports", {{{"port", 80}, {"protocol", "TCP"}}}}}}}}};
+  EXPECT_TRUE(contains(live, desired));  // defaults added, an empty map dropped
+  live["spec"]["replicas"] = 3;          // someone scaled it
+  EXPECT_FALSE(contains(live, desired));
+  live["spec"]["replicas"] = 4;
+  live["spec"]["template"]["ports"].push_back({{"port", 81}});
+  EXPECT_FALSE(contains(live, desired));  // lists are the whole list
+  EXPECT_TRUE(contains(json{{"f", 0.9}}, json{{"f", 0.9}}));
+  EXPECT_TRUE(contains(json{{"n", 2}}, json{{"n", 2.0}}));
+}
+
+TEST(Refusals, KubeletAdmissionFailuresOnly) {
+  const auto pod = [](const char* phase, const char* reason) {
+    return json{{"status", {{"phase", phase}, {"reason", reason}}}};
+  };
+  EXPECT_TRUE(refused_at_admission(pod("Failed", "TopologyAffinityError")));
+  EXPECT_TRUE(refused_at_admission(pod("Failed", "OutOfcpu")));
+  EXPECT_TRUE(refused_at_admission(pod("Failed", "SMTAlignmentError")));
+  EXPECT_FALSE(refused_at_admission(pod("Failed", "Evicted")));
+  EXPECT_FALSE(refused_at_admission(pod("Pending", "TopologyAffinityError")));
+}
+
+TEST(Refusals, EachNodeBacksOffAndIsReportedNotHammered) {
+  Refusals r(seconds(1), seconds(8), seconds(60));
+  const auto t0 = Refusals::Clock::time_point{} + seconds(1000);
+  EXPECT_TRUE(r.admit_delete("n1", "TopologyAffinityError", t0));
+  EXPECT_FALSE(r.admit_delete("n1", "TopologyAffinityError", t0));  // within 1 s
+  EXPECT_TRUE(r.admit_delete("n2", "OutOfcpu", t0));                // another node: its own backoff
+  EXPECT_TRUE(r.admit_delete("n1", "TopologyAffinityError", t0 + seconds(1)));
+  EXPECT_FALSE(r.admit_delete("n1", "TopologyAffinityError", t0 + seconds(2)));  // now 2 s
+  EXPECT_TRUE(r.admit_delete("n1", "TopologyAffinityError", t0 + seconds(3)));
+  EXPECT_EQ(r.deleted(), 4u);
+  EXPECT_EQ(r.deferred(), 2u);
+  const auto repeated = r.repeated(3, t0 + seconds(3));
+  ASSERT_EQ(repeated.size(), 1u);
+  EXPECT_EQ(repeated.at("n1").refusals, 3u);
+  // The waits double up to the most, and a quiet node is forgotten.
+  EXPECT_TRUE(r.admit_delete("n1", "x", t0 + seconds(7)));
+  EXPECT_FALSE(r.admit_delete("n1", "x", t0 + seconds(14)));
+  EXPECT_TRUE(r.admit_delete("n1", "x", t0 + seconds(15)));
+  EXPECT_TRUE(r.repeated(3, t0 + seconds(200)).empty());
+  EXPECT_TRUE(r.admit_delete("n1", "x", t0 + seconds(200)));
+  EXPECT_TRUE(r.repeated(2, t0 + seconds(200)).empty());
+}
+
+TEST(PoolStatus, ReadyWhenEveryClassIsAndTheTransitionTimeIsKept) {
+  const PoolSpec pool = parsed();
+  const auto plan = plan_for(pool);
+  std::map<std::string, ClassState> states;
+  for (const auto& c : plan.classes) states[c.name] = {static_cast<std::int64_t>(c.replicas_per_node * c.nodes.size())};
+  Refusals refusals;
+  const auto now = Refusals::Clock::now();
+  const json ready = pool_status(pool, &plan, states, refusals, "", json::object(), "2026-12-02T00:00:00Z", now);
+  EXPECT_EQ(ready["conditions"][0]["status"], "True");
+  EXPECT_EQ(ready["observedGeneration"], 3);
+  EXPECT_EQ(ready["classes"].size(), 2u);
+  EXPECT_EQ(ready["cpusUsed"], 2 * 2 * 26 + 2 * 46);
+  // Unchanged a minute later: the same status, so nothing to write.
+  EXPECT_EQ(pool_status(pool, &plan, states, refusals, "", ready, "2026-12-02T00:01:00Z", now), ready);
+  states.begin()->second.ready_replicas = 0;
+  const json not_ready = pool_status(pool, &plan, states, refusals, "", ready, "2026-12-02T00:02:00Z", now);
+  EXPECT_EQ(not_ready["conditions"][0]["status"], "False");
+  EXPECT_EQ(not_ready["conditions"][0]["lastTransitionTime"], "2026-12-02T00:02:00Z");
+  const json failed = pool_status(pool, nullptr, {}, refusals, "no node can be planned", ready, "t", now);
+  EXPECT_EQ(failed["lastError"], "no node can be planned");
+  EXPECT_EQ(failed["conditions"][0]["reason"], "ReconcileFailed");
+}
+
+TEST(LeaderElection, OneHolderAtATimeTakeoverOnlyAfterItsLeaseRanOut) {
+  using Clock = LeaderElection::Clock;
+  LeaderElection a("a", "ns", "lease", 15), b("b", "ns", "lease", 15);
+  const auto t0 = Clock::time_point{} + seconds(100);
+  auto created = a.next(nullptr, t0, "T0");
+  ASSERT_TRUE(created);
+  EXPECT_EQ((*created)["spec"]["holderIdentity"], "a");
+  json lease = *created;
+  lease["metadata"]["resourceVersion"] = "1";
+  // b sees a's lease: it waits while a renews...
+  EXPECT_FALSE(b.next(lease, t0, "T0"));
+  auto renewed = a.next(lease, t0 + seconds(5), "T5");
+  ASSERT_TRUE(renewed);
+  EXPECT_EQ((*renewed)["metadata"]["resourceVersion"], "1");  // the PUT is conditional
+  EXPECT_EQ((*renewed)["spec"]["renewTime"], "T5");
+  EXPECT_FALSE(b.next(*renewed, t0 + seconds(10), "T10"));
+  // ...and takes over once the record stood still for the lease's duration by its own clock.
+  EXPECT_FALSE(b.next(*renewed, t0 + seconds(24), "T24"));
+  auto taken = b.next(*renewed, t0 + seconds(26), "T26");
+  ASSERT_TRUE(taken);
+  EXPECT_EQ((*taken)["spec"]["holderIdentity"], "b");
+  EXPECT_EQ((*taken)["spec"]["leaseTransitions"], 1);
+  // A released lease (no holder) is taken at once.
+  json released = *taken;
+  released["spec"]["holderIdentity"] = "";
+  EXPECT_TRUE(a.next(released, t0 + seconds(27), "T27"));
+}
+
+}  // namespace
+}  // namespace numaserve::agent::pool

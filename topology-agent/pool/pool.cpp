@@ -1,0 +1,343 @@
+#include "pool/pool.h"
+
+#include <algorithm>
+
+#include "numaserve/common/quantity.h"
+
+namespace numaserve::agent::pool {
+namespace {
+
+using nlohmann::json;
+
+tl::unexpected<Error> bad(const std::string& field, const std::string& message) {
+  return make_error(Error::Code::kInvalidArgument, "ServingPool " + field + ": " + message, field);
+}
+
+// A non-negative fraction in (0, 1], or the default when absent.
+Status read_fraction(const json& spec, const char* key, double& out) {
+  if (!spec.contains(key)) return {};
+  const json& v = spec[key];
+  if (!v.is_number() || v.get<double>() <= 0 || v.get<double>() > 1) {
+    return bad(std::string("spec.") + key, "want a number in (0, 1]");
+  }
+  out = v.get<double>();
+  return {};
+}
+
+Status read_count(const json& spec, const char* key, unsigned least, unsigned& out) {
+  if (!spec.contains(key)) return {};
+  const json& v = spec[key];
+  if (!v.is_number_integer() || v.get<std::int64_t>() < least || v.get<std::int64_t>() > 1'000'000) {
+    return bad(std::string("spec.") + key, "want a whole number of at least " + std::to_string(least));
+  }
+  out = v.get<unsigned>();
+  return {};
+}
+
+bool empty_value(const json& v) { return v.is_null() || ((v.is_object() || v.is_array()) && v.empty()); }
+
+json labels_of(const PoolSpec& pool, const std::string& class_name) {
+  return {{"app.kubernetes.io/managed-by", kFieldManager}, {kPoolLabel, pool.name}, {kClassLabel, class_name}};
+}
+
+json owner_of(const PoolSpec& pool) {
+  return json::array({{{"apiVersion", kApiVersion},
+                       {"kind", "ServingPool"},
+                       {"name", pool.name},
+                       {"uid", pool.uid},
+                       {"controller", true}}});
+}
+
+// The pool's pod template on one class's nodes, its container sized.
+json class_template(const PoolSpec& pool, const fleet::ClassPlan& c) {
+  json t = pool.pod_template;
+  const json labels = labels_of(pool, c.name);
+  for (const auto& [k, v] : labels.items()) t["metadata"]["labels"][k] = v;
+  json& spec = t["spec"];
+  // Required node affinity: every term also asks for a node of the class.
+  const json class_term = {{"key", kClassLabel}, {"operator", "In"}, {"values", {c.name}}};
+  json& required = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"];
+  if (!required.contains("nodeSelectorTerms") || required["nodeSelectorTerms"].empty()) {
+    required["nodeSelectorTerms"] = json::array({json::object()});
+  }
+  for (json& term : required["nodeSelectorTerms"]) term["matchExpressions"].push_back(class_term);
+  // Spread over the class's machines unless the template says how: the
+  // scheduler's node totals would otherwise stack replicas the kubelet's
+  // NUMA zones cannot hold.
+  if (!spec.contains("topologySpreadConstraints") || spec["topologySpreadConstraints"].empty()) {
+    spec["topologySpreadConstraints"] = json::array({{{"maxSkew", 1},
+                                                      {"topologyKey", "kubernetes.io/hostname"},
+                                                      {"whenUnsatisfiable", "DoNotSchedule"},
+                                                      {"nodeAffinityPolicy", "Honor"},
+                                                      {"nodeTaintsPolicy", "Honor"},
+                                                      {"labelSelector", {{"matchLabels", {{kPoolLabel, pool.name}, {kClassLabel, c.name}}}}}}});
+  }
+  for (json& container : spec["containers"]) {
+    if (!pool.container.empty() ? container.value("name", "") != pool.container : &container != &spec["containers"][0]) {
+      continue;
+    }
+    // Guaranteed QoS, whole CPUs: requests = limits.
+    for (const char* kind : {"requests", "limits"}) {
+      container["resources"][kind]["cpu"] = std::to_string(c.cpus);
+      container["resources"][kind]["memory"] = format_quantity(c.memory_bytes);
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+Result<PoolSpec> parse_pool(const json& object) {
+  PoolSpec pool;
+  const json& meta = object.value("metadata", json::object());
+  pool.name = meta.value("name", "");
+  pool.namespace_name = meta.value("namespace", "");
+  pool.uid = meta.value("uid", "");
+  pool.generation = meta.value("generation", std::int64_t{0});
+  if (pool.name.empty() || pool.namespace_name.empty()) return bad("metadata", "want a name and a namespace");
+  if (pool.name.size() > 49) return bad("metadata.name", "at most 49 characters (its Deployments add -mc-<10 hex>)");
+  const json& spec = object.value("spec", json::object());
+  if (!spec.is_object()) return bad("spec", "want an object");
+  pool.pod_template = spec.value("template", json::object());
+  if (!pool.pod_template.is_object() || !pool.pod_template.contains("spec") ||
+      !pool.pod_template["spec"].value("containers", json::array()).is_array() ||
+      pool.pod_template["spec"].value("containers", json::array()).empty()) {
+    return bad("spec.template.spec.containers", "want the service's pod template with at least one container");
+  }
+  pool.container = spec.value("container", "");
+  if (!pool.container.empty()) {
+    const auto& containers = pool.pod_template["spec"]["containers"];
+    if (std::none_of(containers.begin(), containers.end(),
+                     [&](const json& c) { return c.value("name", "") == pool.container; })) {
+      return bad("spec.container", "no container of the template is named '" + pool.container + "'");
+    }
+  }
+  auto sizing = fleet::parse_sizing(spec.value("sizing", "per-class"));
+  if (!sizing) return bad("spec.sizing", "want per-class or uniform");
+  pool.sizing.sizing = *sizing;
+  if (auto s = read_count(spec, "replicasPerNumaNode", 1, pool.sizing.replicas_per_numa_node); !s) return tl::unexpected(s.error());
+  if (auto s = read_count(spec, "headroom", 0, pool.headroom); !s) return tl::unexpected(s.error());
+  if (auto s = read_fraction(spec, "podMemoryFraction", pool.sizing.pod_memory_fraction); !s) return tl::unexpected(s.error());
+  if (auto s = read_fraction(spec, "uniformMinUse", pool.sizing.uniform_min_use); !s) return tl::unexpected(s.error());
+  if (spec.contains("maxUnavailable")) pool.max_unavailable = spec["maxUnavailable"];
+  if (spec.contains("nodeSelector")) {
+    if (!spec["nodeSelector"].is_object()) return bad("spec.nodeSelector", "want a map of labels");
+    for (const auto& [k, v] : spec["nodeSelector"].items()) {
+      if (!v.is_string()) return bad("spec.nodeSelector." + k, "want a string");
+      pool.node_selector[k] = v.get<std::string>();
+    }
+  }
+  return pool;
+}
+
+Result<std::vector<fleet::FleetNode>> fleet_of(const json& node_list, const json& nrt_list,
+                                               const std::map<std::string, std::string>& node_selector) {
+  // The reader takes objects as kubectl prints them: a List whose items say their kind.
+  json list = {{"apiVersion", "v1"}, {"kind", "List"}, {"items", json::array()}};
+  std::vector<std::string> outside;
+  for (const auto& [reply, kind] : {std::pair{&node_list, "Node"}, std::pair{&nrt_list, "NodeResourceTopology"}}) {
+    for (json item : reply->value("items", json::array())) {
+      item["kind"] = kind;
+      const json labels = item["metadata"].value("labels", json::object());
+      if (kind == std::string("Node") &&
+          std::any_of(node_selector.begin(), node_selector.end(), [&](const auto& kv) {
+            return !labels.contains(kv.first) || labels[kv.first] != kv.second;
+          })) {
+        outside.push_back(item["metadata"].value("name", ""));
+        continue;
+      }
+      list["items"].push_back(std::move(item));
+    }
+  }
+  auto nodes = fleet::read_objects(list.dump(), "the API server's Node and NodeResourceTopology lists");
+  if (!nodes) return tl::unexpected(nodes.error());
+  // An NRT without its Node (outside the selector, or gone) is not the pool's.
+  std::vector<fleet::FleetNode> kept;
+  for (auto& n : *nodes) {
+    if (std::find(outside.begin(), outside.end(), n.name) != outside.end()) continue;
+    if (n.labels.empty() && n.shape && !node_selector.empty()) continue;
+    kept.push_back(std::move(n));
+  }
+  return kept;
+}
+
+std::vector<json> desired_objects(const PoolSpec& pool, const fleet::FleetPlan& plan) {
+  std::vector<json> out;
+  for (const auto& c : plan.classes) {
+    const std::string name = pool.name + "-" + c.name;
+    const json labels = labels_of(pool, c.name);
+    const json selector = {{"matchLabels", {{kPoolLabel, pool.name}, {kClassLabel, c.name}}}};
+    const std::uint64_t slots = std::uint64_t{c.replicas_per_node} * c.nodes.size();
+    const json metadata = {{"name", name}, {"namespace", pool.namespace_name}, {"labels", labels},
+                           {"ownerReferences", owner_of(pool)}};
+    out.push_back({{"apiVersion", "apps/v1"},
+                   {"kind", "Deployment"},
+                   {"metadata", metadata},
+                   {"spec",
+                    {{"replicas", slots > pool.headroom ? slots - pool.headroom : 0},
+                     {"selector", selector},
+                     // No surge: every NUMA slot of the class is taken, a surge
+                     // pod would stay Pending and the rollout never finish.
+                     {"strategy", {{"type", "RollingUpdate"},
+                                   {"rollingUpdate", {{"maxSurge", 0}, {"maxUnavailable", pool.max_unavailable}}}}},
+                     {"template", class_template(pool, c)}}}});
+    out.push_back({{"apiVersion", "policy/v1"},
+                   {"kind", "PodDisruptionBudget"},
+                   {"metadata", metadata},
+                   {"spec", {{"maxUnavailable", pool.max_unavailable}, {"selector", selector}}}});
+  }
+  return out;
+}
+
+std::string first_difference(const json& live, const json& desired) {
+  if (empty_value(desired)) return live.is_null() || empty_value(live) || live == desired ? "" : "/";
+  if (desired.is_object()) {
+    if (!live.is_object()) return "/";
+    for (const auto& [k, v] : desired.items()) {
+      const std::string here = "/" + k;
+      if (!live.contains(k)) {
+        if (!empty_value(v)) return here;
+        continue;
+      }
+      if (std::string deeper = first_difference(live[k], v); !deeper.empty()) return here + (deeper == "/" ? "" : deeper);
+    }
+    return "";
+  }
+  if (desired.is_array()) {
+    if (!live.is_array() || live.size() != desired.size()) return "/";
+    for (std::size_t i = 0; i < desired.size(); ++i) {
+      const std::string here = "/" + std::to_string(i);
+      if (std::string deeper = first_difference(live[i], desired[i]); !deeper.empty()) return here + (deeper == "/" ? "" : deeper);
+    }
+    return "";
+  }
+  // The API server writes integers back as integers; a number we send as a
+  // float (0.9) stays one. Compare numbers by value.
+  if (desired.is_number() && live.is_number()) return desired.get<double>() == live.get<double>() ? "" : "/";
+  return live == desired ? "" : "/";
+}
+
+bool contains(const json& live, const json& desired) { return first_difference(live, desired).empty(); }
+
+bool refused_at_admission(const json& pod) {
+  const json status = pod.value("status", json::object());
+  if (status.value("phase", "") != "Failed") return false;
+  const std::string reason = status.value("reason", "");
+  return reason == "TopologyAffinityError" || reason == "SMTAlignmentError" || reason == "UnexpectedAdmissionError" ||
+         reason.rfind("OutOf", 0) == 0;
+}
+
+bool Refusals::admit_delete(const std::string& node, const std::string& reason, Clock::time_point now) {
+  Node& n = nodes_[node];
+  if (n.refusals > 0 && now - n.last > forget_) n = Node{};
+  if (n.refusals > 0 && now < n.next_delete) {
+    ++deferred_;
+    return false;
+  }
+  ++n.refusals;
+  ++deleted_;
+  n.last_reason = reason;
+  n.last = now;
+  Clock::duration wait = first_;
+  for (unsigned i = 1; i < n.refusals && wait < most_; ++i) wait *= 2;
+  n.next_delete = now + std::min(wait, most_);
+  return true;
+}
+
+std::map<std::string, Refusals::Node> Refusals::repeated(unsigned at_least, Clock::time_point now) const {
+  std::map<std::string, Node> out;
+  for (const auto& [name, n] : nodes_) {
+    if (n.refusals >= at_least && now - n.last <= forget_) out[name] = n;
+  }
+  return out;
+}
+
+json pool_status(const PoolSpec& pool, const fleet::FleetPlan* plan, const std::map<std::string, ClassState>& classes,
+                 const Refusals& refusals, const std::string& error, const json& previous, const std::string& now,
+                 Refusals::Clock::time_point steady_now) {
+  json status = {{"observedGeneration", pool.generation}, {"classes", json::array()}, {"unplanned", json::array()}};
+  bool ready = plan != nullptr && error.empty();
+  std::string message = error;
+  if (plan != nullptr) {
+    status["sizing"] = std::string(fleet::to_string(plan->sizing));
+    std::int64_t desired_total = 0, ready_total = 0;
+    for (const auto& c : plan->classes) {
+      const std::uint64_t slots = std::uint64_t{c.replicas_per_node} * c.nodes.size();
+      const std::int64_t desired = static_cast<std::int64_t>(slots > pool.headroom ? slots - pool.headroom : 0);
+      const auto it = classes.find(c.name);
+      const std::int64_t got = it == classes.end() ? 0 : it->second.ready_replicas;
+      desired_total += desired;
+      ready_total += got;
+      if (got < desired) ready = false;
+      status["classes"].push_back({{"name", c.name},
+                                   {"nodes", c.nodes},
+                                   {"replicasPerNode", c.replicas_per_node},
+                                   {"replicas", desired},
+                                   {"readyReplicas", got},
+                                   {"replica", {{"cpus", c.cpus}, {"memory", format_quantity(c.memory_bytes)}}}});
+    }
+    for (const auto& u : plan->unplanned) status["unplanned"].push_back({{"node", u.node}, {"reason", u.reason}});
+    status["cpusUsed"] = plan->cpus_used();
+    status["cpusAllocatable"] = plan->cpus_allocatable();
+    if (message.empty()) {
+      message = std::to_string(ready_total) + " of " + std::to_string(desired_total) + " replicas ready in " +
+                std::to_string(plan->classes.size()) + " machine class(es)";
+    }
+  }
+  status["refusedPods"] = refusals.deleted();
+  status["refusingNodes"] = json::array();
+  for (const auto& [node, n] : refusals.repeated(3, steady_now)) {
+    status["refusingNodes"].push_back({{"node", node}, {"refusals", n.refusals}, {"lastReason", n.last_reason}});
+  }
+  status["lastError"] = error;
+  json condition = {{"type", "Ready"},
+                    {"status", ready ? "True" : "False"},
+                    {"reason", !error.empty() ? "ReconcileFailed" : ready ? "AllReplicasReady" : "ReplicasNotReady"},
+                    {"message", message},
+                    {"observedGeneration", pool.generation},
+                    {"lastTransitionTime", now}};
+  for (const json& old : previous.value("conditions", json::array())) {
+    if (old.value("type", "") == "Ready" && old.value("status", "") == condition["status"] && old.contains("lastTransitionTime")) {
+      condition["lastTransitionTime"] = old["lastTransitionTime"];
+    }
+  }
+  status["conditions"] = json::array({condition});
+  return status;
+}
+
+std::optional<json> LeaderElection::next(const json& lease, Clock::time_point now, const std::string& wall_now) {
+  const json spec_for_me = {{"holderIdentity", identity_},
+                            {"leaseDurationSeconds", duration_seconds_},
+                            {"renewTime", wall_now}};
+  if (lease.is_null()) {
+    observed_record_.clear();
+    json l = {{"apiVersion", "coordination.k8s.io/v1"},
+              {"kind", "Lease"},
+              {"metadata", {{"name", name_}, {"namespace", namespace_}}},
+              {"spec", spec_for_me}};
+    l["spec"]["acquireTime"] = wall_now;
+    l["spec"]["leaseTransitions"] = 0;
+    return l;
+  }
+  const json spec = lease.value("spec", json::object());
+  const std::string holder = spec.value("holderIdentity", "");
+  json l = lease;
+  if (holder == identity_) {  // renew
+    l["spec"]["renewTime"] = wall_now;
+    l["spec"]["leaseDurationSeconds"] = duration_seconds_;
+    return l;
+  }
+  const std::string record = spec.dump();
+  if (record != observed_record_) {  // the holder renewed (or changed) since we last looked
+    observed_record_ = record;
+    observed_at_ = now;
+  }
+  const unsigned duration = spec.value("leaseDurationSeconds", duration_seconds_);
+  if (!holder.empty() && now - observed_at_ < std::chrono::seconds(duration)) return std::nullopt;
+  l["spec"] = spec_for_me;
+  l["spec"]["acquireTime"] = wall_now;
+  l["spec"]["leaseTransitions"] = spec.value("leaseTransitions", 0) + 1;
+  return l;
+}
+
+}  // namespace numaserve::agent::pool
