@@ -17,7 +17,11 @@
 #   6. a mixed fleet (two machine generations and the workers): cluster-plan
 #      -o helm-values, per-class and uniform, gives one Deployment per class
 #      whose replicas are all bound on that class's nodes; the one-size chart
-#      leaves most Pending.
+#      leaves most Pending;
+#   7. the kubelet's own admission (cluster/kubelet-admit: its Topology, CPU
+#      and Memory Managers) of what was bound: every per-class replica
+#      admitted, the 16-CPU pod refused (TopologyAffinityError), the CPUs the
+#      one-size chart leaves idle.
 # What stands in for the kubelet (none runs): Node objects with a kubelet's
 # status (clusters/four-workers.yaml), made schedulable as the node lifecycle
 # controller would; pods are bound, never run; a pod removed is force-deleted,
@@ -301,6 +305,17 @@ else
   fail "the 16-CPU pod under the topology-aware scheduler: node '$(kube -n numaserve get pod too-big-aware -o jsonpath='{.spec.nodeName}')', events '$why'"
 fi
 
+# The kubelet's own Topology, CPU and Memory Managers on what was bound:
+# the 16-CPU pod the default scheduler placed is refused, the overlay's
+# replicas are admitted.
+refused=$(admission 'r.flatMap((n) => Object.entries(n.refused).map(([p, why]) => p + " on " + n.node + ": " + why)).join("; ")')
+admitted=$(admission 'r.flatMap((n) => n.admitted).filter((p) => p.startsWith("numaserve-")).length')
+if [[ $refused == "too-big-default on worker-"*": TopologyAffinityError: "* && $refused != *";"* && $admitted -ge 8 ]]; then
+  ok "the kubelet's managers admit the $admitted replicas and refuse the 16-CPU pod: $refused"
+else
+  fail "the kubelet's admission: refused '$refused', admitted $admitted"
+fi
+
 echo "== cluster-plan on what the API server holds"
 # The GitOps path: the fleet's objects as kubectl prints them, planned. The
 # agent's own label on worker-1 names the class cluster-plan finds.
@@ -359,6 +374,11 @@ for sizing in per-class uniform; do
   else
     fail "$sizing: placed $got, expected $expected; $classes Deployments; on another class's node: ${wrong:-none}"
   fi
+  # Every replica bound is one the kubelet admits, CPUs and memory from one NUMA node.
+  verdict=$(admission 'r.map((n) => n.error || Object.keys(n.refused).length + " refused").filter((v) => v != "0 refused").join("; ") ||
+    "all " + r.reduce((k, n) => k + n.admitted.filter((p) => p.startsWith("numaserve-mc-")).length, 0) + " replicas admitted, " +
+    r.reduce((k, n) => k + n.idle_cpus, 0) + " of " + r.reduce((k, n) => k + n.allocatable_cpus, 0) + " CPUs idle"')
+  [[ $verdict == "all "* ]] && ok "$sizing: the kubelet's managers: $verdict" || fail "$sizing: the kubelet's admission: $verdict"
   clear_release
 done
 use=$(node -p "const u = (s) => { const f = require('$out/fleet-' + s + '.json').fleet; return f.cpus_used + '/' + f.cpus_allocatable; };
@@ -379,6 +399,10 @@ pending=$(sed -n 's/.*Pending=\([0-9]*\).*/\1/p' <<<"$got")
 [[ ${pending:-0} -ge 12 && $got == *gold-1=* && $got != *e5-* && $got != *worker-* ]] &&
   ok "the one-size chart sized from a Gold node leaves $pending of 16 replicas Pending on the mixed fleet: $got" ||
   fail "the one-size chart on the mixed fleet: $got"
+idle=$(admission 'r.filter((n) => n.node.startsWith("e5-") || n.node.startsWith("worker-")).map((n) => n.node + "=" + n.idle_cpus).join(" ")')
+[[ $idle == *e5-1=52* && $idle == *worker-1=28* ]] &&
+  ok "the kubelet's managers: the E5 and worker nodes' CPUs all idle under the one-size chart ($idle)" ||
+  fail "the one-size chart's idle CPUs: $idle"
 
 if ((failures)); then echo "$failures failure(s)" >&2; exit 1; fi
 echo "cluster checks passed"

@@ -4,7 +4,9 @@
 # kube-scheduler with the NodeResourceTopologyMatch plugin (the repository's
 # manifests/scheduler profile and RBAC), and the kubectl of the same release,
 # built from the Go modules pinned in go.mod/go.sum beside this script, the
-# way envtest runs one for operators' tests. No kubelet runs (see "Nodes").
+# way envtest runs one for operators' tests. No kubelet runs (see "Nodes");
+# bin/kubelet-admit asks the kubelet's own Topology, CPU and Memory Managers
+# whether it would admit the pods bound (kubelet-admit/main.go).
 #
 #   control-plane.sh build            build the binaries (once per version), print their folder
 #   control-plane.sh start DIR        start everything with its state in DIR; print the API server's URL
@@ -34,7 +36,7 @@
 # on their node.
 #
 # Binaries (and bin/crds: the Prometheus Operator's ServiceMonitor CRD) are
-# cached by the hash of go.mod, go.sum, the scheduler's main.go, the Go
+# cached by the hash of go.mod, go.sum, the scheduler's and kubelet-admit's main.go, the Go
 # version and the build flags, in $NUMASERVE_K8S_CACHE (default
 # ~/.cache/numaserve/k8s).
 set -euo pipefail
@@ -66,7 +68,8 @@ ldflags() {
 binaries_dir() {
   command -v go >/dev/null || die "no go command: the Go toolchain builds the control plane"
   local key
-  key=$(cat "$HERE/go.mod" "$HERE/go.sum" "$HERE/nrt-scheduler/main.go" <(go version; ldflags; echo "$PROMETHEUS_OPERATOR") |
+  key=$(cat "$HERE/go.mod" "$HERE/go.sum" "$HERE/nrt-scheduler/main.go" "$HERE/kubelet-admit/main.go" \
+    <(go version; ldflags; echo "$PROMETHEUS_OPERATOR") |
     sha256sum | cut -c1-16)
   echo "${NUMASERVE_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/numaserve/k8s}/$(version)-$key"
 }
@@ -84,7 +87,7 @@ build() {
       tmp=$(mktemp -d "$bin.tmp.XXXXXX")
       local start=$SECONDS
       (cd "$HERE" && go build -trimpath -ldflags="$(ldflags)" -o "$tmp/" k8s.io/kubernetes/cmd/kube-apiserver \
-        k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl ./nrt-scheduler &&
+        k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl ./nrt-scheduler ./kubelet-admit &&
         go build -trimpath -ldflags=-s -o "$tmp/etcd" go.etcd.io/etcd/server/v3) >&2 ||
         { rm -rf "$tmp"; die "the control plane did not build"; }
       crds "$tmp/crds" || { rm -rf "$tmp"; die "the Prometheus Operator's CRDs could not be fetched"; }

@@ -90,6 +90,10 @@ create_nodes() {
 #   fleet_node NAME FLAGS.. its NodeResourceTopology and its Node (labels,
 #                           allocatable: the plan's rooms summed), as YAML
 #   class_mismatches NS SEL the pods not on a node of their machine class
+#   kubelet_admit           the kubelet's own admission of every bound pod, node
+#                           by node (kubelet-admit/main.go): JSON
+#   admission SUMMARY-JS    a line from kubelet_admit's JSON: SUMMARY-JS is a JS
+#                           expression of `r` (the reports) printed as it is
 E5=(--synthetic "pack:2 numa:1(memory=128GiB) core:14 pu:2") GOLD=(--synthetic "pack:2 numa:1(memory=192GiB) core:24 pu:2")
 FLEET_KUBELET=(--kubelet-config "$ROOT/tests/fixtures/kubelet/numa-ready/config.yaml")
 fleet_node() {  # name agent-source-flags...: its NodeResourceTopology and its Node
@@ -115,3 +119,5 @@ class_mismatches() {  # namespace selector
     awk -v nodes="$nodes" 'BEGIN {n = split(nodes, l, "\n"); for (i = 1; i <= n; i++) {split(l[i], kv, "="); class[kv[1]] = kv[2]}}
       $2 != "" && class[$2] != $3 {print $1 " (class " $3 ") on " $2 " (class " class[$2] ")"}'
 }
+kubelet_admit() { kube get nodes,noderesourcetopologies,pods -A -o json | "$CP_DIR/bin/kubelet-admit"; }
+admission() { kubelet_admit | node -e "const r = JSON.parse(require('fs').readFileSync(0, 'utf8')); console.log($1)"; }
