@@ -120,6 +120,26 @@ seeds("fleet_objects", [
      "  - {name: cpu, allocatable: 14 cores}\n"),
 ])
 
+# The operator: the chart's ServingPool (as the API server returns it, with
+# a uid and a status) and a Lease.
+serving_pool = {"apiVersion": "numaserve.io/v1alpha1", "kind": "ServingPool",
+                "metadata": {"name": "numaserve", "namespace": "ranking", "uid": "5e2c", "generation": 2},
+                "spec": {"sizing": "uniform", "replicasPerNumaNode": 1, "uniformMinUse": 0.85, "headroom": 1,
+                         "maxUnavailable": "25%", "nodeSelector": {"pool": "ranking"}, "container": "numaserve",
+                         "template": {"metadata": {"labels": {"app.kubernetes.io/name": "numaserve"}},
+                                      "spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                                          "nodeSelectorTerms": [{"matchExpressions": [
+                                              {"key": "numaserve.io/replicas", "operator": "Exists"}]}]}}},
+                                          "containers": [{"name": "numaserve", "image": "localhost/numaserve:0.1.0",
+                                                          "resources": {"limits": {"cpu": "1", "memory": "2Gi"}}}]}}},
+                "status": {"conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": "2026-12-02T00:00:00Z"}]}}
+seeds("serving_pool", [
+    ("pool.json", json.dumps(serving_pool)),
+    ("per-class.json", json.dumps({**serving_pool, "spec": {**serving_pool["spec"], "sizing": "per-class", "nodeSelector": {}}})),
+    ("lease.json", json.dumps({"kind": "Lease", "metadata": {"name": "numaserve-operator", "resourceVersion": "7"},
+                               "spec": {"holderIdentity": "op-a", "leaseDurationSeconds": 15}})),
+])
+
 seeds("cpu_set", [(f"s{i}", s) for i, s in enumerate(
     ["0-3,8,10-11", "0", "", "\n", "ff,00000001", "0x3,0xffffffff", "1-0", "0-65535", "00000000,00000000,00000010"])])
 seeds("quantity", [(f"q{i}", s) for i, s in enumerate(["8Mi", "1.5G", "100e6", "1Ki", "0", "12345", "2Ei", "1m"])])

@@ -104,6 +104,22 @@ status=$(pool_field '{.status.classes[*].readyReplicas}/{.status.classes[*].repl
 [[ $status == "4 4/4 4 288/288 True" ]] && ok "the pool's status: ready per class, CPUs at work: $status" ||
   fail "the pool's status: $status"
 
+# A pool the operator cannot serve says why in its status; the others are served on.
+kube apply --server-side -f - >/dev/null <<'EOF'
+apiVersion: numaserve.io/v1alpha1
+kind: ServingPool
+metadata: {name: broken}
+spec:
+  container: sidecar
+  template:
+    spec:
+      containers: [{name: numaserve, image: localhost/numaserve:test}]
+EOF
+broken() { [[ $(kube get servingpool broken -o jsonpath='{.status.lastError}') == *"spec.container"* ]]; }
+eventually 10 broken && ok "a pool naming no container of its template: $(kube get servingpool broken -o jsonpath='{.status.lastError}')" ||
+  fail "the broken pool's status: $(kube get servingpool broken -o jsonpath='{.status}')"
+kube delete servingpool broken >/dev/null
+
 echo "== 2. a second pass writes nothing"
 versions() { kube get deployments,pdb,servingpool -l "app.kubernetes.io/instance=numaserve" -o jsonpath='{range .items[*]}{.metadata.resourceVersion} {end}'; kube get deployments,pdb -l "$pods_sel" -o jsonpath='{range .items[*]}{.metadata.resourceVersion} {end}'; }
 # Settled: the status has caught up with the replicas' readiness.

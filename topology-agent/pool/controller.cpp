@@ -79,7 +79,7 @@ class Operator {
     const std::string path =
         "/apis/coordination.k8s.io/v1/namespaces/" + config_.namespace_name + "/leases/" + config_.lease_name;
     auto current = api_.get(path);
-    if (!current || !current->ok() || current->body["spec"].value("holderIdentity", "") != config_.identity) return;
+    if (!current || !current->ok() || text_field(current->body, {"spec", "holderIdentity"}) != config_.identity) return;
     json lease = current->body;
     lease["spec"]["holderIdentity"] = "";
     lease["spec"]["leaseDurationSeconds"] = 1;
@@ -97,9 +97,9 @@ class Operator {
       return;
     }
     json plans = json::object();
-    for (const json& object : (*pools)["items"]) {
-      const std::string name = object["metadata"].value("name", "");
-      plans[name] = reconcile(object, *nodes, *nrts);
+    const json& items = field(*pools, {"items"});
+    for (const json& object : items.is_array() ? items : json::array()) {
+      plans[text_field(object, {"metadata", "name"})] = reconcile(object, *nodes, *nrts);
     }
     plans_ = plans.dump(2) + "\n";
     last_pass_ = Clock::now();
@@ -142,7 +142,7 @@ class Operator {
   // JSON (or its error), for /plan.
   json reconcile(const json& object, const json& nodes, const json& nrts) {
     std::string error;
-    const json previous = object.value("status", json::object());
+    const json& previous = field(object, {"status"});
     auto pool = parse_pool(object);
     if (!pool) return write_status(object, nullptr, nullptr, {}, pool.error().message, previous);
     const std::string selector = std::string("labelSelector=") + kPoolLabel + "%3D" + pool->name;
@@ -158,14 +158,15 @@ class Operator {
       const std::string path = group + "/namespaces/" + pool->namespace_name + "/" + kind;
       auto items = list(path + "?" + selector);
       if (!items) return write_status(object, &*pool, &*plan, states, items.error().message, previous);
-      for (const json& item : (*items)["items"]) live[path + "/" + item["metadata"].value("name", "")] = item;
+      const json& got = field(*items, {"items"});
+      for (const json& item : got.is_array() ? got : json::array()) live[path + "/" + text_field(item, {"metadata", "name"})] = item;
     }
     for (const json& d : desired_objects(*pool, *plan)) {
       const std::string path = collection_of(d) + "/" + d["metadata"]["name"].get<std::string>();
       wanted.insert(path);
       const auto it = live.find(path);
       if (it != live.end() && d["kind"] == "Deployment") {
-        states[d["metadata"]["labels"][kClassLabel]] = {it->second["status"].value("readyReplicas", std::int64_t{0})};
+        states[d["metadata"]["labels"][kClassLabel]] = {integer_field(it->second, {"status", "readyReplicas"})};
       }
       // List items carry no apiVersion and kind: compare what they carry.
       json fields = d;
@@ -209,19 +210,20 @@ class Operator {
     const std::string path = "/api/v1/namespaces/" + pool.namespace_name + "/pods";
     auto pods = list(path + "?" + selector + "&fieldSelector=status.phase%3DFailed");
     if (!pods) return fault(pods.error().message);
-    for (const json& pod : (*pods)["items"]) {
+    const json& items = field(*pods, {"items"});
+    for (const json& pod : items.is_array() ? items : json::array()) {
       if (!refused_at_admission(pod)) continue;
-      const std::string node = pod["spec"].value("nodeName", "");
-      const std::string reason = pod["status"].value("reason", "");
+      const std::string node = text_field(pod, {"spec", "nodeName"});
+      const std::string reason = text_field(pod, {"status", "reason"});
       if (!refusals_.admit_delete(node, reason, Clock::now())) continue;
-      const std::string name = pod["metadata"].value("name", "");
+      const std::string name = text_field(pod, {"metadata", "name"});
       auto removed = api_.remove(path + "/" + name);
       if (!removed || (!removed->ok() && removed->status != 404)) {
         fault("delete pod " + name + ": " + (removed ? removed->reason() : removed.error().message));
         continue;
       }
       log(LogLevel::kWarning, "deleted a pod the kubelet refused",
-          {{"pod", name}, {"node", node}, {"reason", reason}, {"message", pod["status"].value("message", "")}});
+          {{"pod", name}, {"node", node}, {"reason", reason}, {"message", text_field(pod, {"status", "message"})}});
     }
   }
 
@@ -229,16 +231,20 @@ class Operator {
                     const std::map<std::string, ClassState>& states, const std::string& error, const json& previous) {
     if (!error.empty() && pool == nullptr) fault(error);
     PoolSpec fallback;
-    fallback.generation = object["metadata"].value("generation", std::int64_t{0});
+    fallback.name = text_field(object, {"metadata", "name"});
+    fallback.namespace_name = text_field(object, {"metadata", "namespace"});
+    fallback.generation = integer_field(object, {"metadata", "generation"});
+    const PoolSpec& named = pool ? *pool : fallback;
+    if (named.name.empty() || named.namespace_name.empty()) return {{"error", error}};  // nowhere to report it
     const json status =
-        pool_status(pool ? *pool : fallback, plan, states, refusals_, error, previous, wall_now(false), Clock::now());
+        pool_status(named, plan, states, refusals_, error, previous, wall_now(false), Clock::now());
     if (!(contains(previous, status) && contains(status, previous))) {
       const json patch = {{"apiVersion", kApiVersion},
                           {"kind", "ServingPool"},
-                          {"metadata", {{"name", object["metadata"]["name"]}, {"namespace", object["metadata"]["namespace"]}}},
+                          {"metadata", {{"name", named.name}, {"namespace", named.namespace_name}}},
                           {"status", status}};
-      const std::string path = "/apis/numaserve.io/v1alpha1/namespaces/" + object["metadata"]["namespace"].get<std::string>() +
-                               "/servingpools/" + object["metadata"]["name"].get<std::string>() + "/status";
+      const std::string path =
+          "/apis/numaserve.io/v1alpha1/namespaces/" + named.namespace_name + "/servingpools/" + named.name + "/status";
       auto wrote = api_.apply(path, patch);
       if (!wrote || !wrote->ok()) {
         fault("status " + path + ": " + (wrote ? wrote->reason() : wrote.error().message));

@@ -73,7 +73,7 @@ json class_template(const PoolSpec& pool, const fleet::ClassPlan& c) {
                                                       {"labelSelector", {{"matchLabels", {{kPoolLabel, pool.name}, {kClassLabel, c.name}}}}}}});
   }
   for (json& container : spec["containers"]) {
-    if (!pool.container.empty() ? container.value("name", "") != pool.container : &container != &spec["containers"][0]) {
+    if (!pool.container.empty() ? container["name"] != pool.container : &container != &spec["containers"][0]) {
       continue;
     }
     // Guaranteed QoS, whole CPUs: requests = limits.
@@ -85,41 +85,111 @@ json class_template(const PoolSpec& pool, const fleet::ClassPlan& c) {
   return t;
 }
 
+// Where the pod template's fields the operator writes into are, they must be
+// of the kind it writes (the CRD leaves the pod spec open).
+Status check_template(const json& t) {
+  const auto want_object = [&](const json& v, const std::string& where) -> Status {
+    if (!v.is_null() && !v.is_object()) return bad("spec.template." + where, "want an object");
+    return {};
+  };
+  if (auto s = want_object(t.is_object() ? field(t, {"metadata"}) : t, "metadata"); !s) return s;
+  if (auto s = want_object(field(t, {"metadata", "labels"}), "metadata.labels"); !s) return s;
+  const json& spec = field(t, {"spec"});
+  if (!spec.is_object()) return bad("spec.template.spec", "want the service's pod spec");
+  const json& containers = field(spec, {"containers"});
+  if (!containers.is_array() || containers.empty()) {
+    return bad("spec.template.spec.containers", "want the service's pod template with at least one container");
+  }
+  for (std::size_t i = 0; i < containers.size(); ++i) {
+    const std::string here = "spec.containers[" + std::to_string(i) + "]";
+    if (!containers[i].is_object() || !containers[i].contains("name") || !containers[i]["name"].is_string()) {
+      return bad("spec.template." + here + ".name", "want a container with a name");
+    }
+    for (const char* kind : {"requests", "limits"}) {
+      if (auto s = want_object(field(containers[i], {"resources"}), here + ".resources"); !s) return s;
+      if (auto s = want_object(field(containers[i], {"resources", kind}), here + ".resources." + kind); !s) return s;
+    }
+  }
+  for (const char* key : {"affinity"}) {
+    if (auto s = want_object(field(spec, {key}), std::string("spec.") + key); !s) return s;
+  }
+  if (auto s = want_object(field(spec, {"affinity", "nodeAffinity"}), "spec.affinity.nodeAffinity"); !s) return s;
+  const json& required = field(spec, {"affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution"});
+  if (auto s = want_object(required, "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"); !s) return s;
+  const json& terms = field(required, {"nodeSelectorTerms"});
+  if (!terms.is_null()) {
+    if (!terms.is_array()) return bad("spec.template.spec.affinity...nodeSelectorTerms", "want a list");
+    for (const json& term : terms) {
+      if (!term.is_object() || (term.contains("matchExpressions") && !term["matchExpressions"].is_array())) {
+        return bad("spec.template.spec.affinity...nodeSelectorTerms", "want terms with a list of matchExpressions");
+      }
+    }
+  }
+  const json& spread = field(spec, {"topologySpreadConstraints"});
+  if (!spread.is_null() && !spread.is_array()) return bad("spec.template.spec.topologySpreadConstraints", "want a list");
+  return {};
+}
+
 }  // namespace
+
+const json& field(const json& j, std::initializer_list<std::string_view> path) {
+  static const json null;
+  const json* at = &j;
+  for (const auto key : path) {
+    if (!at->is_object()) return null;
+    const auto it = at->find(key);
+    if (it == at->end()) return null;
+    at = &*it;
+  }
+  return *at;
+}
+
+std::string text_field(const json& j, std::initializer_list<std::string_view> path) {
+  const json& v = field(j, path);
+  return v.is_string() ? v.get<std::string>() : "";
+}
+
+std::int64_t integer_field(const json& j, std::initializer_list<std::string_view> path) {
+  const json& v = field(j, path);
+  return v.is_number_integer() ? v.get<std::int64_t>() : 0;
+}
 
 Result<PoolSpec> parse_pool(const json& object) {
   PoolSpec pool;
-  const json& meta = object.value("metadata", json::object());
-  pool.name = meta.value("name", "");
-  pool.namespace_name = meta.value("namespace", "");
-  pool.uid = meta.value("uid", "");
-  pool.generation = meta.value("generation", std::int64_t{0});
+  pool.name = text_field(object, {"metadata", "name"});
+  pool.namespace_name = text_field(object, {"metadata", "namespace"});
+  pool.uid = text_field(object, {"metadata", "uid"});
+  pool.generation = integer_field(object, {"metadata", "generation"});
   if (pool.name.empty() || pool.namespace_name.empty()) return bad("metadata", "want a name and a namespace");
   if (pool.name.size() > 49) return bad("metadata.name", "at most 49 characters (its Deployments add -mc-<10 hex>)");
-  const json& spec = object.value("spec", json::object());
+  const json& spec = field(object, {"spec"});
   if (!spec.is_object()) return bad("spec", "want an object");
-  pool.pod_template = spec.value("template", json::object());
-  if (!pool.pod_template.is_object() || !pool.pod_template.contains("spec") ||
-      !pool.pod_template["spec"].value("containers", json::array()).is_array() ||
-      pool.pod_template["spec"].value("containers", json::array()).empty()) {
-    return bad("spec.template.spec.containers", "want the service's pod template with at least one container");
-  }
-  pool.container = spec.value("container", "");
+  if (auto checked = check_template(field(spec, {"template"})); !checked) return tl::unexpected(checked.error());
+  pool.pod_template = spec["template"];
+  if (spec.contains("container") && !spec["container"].is_string()) return bad("spec.container", "want a container's name");
+  pool.container = text_field(spec, {"container"});
   if (!pool.container.empty()) {
     const auto& containers = pool.pod_template["spec"]["containers"];
     if (std::none_of(containers.begin(), containers.end(),
-                     [&](const json& c) { return c.value("name", "") == pool.container; })) {
+                     [&](const json& c) { return c["name"] == pool.container; })) {
       return bad("spec.container", "no container of the template is named '" + pool.container + "'");
     }
   }
-  auto sizing = fleet::parse_sizing(spec.value("sizing", "per-class"));
+  if (spec.contains("sizing") && !spec["sizing"].is_string()) return bad("spec.sizing", "want per-class or uniform");
+  auto sizing = fleet::parse_sizing(spec.contains("sizing") ? text_field(spec, {"sizing"}) : "per-class");
   if (!sizing) return bad("spec.sizing", "want per-class or uniform");
   pool.sizing.sizing = *sizing;
   if (auto s = read_count(spec, "replicasPerNumaNode", 1, pool.sizing.replicas_per_numa_node); !s) return tl::unexpected(s.error());
   if (auto s = read_count(spec, "headroom", 0, pool.headroom); !s) return tl::unexpected(s.error());
   if (auto s = read_fraction(spec, "podMemoryFraction", pool.sizing.pod_memory_fraction); !s) return tl::unexpected(s.error());
   if (auto s = read_fraction(spec, "uniformMinUse", pool.sizing.uniform_min_use); !s) return tl::unexpected(s.error());
-  if (spec.contains("maxUnavailable")) pool.max_unavailable = spec["maxUnavailable"];
+  if (spec.contains("maxUnavailable")) {
+    const json& m = spec["maxUnavailable"];
+    if (!(m.is_number_integer() && m.get<std::int64_t>() >= 0) && !m.is_string()) {
+      return bad("spec.maxUnavailable", "want a count or a percentage");
+    }
+    pool.max_unavailable = m;
+  }
   if (spec.contains("nodeSelector")) {
     if (!spec["nodeSelector"].is_object()) return bad("spec.nodeSelector", "want a map of labels");
     for (const auto& [k, v] : spec["nodeSelector"].items()) {
@@ -136,14 +206,18 @@ Result<std::vector<fleet::FleetNode>> fleet_of(const json& node_list, const json
   json list = {{"apiVersion", "v1"}, {"kind", "List"}, {"items", json::array()}};
   std::vector<std::string> outside;
   for (const auto& [reply, kind] : {std::pair{&node_list, "Node"}, std::pair{&nrt_list, "NodeResourceTopology"}}) {
-    for (json item : reply->value("items", json::array())) {
+    const json& items = field(*reply, {"items"});
+    if (!items.is_null() && !items.is_array()) return make_error(Error::Code::kInvalidArgument, std::string(kind) + " list: items: want a list");
+    for (json item : items.is_array() ? items : json::array()) {
+      if (!field(item, {"metadata"}).is_object()) {
+        return make_error(Error::Code::kInvalidArgument, std::string(kind) + " list: an item without metadata");
+      }
       item["kind"] = kind;
-      const json labels = item["metadata"].value("labels", json::object());
+      const json& labels = field(item, {"metadata", "labels"});
       if (kind == std::string("Node") &&
-          std::any_of(node_selector.begin(), node_selector.end(), [&](const auto& kv) {
-            return !labels.contains(kv.first) || labels[kv.first] != kv.second;
-          })) {
-        outside.push_back(item["metadata"].value("name", ""));
+          std::any_of(node_selector.begin(), node_selector.end(),
+                      [&](const auto& kv) { return text_field(labels, {kv.first}) != kv.second; })) {
+        outside.push_back(text_field(item, {"metadata", "name"}));
         continue;
       }
       list["items"].push_back(std::move(item));
@@ -220,9 +294,8 @@ std::string first_difference(const json& live, const json& desired) {
 bool contains(const json& live, const json& desired) { return first_difference(live, desired).empty(); }
 
 bool refused_at_admission(const json& pod) {
-  const json status = pod.value("status", json::object());
-  if (status.value("phase", "") != "Failed") return false;
-  const std::string reason = status.value("reason", "");
+  if (text_field(pod, {"status", "phase"}) != "Failed") return false;
+  const std::string reason = text_field(pod, {"status", "reason"});
   return reason == "TopologyAffinityError" || reason == "SMTAlignmentError" || reason == "UnexpectedAdmissionError" ||
          reason.rfind("OutOf", 0) == 0;
 }
@@ -296,8 +369,10 @@ json pool_status(const PoolSpec& pool, const fleet::FleetPlan* plan, const std::
                     {"message", message},
                     {"observedGeneration", pool.generation},
                     {"lastTransitionTime", now}};
-  for (const json& old : previous.value("conditions", json::array())) {
-    if (old.value("type", "") == "Ready" && old.value("status", "") == condition["status"] && old.contains("lastTransitionTime")) {
+  const json& conditions = field(previous, {"conditions"});
+  for (const json& old : conditions.is_array() ? conditions : json::array()) {
+    if (text_field(old, {"type"}) == "Ready" && text_field(old, {"status"}) == condition["status"] &&
+        field(old, {"lastTransitionTime"}).is_string()) {
       condition["lastTransitionTime"] = old["lastTransitionTime"];
     }
   }
@@ -309,6 +384,7 @@ std::optional<json> LeaderElection::next(const json& lease, Clock::time_point no
   const json spec_for_me = {{"holderIdentity", identity_},
                             {"leaseDurationSeconds", duration_seconds_},
                             {"renewTime", wall_now}};
+  if (!lease.is_null() && !lease.is_object()) return std::nullopt;  // not a Lease: wait for one
   if (lease.is_null()) {
     observed_record_.clear();
     json l = {{"apiVersion", "coordination.k8s.io/v1"},
@@ -319,8 +395,8 @@ std::optional<json> LeaderElection::next(const json& lease, Clock::time_point no
     l["spec"]["leaseTransitions"] = 0;
     return l;
   }
-  const json spec = lease.value("spec", json::object());
-  const std::string holder = spec.value("holderIdentity", "");
+  const json spec = field(lease, {"spec"}).is_object() ? lease["spec"] : json::object();
+  const std::string holder = text_field(spec, {"holderIdentity"});
   json l = lease;
   if (holder == identity_) {  // renew
     l["spec"]["renewTime"] = wall_now;
@@ -332,11 +408,12 @@ std::optional<json> LeaderElection::next(const json& lease, Clock::time_point no
     observed_record_ = record;
     observed_at_ = now;
   }
-  const unsigned duration = spec.value("leaseDurationSeconds", duration_seconds_);
+  const std::int64_t given = integer_field(spec, {"leaseDurationSeconds"});
+  const unsigned duration = given > 0 && given < 3600 ? static_cast<unsigned>(given) : duration_seconds_;
   if (!holder.empty() && now - observed_at_ < std::chrono::seconds(duration)) return std::nullopt;
   l["spec"] = spec_for_me;
   l["spec"]["acquireTime"] = wall_now;
-  l["spec"]["leaseTransitions"] = spec.value("leaseTransitions", 0) + 1;
+  l["spec"]["leaseTransitions"] = integer_field(spec, {"leaseTransitions"}) + 1;
   return l;
 }
 

@@ -9,9 +9,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -25,6 +27,14 @@ inline constexpr const char* kFieldManager = "numaserve-operator";
 inline constexpr const char* kApiVersion = "numaserve.io/v1alpha1";
 inline constexpr const char* kPoolLabel = "numaserve.io/pool";
 inline constexpr const char* kClassLabel = "numaserve.io/machine-class";
+
+// A field of a document from the API server by its path, or null when a
+// step is missing or not an object: the operator trusts no shape it was
+// sent (a field of another type must not throw).
+const nlohmann::json& field(const nlohmann::json& j, std::initializer_list<std::string_view> path);
+// The same, "" unless a string; 0 unless an integer.
+std::string text_field(const nlohmann::json& j, std::initializer_list<std::string_view> path);
+std::int64_t integer_field(const nlohmann::json& j, std::initializer_list<std::string_view> path);
 
 struct PoolSpec {
   std::string name;

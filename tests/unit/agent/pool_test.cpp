@@ -143,6 +143,13 @@ TEST(ServingPool, MistakesTheSchemaCannotCatchNameTheField) {
   EXPECT_EQ(parse_pool(empty).error().field, "spec.template.spec.containers");
   EXPECT_EQ(parse_pool(pool_object({{"podMemoryFraction", 1.5}})).error().field, "spec.podMemoryFraction");
   EXPECT_EQ(parse_pool(pool_object({{"sizing", "half"}})).error().field, "spec.sizing");
+  EXPECT_EQ(parse_pool(pool_object({{"container", 7}})).error().field, "spec.container");
+  json list_affinity = pool_object();
+  list_affinity["spec"]["template"]["spec"]["affinity"] = json::array();
+  EXPECT_EQ(parse_pool(list_affinity).error().field, "spec.template.spec.affinity");
+  json nameless = pool_object();
+  nameless["spec"]["template"]["spec"]["containers"][0].erase("name");
+  EXPECT_EQ(parse_pool(nameless).error().field, "spec.template.spec.containers[0].name");
   json long_name = pool_object();
   long_name["metadata"]["name"] = std::string(50, 'a');
   EXPECT_EQ(parse_pool(long_name).error().field, "metadata.name");
