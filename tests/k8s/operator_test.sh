@@ -210,6 +210,23 @@ holder() { kube get lease numaserve-operator -o jsonpath='{.spec.holderIdentity}
    $(metric op-b numaserve_operator_reconciles_total) == 0 ]] &&
   ok "op-a leads (the Lease's holder), op-b waits and writes nothing" ||
   fail "leaders: lease holder $(holder), op-a $(metric op-a numaserve_operator_leader), op-b $(metric op-b numaserve_operator_leader)"
+# The API server frozen past the Lease's duration (its answers time out),
+# then thawed: both live on, and one leads.
+read -r _ api_pid < <(grep '^kube-apiserver ' "$CP_DIR/pids")
+kill -STOP -- "-$api_pid"
+sleep 6
+kill -CONT -- "-$api_pid"
+one_leader() { (( $(metric op-a numaserve_operator_leader) + $(metric op-b numaserve_operator_leader) == 1 )); }
+if eventually 30 one_leader && kill -0 "${pid[op-a]}" && kill -0 "${pid[op-b]}"; then
+  ok "the API server frozen for 6 s: both operators live, one leads ($(holder))"
+else
+  fail "after the API server froze: leaders op-a=$(metric op-a numaserve_operator_leader) op-b=$(metric op-b numaserve_operator_leader)"
+fi
+if [[ $(holder) == op-b ]]; then  # the rest expects op-a to lead: hand it back
+  kill -TERM "${pid[op-b]}"; wait "${pid[op-b]}" || true
+  start_operator op-b
+  eventually 15 bash -c "[[ \$(kubectl --kubeconfig $CP_DIR/kubeconfig -n numaserve get lease numaserve-operator -o jsonpath='{.spec.holderIdentity}') == op-a ]]" || true
+fi
 kill -TERM "${pid[op-a]}"
 wait "${pid[op-a]}" || fail "op-a exited with $? on SIGTERM"
 takes_over() { [[ $(holder) == op-b && $(metric op-b numaserve_operator_leader) == 1 ]]; }

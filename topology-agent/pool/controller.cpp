@@ -54,6 +54,7 @@ class Operator {
 
   // One step of the leader election; true while this process leads.
   bool lead() {
+    const Clock::time_point asked = Clock::now();
     const std::string leases = "/apis/coordination.k8s.io/v1/namespaces/" + config_.namespace_name + "/leases";
     const std::string path = leases + "/" + config_.lease_name;
     auto current = api_.get(path);
@@ -70,6 +71,7 @@ class Operator {
       log(LogLevel::kInfo, "leading", {{"lease", config_.lease_name}, {"identity", config_.identity}});
     }
     counters_.leader = true;
+    renewed_at_ = asked;
     return true;
   }
 
@@ -117,6 +119,16 @@ class Operator {
     if (counters_.leader) log(LogLevel::kWarning, "lost the lease", {{"reason", why}});
     if (!why.empty()) fault(why);
     counters_.leader = false;
+    return false;
+  }
+
+  // Whether this replica may still write: its Lease renewed within two
+  // thirds of its duration (client-go's renewDeadline), so that a pass slowed
+  // by a hanging API server never writes after another replica took over.
+  bool acting() {
+    const auto deadline = std::chrono::duration_cast<Clock::duration>(config_.lease * 2) / 3;
+    if (counters_.leader && Clock::now() - renewed_at_ < deadline) return true;
+    if (counters_.leader) lost("the lease was not renewed within its deadline");
     return false;
   }
 
@@ -177,6 +189,7 @@ class Operator {
         ++counters_.unchanged;
         continue;
       }
+      if (!acting()) return json(*plan);
       auto applied = api_.apply(path, d);
       if (!applied || !applied->ok()) {
         error = "apply " + path + ": " + (applied ? applied->reason() : applied.error().message);
@@ -190,6 +203,7 @@ class Operator {
     // failed read never empties the pool).
     for (const auto& [path, item] : live) {
       if (wanted.contains(path)) continue;
+      if (!acting()) return json(*plan);
       auto removed = api_.remove(path);
       if (!removed || (!removed->ok() && removed->status != 404)) {
         error = "delete " + path + ": " + (removed ? removed->reason() : removed.error().message);
@@ -217,6 +231,7 @@ class Operator {
       const std::string reason = text_field(pod, {"status", "reason"});
       if (!refusals_.admit_delete(node, reason, Clock::now())) continue;
       const std::string name = text_field(pod, {"metadata", "name"});
+      if (!acting()) return;
       auto removed = api_.remove(path + "/" + name);
       if (!removed || (!removed->ok() && removed->status != 404)) {
         fault("delete pod " + name + ": " + (removed ? removed->reason() : removed.error().message));
@@ -238,7 +253,7 @@ class Operator {
     if (named.name.empty() || named.namespace_name.empty()) return {{"error", error}};  // nowhere to report it
     const json status =
         pool_status(named, plan, states, refusals_, error, previous, wall_now(false), Clock::now());
-    if (!(contains(previous, status) && contains(status, previous))) {
+    if (!(contains(previous, status) && contains(status, previous)) && acting()) {
       const json patch = {{"apiVersion", kApiVersion},
                           {"kind", "ServingPool"},
                           {"metadata", {{"name", named.name}, {"namespace", named.namespace_name}}},
@@ -289,6 +304,7 @@ class Operator {
   Counters counters_;
   std::string plans_;
   Clock::time_point last_pass_{};
+  Clock::time_point renewed_at_{};
 };
 
 }  // namespace
