@@ -77,6 +77,10 @@ check "cluster-plan: -o takes text, json, yaml or helm-values" 2 'want text, jso
 check "cluster-plan -o helm-values: one class per machine generation, the plan above as comments" 0 \
   '^#   fleet: 288 of 288 allocatable CPUs at work' cluster-plan -o helm-values "$fleet/generations.yaml"
 check "cluster-plan -o helm-values: each class its size" 0 '^        cpu: 46$' cluster-plan -o helm-values "$fleet/generations.yaml"
+check "cluster-plan --hugepages-per-replica: machines without those hugepages are unplanned, saying so" 1 \
+  'no NUMA zone has 1Gi of hugepages-1Gi' cluster-plan --hugepages-per-replica hugepages-1Gi=1Gi "$fleet/generations.yaml"
+check "cluster-plan --hugepages-per-replica: a bad size is refused" 2 'hugepages-<size>=<quantity>' \
+  cluster-plan --hugepages-per-replica memory=1Gi "$fleet/generations.yaml"
 check "operator: outside a pod it needs an API server" 2 'no API server' operator
 check "operator: a lease shorter than 3 s is refused" 2 'lease-duration' operator --apiserver-url https://127.0.0.1:1 --lease-duration 1s
 check "options table in Markdown" 0 '^\| `--hints-dir DIR` \| `NUMASERVE_HINTS_DIR` \| `hints_dir` \|' options

@@ -110,7 +110,7 @@ std::string reason_not_plannable(const FleetNode& node, const Shape* shape) {
 // The class with its replica size, or its nodes unplanned for `why` when
 // no replica fits.
 void settle(FleetPlan& plan, ClassPlan c, unsigned cpus, std::uint64_t memory, unsigned per_node,
-            const std::string& why) {
+            const std::string& why, const std::map<std::string, std::uint64_t>& hugepages) {
   if (cpus == 0 || memory == 0 || per_node == 0) {
     for (const auto& n : c.nodes) plan.unplanned.push_back({n, why});
     return;
@@ -118,7 +118,25 @@ void settle(FleetPlan& plan, ClassPlan c, unsigned cpus, std::uint64_t memory, u
   c.cpus = cpus;
   c.memory_bytes = memory;
   c.replicas_per_node = per_node;
+  c.hugepages = hugepages;
   plan.classes.push_back(std::move(c));
+}
+
+// Replicas a zone's hugepages hold ( ~0u when none are asked).
+unsigned hugepage_room(const Zone& z, const std::map<std::string, std::uint64_t>& ask) {
+  unsigned room = ~0u;
+  for (const auto& [name, bytes] : ask) {
+    const auto it = z.hugepages.find(name);
+    const std::uint64_t have = it == z.hugepages.end() ? 0 : it->second;
+    room = std::min<std::uint64_t>(room, bytes == 0 ? ~0u : have / bytes);
+  }
+  return room;
+}
+
+std::string names_of(const std::map<std::string, std::uint64_t>& ask) {
+  std::string out;
+  for (const auto& [name, bytes] : ask) out += (out.empty() ? "" : ", ") + format_quantity(bytes) + " of " + name;
+  return out;
 }
 
 // The largest multiple of `step` not above n.
@@ -254,6 +272,27 @@ Result<Sizing> parse_sizing(std::string_view text) {
   return bad("--sizing: want per-class or uniform, not '" + std::string(text) + "'");
 }
 
+Result<std::map<std::string, std::uint64_t>> parse_hugepages(std::string_view text) {
+  std::map<std::string, std::uint64_t> out;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string_view item = text.substr(start, comma - start);
+    start = comma + 1;
+    const std::size_t eq = item.find('=');
+    const std::string name(item.substr(0, eq));
+    if (eq == std::string_view::npos || !name.starts_with("hugepages-") || name.size() == 10) {
+      return bad("--hugepages-per-replica: want hugepages-<size>=<quantity>, not '" + std::string(item) + "'");
+    }
+    auto bytes = parse_quantity(item.substr(eq + 1));
+    if (!bytes || *bytes == 0) {
+      return bad("--hugepages-per-replica: " + name + ": '" + std::string(item.substr(eq + 1)) + "' is not a quantity");
+    }
+    out[name] = *bytes;
+  }
+  return out;
+}
+
 std::string_view to_string(Sizing sizing) { return sizing == Sizing::kUniform ? "uniform" : "per-class"; }
 
 std::uint64_t ClassPlan::cpus_allocatable() const {
@@ -307,19 +346,24 @@ Result<FleetPlan> plan_fleet(const std::vector<FleetNode>& nodes, const FleetCon
     // Each class: the replica that fills one NUMA zone of its smallest, k
     // per zone; zones without allocatable memory hold none.
     const unsigned k = config.replicas_per_numa_node;
+    const auto& ask = config.hugepages_per_replica;
     for (auto& [name, c] : classes) {
-      unsigned cpus = ~0u, zones = 0;
+      unsigned cpus = ~0u, zones = 0, with_memory = 0;
       std::uint64_t memory = ~std::uint64_t{0};
       for (const auto& z : c.shape.zones) {
         if (z.memory_bytes == 0) continue;
+        ++with_memory;
+        if (hugepage_room(z, ask) < k) continue;
         ++zones;
         cpus = std::min(cpus, round_down(z.cpus / k, c.shape.threads_per_core));
         memory = std::min(memory, memory_for(z, k));
       }
       if (zones == 0) cpus = 0;
       settle(plan, std::move(c), cpus, memory, zones * k,
-             zones == 0 ? "no NUMA zone with CPUs has allocatable memory"
-                        : "no NUMA zone holds " + std::to_string(k) + " replica(s) of a whole core");
+             with_memory == 0 ? "no NUMA zone with CPUs has allocatable memory"
+             : zones == 0     ? "no NUMA zone has " + names_of(ask) + " for each of " + std::to_string(k) + " replica(s)"
+                              : "no NUMA zone holds " + std::to_string(k) + " replica(s) of a whole core",
+             ask);
     }
   } else {
     // One CPU size for all: the largest whose fleet-wide use reaches the
@@ -336,7 +380,9 @@ Result<FleetPlan> plan_fleet(const std::vector<FleetNode>& nodes, const FleetCon
         allocatable += std::uint64_t{z.cpus} * c.nodes.size();
       }
     }
-    const auto replicas_in = [](const Zone& z, unsigned size) { return z.memory_bytes == 0 ? 0 : z.cpus / size; };
+    const auto replicas_in = [&](const Zone& z, unsigned size) {
+      return z.memory_bytes == 0 ? 0 : std::min(z.cpus / size, hugepage_room(z, config.hugepages_per_replica));
+    };
     const auto use_of = [&](unsigned size) {
       std::uint64_t used = 0;
       for (const auto& [name, c] : classes) {
@@ -372,8 +418,12 @@ Result<FleetPlan> plan_fleet(const std::vector<FleetNode>& nodes, const FleetCon
       const bool any_memory = std::any_of(c.shape.zones.begin(), c.shape.zones.end(),
                                           [](const Zone& z) { return z.memory_bytes > 0; });
       settle(plan, std::move(c), chosen, per_node == 0 ? 0 : memory, per_node,
-             any_memory ? "no NUMA zone holds the fleet's replica of " + std::to_string(chosen) + " CPUs"
-                        : "no NUMA zone with CPUs has allocatable memory");
+             !any_memory ? "no NUMA zone with CPUs has allocatable memory"
+             : config.hugepages_per_replica.empty()
+                 ? "no NUMA zone holds the fleet's replica of " + std::to_string(chosen) + " CPUs"
+                 : "no NUMA zone holds the fleet's replica of " + std::to_string(chosen) + " CPUs and " +
+                       names_of(config.hugepages_per_replica),
+             config.hugepages_per_replica);
     }
   }
   if (plan.classes.empty()) {
@@ -397,7 +447,7 @@ void to_json(nlohmann::json& j, const FleetPlan& plan) {
                             {"nodes", c.nodes},
                             {"replicas_per_node", c.replicas_per_node},
                             {"replicas", c.replicas_per_node * c.nodes.size()},
-                            {"replica", {{"cpus", c.cpus}, {"memory_bytes", c.memory_bytes}}},
+                            {"replica", {{"cpus", c.cpus}, {"memory_bytes", c.memory_bytes}, {"hugepages", c.hugepages}}},
                             {"cpus_used", c.cpus_used()},
                             {"cpus_allocatable", c.cpus_allocatable()},
                             {"machine", {{"zones", zones},
@@ -420,8 +470,9 @@ std::string render_text(const FleetPlan& plan) {
                                    [](const Zone& a, const Zone& b) { return a.cpus < b.cpus; })->cpus,
                   c.shape.threads_per_core);
     out << line;
-    std::snprintf(line, sizeof line, "  %u replica(s) per node of %u CPU / %s: %zu replica(s), %llu of %llu CPUs at work\n",
+    std::snprintf(line, sizeof line, "  %u replica(s) per node of %u CPU / %s%s: %zu replica(s), %llu of %llu CPUs at work\n",
                   c.replicas_per_node, c.cpus, format_quantity(c.memory_bytes).c_str(),
+                  c.hugepages.empty() ? "" : (" / " + names_of(c.hugepages)).c_str(),
                   c.replicas_per_node * c.nodes.size(), static_cast<unsigned long long>(c.cpus_used()),
                   static_cast<unsigned long long>(c.cpus_allocatable()));
     out << line;
@@ -442,7 +493,8 @@ std::string render_text(const FleetPlan& plan) {
 nlohmann::json helm_values(const FleetPlan& plan) {
   nlohmann::json classes = nlohmann::json::array();
   for (const auto& c : plan.classes) {
-    const nlohmann::json amount = {{"cpu", c.cpus}, {"memory", format_quantity(c.memory_bytes)}};
+    nlohmann::json amount = {{"cpu", c.cpus}, {"memory", format_quantity(c.memory_bytes)}};
+    for (const auto& [name, bytes] : c.hugepages) amount[name] = format_quantity(bytes);
     classes.push_back({{"name", c.name},
                        {"nodes", c.nodes.size()},
                        {"replicasPerNode", c.replicas_per_node},

@@ -68,7 +68,12 @@ struct FleetConfig {
   unsigned replicas_per_numa_node = 1;  // per-class
   double pod_memory_fraction = 0.9;
   double uniform_min_use = 0.9;  // of the planned nodes' allocatable CPUs
+  // Hugepages each replica asks ("hugepages-2Mi" -> bytes): a zone holds
+  // only as many replicas as its allocatable hugepages of each size cover.
+  std::map<std::string, std::uint64_t> hugepages_per_replica;
 };
+// "hugepages-2Mi=1Gi,hugepages-1Gi=2Gi" (empty: none), as --hugepages-per-replica takes it.
+Result<std::map<std::string, std::uint64_t>> parse_hugepages(std::string_view text);
 
 struct ClassPlan {
   std::string name;  // machine_class()
@@ -77,6 +82,7 @@ struct ClassPlan {
   unsigned replicas_per_node = 0;
   unsigned cpus = 0;  // a replica's
   std::uint64_t memory_bytes = 0;
+  std::map<std::string, std::uint64_t> hugepages;  // a replica's, as asked
   std::uint64_t cpus_used() const { return std::uint64_t{cpus} * replicas_per_node * nodes.size(); }
   std::uint64_t cpus_allocatable() const;
 };

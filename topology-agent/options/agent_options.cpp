@@ -204,6 +204,17 @@ std::vector<Row> agent_options(AgentOptions& o) {
                   o.fleet.sizing = *sizing;
                   return Status();
                 }}},
+      {kFleet, {"hugepages_per_replica", "SIZES",
+                "cluster-plan: hugepages each replica asks, e.g. hugepages-2Mi=1Gi (a NUMA zone holds as many as its "
+                "hugepages cover)",
+                "", [&o](const std::string& t) {
+                  auto hugepages = fleet::parse_hugepages(t);
+                  if (!hugepages) {
+                    return Status(make_error(Error::Code::kInvalidArgument, hugepages.error().message, "hugepages_per_replica"));
+                  }
+                  o.fleet.hugepages_per_replica = *hugepages;
+                  return Status();
+                }}},
       {kFleet, fraction_option("uniform_min_use",
                                "cluster-plan --sizing uniform: the least share of the planned nodes' CPUs at work",
                                o.fleet.uniform_min_use)},

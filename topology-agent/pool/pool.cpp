@@ -13,7 +13,7 @@ tl::unexpected<Error> bad(const std::string& field, const std::string& message) 
   return make_error(Error::Code::kInvalidArgument, "ServingPool " + field + ": " + message, field);
 }
 
-// A non-negative fraction in (0, 1], or the default when absent.
+// A share in (0, 1], or the default when absent.
 Status read_fraction(const json& spec, const char* key, double& out) {
   if (!spec.contains(key)) return {};
   const json& v = spec[key];
@@ -80,6 +80,7 @@ json class_template(const PoolSpec& pool, const fleet::ClassPlan& c) {
     for (const char* kind : {"requests", "limits"}) {
       container["resources"][kind]["cpu"] = std::to_string(c.cpus);
       container["resources"][kind]["memory"] = format_quantity(c.memory_bytes);
+      for (const auto& [name, bytes] : c.hugepages) container["resources"][kind][name] = format_quantity(bytes);
     }
   }
   return t;
@@ -189,6 +190,16 @@ Result<PoolSpec> parse_pool(const json& object) {
       return bad("spec.maxUnavailable", "want a count or a percentage");
     }
     pool.max_unavailable = m;
+  }
+  if (spec.contains("hugepagesPerReplica")) {
+    if (!spec["hugepagesPerReplica"].is_object()) return bad("spec.hugepagesPerReplica", "want a map of hugepages-<size> to a quantity");
+    for (const auto& [k, v] : spec["hugepagesPerReplica"].items()) {
+      auto bytes = v.is_string() ? parse_quantity(v.get<std::string>()) : Result<std::uint64_t>(0);
+      if (!k.starts_with("hugepages-") || !bytes || *bytes == 0) {
+        return bad("spec.hugepagesPerReplica." + k, "want hugepages-<size>: <quantity>");
+      }
+      pool.sizing.hugepages_per_replica[k] = *bytes;
+    }
   }
   if (spec.contains("nodeSelector")) {
     if (!spec["nodeSelector"].is_object()) return bad("spec.nodeSelector", "want a map of labels");

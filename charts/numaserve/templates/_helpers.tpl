@@ -57,12 +57,19 @@ Called with dict "resources" (requests and limits) "field" (their values path).
 {{- fail (printf "values: %s.requests.%s (%v) must equal %s.limits.%s (%v): numaserve pods are Guaranteed QoS" $.field $name (index $r.requests $name) $.field $name (index $r.limits $name)) -}}
 {{- end -}}
 {{- end -}}
+{{- range $name, $_ := $r.requests -}}
+{{- if and (hasPrefix "hugepages-" $name) (ne (toString (index $r.requests $name)) (toString (index $r.limits $name | default ""))) -}}
+{{- fail (printf "values: %s.requests.%s (%v) must equal %s.limits.%s: hugepages requests are limits" $.field $name (index $r.requests $name) $.field $name) -}}
+{{- end -}}
+{{- end -}}
 requests:
-  cpu: {{ $r.requests.cpu | quote }}
-  memory: {{ $r.requests.memory | quote }}
+{{- range $name, $value := $r.requests }}
+  {{ $name }}: {{ $value | quote }}
+{{- end }}
 limits:
-  cpu: {{ $r.limits.cpu | quote }}
-  memory: {{ $r.limits.memory | quote }}
+{{- range $name, $value := $r.limits }}
+  {{ $name }}: {{ $value | quote }}
+{{- end }}
 {{- end -}}
 
 {{- /*

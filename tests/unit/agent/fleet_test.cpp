@@ -106,6 +106,32 @@ TEST(FleetPlan, UniformSaysSoWhenNoSizeReachesTheMinimum) {
   EXPECT_GT(class_of(*plan, "e5-1").cpus, 0u);
 }
 
+TEST(FleetPlan, HugepagesBoundTheReplicasAZoneHolds) {
+  // Gold zones with 3Gi of 1Gi pages, E5 zones with none.
+  auto fleet = two_generations();
+  for (auto& n : fleet) {
+    if (n.name.starts_with("gold")) {
+      for (auto& z : n.shape->zones) z.hugepages["hugepages-1Gi"] = 3 * kGi;
+    }
+  }
+  FleetConfig per_class{.replicas_per_numa_node = 2, .hugepages_per_replica = {{"hugepages-1Gi", kGi}}};
+  auto plan = plan_fleet(fleet, per_class);
+  ASSERT_TRUE(plan) << plan.error().message;
+  ASSERT_EQ(plan->classes.size(), 1u);  // the E5 machines have no hugepages
+  EXPECT_EQ(plan->classes[0].replicas_per_node, 4u);
+  EXPECT_EQ(plan->classes[0].hugepages.at("hugepages-1Gi"), kGi);
+  ASSERT_EQ(plan->unplanned.size(), 2u);
+  EXPECT_NE(plan->unplanned[0].reason.find("1Gi of hugepages-1Gi"), std::string::npos) << plan->unplanned[0].reason;
+  // Uniform: 22-CPU replicas would fit two a Gold zone, its pages three: two.
+  auto uniform = plan_fleet(fleet, {.sizing = Sizing::kUniform, .uniform_min_use = 0.5,
+                                    .hugepages_per_replica = {{"hugepages-1Gi", kGi}}});
+  ASSERT_TRUE(uniform) << uniform.error().message;
+  EXPECT_EQ(class_of(*uniform, "gold-1").replicas_per_node * class_of(*uniform, "gold-1").cpus, 2u * 46u);
+  EXPECT_TRUE(parse_hugepages("hugepages-2Mi=1Gi,hugepages-1Gi=2Gi").has_value());
+  EXPECT_FALSE(parse_hugepages("memory=1Gi").has_value());
+  EXPECT_FALSE(parse_hugepages("hugepages-2Mi=lots").has_value());
+}
+
 TEST(FleetPlan, WholeCoresUnderSmt) {
   // 27 allocatable CPUs with 2 threads a core: 26, never a split core.
   auto plan = plan_fleet({node("odd", nrt("odd", 2, 27, 64 * kGi))}, {});

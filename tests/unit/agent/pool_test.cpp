@@ -144,6 +144,10 @@ TEST(ServingPool, MistakesTheSchemaCannotCatchNameTheField) {
   EXPECT_EQ(parse_pool(pool_object({{"podMemoryFraction", 1.5}})).error().field, "spec.podMemoryFraction");
   EXPECT_EQ(parse_pool(pool_object({{"sizing", "half"}})).error().field, "spec.sizing");
   EXPECT_EQ(parse_pool(pool_object({{"container", 7}})).error().field, "spec.container");
+  EXPECT_EQ(parse_pool(pool_object({{"hugepagesPerReplica", {{"hugepages-2Mi", "lots"}}}})).error().field,
+            "spec.hugepagesPerReplica.hugepages-2Mi");
+  EXPECT_EQ(parsed({{"hugepagesPerReplica", {{"hugepages-2Mi", "1Gi"}}}}).sizing.hugepages_per_replica.at("hugepages-2Mi"),
+            1ull << 30);
   json list_affinity = pool_object();
   list_affinity["spec"]["template"]["spec"]["affinity"] = json::array();
   EXPECT_EQ(parse_pool(list_affinity).error().field, "spec.template.spec.affinity");
