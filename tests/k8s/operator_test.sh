@@ -25,7 +25,16 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/cluster/lib.sh"
 out=$(mktemp -d)
 operators=()
-trap 'for p in "${operators[@]}"; do kill "$p" 2>/dev/null || true; done; stop_control_plane; rm -rf "$out"' EXIT
+# However it ends (a failed command too, under set -e), the operators' logs
+# are shown when it did not pass.
+finish() {
+  local rc=$?
+  if ((rc || failures)); then for f in "$out"/op-*.log; do [[ -f $f ]] && { echo "--- $f"; tail -30 "$f"; }; done >&2; fi
+  for p in "${operators[@]}"; do kill "$p" 2>/dev/null || true; done
+  stop_control_plane
+  rm -rf "$out"
+}
+trap finish EXIT
 use_control_plane "$out/cluster"
 export NAMESPACE=numaserve  # the release's; control-plane.sh made the operator's ServiceAccount here
 
@@ -55,17 +64,18 @@ create_nodes "$out/fleet.yaml"
 
 declare -A pid port  # by identity
 start_operator() {  # identity: runs it in the background with the operator's token; its pid and port
+  rm -f "$out/$1.log"  # a restart's port is read from its own log, not the last one's
   "$AGENT" operator --apiserver-url "$(cat "$CP_DIR/url")" --apiserver-ca-file "$CP_DIR/ca.crt" \
     --apiserver-token-file "$CP_DIR/operator.token" --namespace numaserve --identity "$1" \
     --lease-name numaserve-operator --resync-interval 1s --lease-duration 4s --port 0 > "$out/$1.log" 2>&1 &
   operators+=($!)
   pid[$1]=$!
-  local deadline=$((SECONDS + 10))
-  until grep -q 'msg=listening' "$out/$1.log"; do ((SECONDS < deadline)) || { fail "$1 did not start: $(cat "$out/$1.log")"; return; }; sleep 0.2; done
+  local deadline=$((SECONDS + 30))
+  until grep -q 'msg=listening' "$out/$1.log" 2>/dev/null; do ((SECONDS < deadline)) || { fail "$1 did not start: $(cat "$out/$1.log")"; return; }; sleep 0.2; done
   port[$1]=$(sed -n 's/.*msg=listening.* port=\([0-9]*\).*/\1/p' "$out/$1.log" | head -1)
 }
 metric() {  # identity name [labels]: a sample's value
-  curl -fsS "http://127.0.0.1:${port[$1]}/metrics" | awk -v n="$2${3:+{$3\}}" '$1 == n {print $2}'
+  { curl -fsS --max-time 5 "http://127.0.0.1:${port[$1]}/metrics" || true; } | awk -v n="$2${3:+{$3\}}" '$1 == n {print $2}'
 }
 deployments() { kube get deployments -l numaserve.io/pool=$pool -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}' | sort | tr '\n' ' '; }
 pods_sel=numaserve.io/pool=$pool
@@ -87,11 +97,11 @@ start_operator op-a
 e5=$(class_of e5-1) gold=$(class_of gold-1)
 want="$pool-$e5 $pool-$gold "
 [[ $e5 < $gold ]] || want="$pool-$gold $pool-$e5 "
-eventually 30 bash -c "[[ \"\$(kubectl --kubeconfig $CP_DIR/kubeconfig -n numaserve get deployments -l numaserve.io/pool=$pool -o name | wc -l)\" == 2 ]]" || true
+eventually 90 bash -c "[[ \"\$(kubectl --kubeconfig $CP_DIR/kubeconfig -n numaserve get deployments -l numaserve.io/pool=$pool -o name | wc -l)\" == 2 ]]" || true
 [[ $(deployments) == "$want" ]] && ok "one Deployment per class: $(deployments)" || fail "Deployments: $(deployments), expected $want"
 [[ $(kube get pdb -l numaserve.io/pool=$pool -o name | wc -l) == 2 ]] && ok "one PodDisruptionBudget per class" || fail "PDBs: $(kube get pdb -o name | tr '\n' ' ')"
 expected="e5-1=2 e5-2=2 gold-1=2 gold-2=2 "
-eventually 60 placed_as "$expected" || true
+eventually 180 placed_as "$expected" || true
 wrong=$(class_mismatches numaserve "$pods_sel")
 [[ $(placement) == "$expected" && -z $wrong ]] && ok "every replica bound on a node of its class: $(placement)" ||
   fail "placement $(placement), expected $expected; on another class's node: ${wrong:-none}"
@@ -99,7 +109,7 @@ owner=$(kube get deployment "$pool-$e5" -o jsonpath='{.metadata.ownerReferences[
 [[ $owner == "ServingPool/$pool 0 26" ]] && ok "the E5 class's Deployment: owned by the pool, no surge, 26 CPUs" || fail "the E5 Deployment: $owner"
 mark_ready
 ready() { [[ $(pool_field '{.status.conditions[?(@.type=="Ready")].status}') == True ]]; }
-eventually 30 ready || true
+eventually 90 ready || true
 status=$(pool_field '{.status.classes[*].readyReplicas}/{.status.classes[*].replicas} {.status.cpusUsed}/{.status.cpusAllocatable} {.status.conditions[0].status}')
 [[ $status == "4 4/4 4 288/288 True" ]] && ok "the pool's status: ready per class, CPUs at work: $status" ||
   fail "the pool's status: $status"
@@ -116,7 +126,7 @@ spec:
       containers: [{name: numaserve, image: localhost/numaserve:test}]
 EOF
 broken() { [[ $(kube get servingpool broken -o jsonpath='{.status.lastError}') == *"spec.container"* ]]; }
-eventually 10 broken && ok "a pool naming no container of its template: $(kube get servingpool broken -o jsonpath='{.status.lastError}')" ||
+eventually 30 broken && ok "a pool naming no container of its template: $(kube get servingpool broken -o jsonpath='{.status.lastError}')" ||
   fail "the broken pool's status: $(kube get servingpool broken -o jsonpath='{.status}')"
 kube delete servingpool broken >/dev/null
 
@@ -135,7 +145,7 @@ after=$(versions)
 echo "== 3. a conflicting write by another field manager is taken back"
 kube scale deployment "$pool-$gold" --replicas 1 >/dev/null
 back() { [[ $(kube get deployment "$pool-$gold" -o jsonpath='{.spec.replicas}') == 4 ]]; }
-eventually 20 back && ok "kubectl's scale to 1 taken back to the plan's 4 replicas" ||
+eventually 60 back && ok "kubectl's scale to 1 taken back to the plan's 4 replicas" ||
   fail "the gold class's replicas after a scale by kubectl: $(kube get deployment "$pool-$gold" -o jsonpath='{.spec.replicas}')"
 
 echo "== 4. classes come and go with their nodes"
@@ -143,12 +153,12 @@ fleet_node big-1 --synthetic "pack:4 numa:2(memory=64GiB) core:8 pu:2" > "$out/b
 create_nodes "$out/big.yaml"
 big=$(class_of big-1)
 has() { kube get deployment "$1" >/dev/null 2>&1; }
-eventually 20 has "$pool-$big" && ok "a node of a new class (8 NUMA nodes) adds its Deployment: $pool-$big" ||
+eventually 60 has "$pool-$big" && ok "a node of a new class (8 NUMA nodes) adds its Deployment: $pool-$big" ||
   fail "no Deployment for the new class $big: $(deployments)"
 kube delete node gold-1 gold-2 >/dev/null
 kube delete noderesourcetopology gold-1 gold-2 >/dev/null
 gone() { ! kube get deployment "$1" >/dev/null 2>&1 && ! kube get pdb "$1" >/dev/null 2>&1; }
-eventually 20 gone "$pool-$gold" && ok "the class whose nodes left: its Deployment and PDB deleted" ||
+eventually 60 gone "$pool-$gold" && ok "the class whose nodes left: its Deployment and PDB deleted" ||
   fail "the gold class's Deployment is still there: $(deployments)"
 has "$pool-$e5" || fail "the E5 class's Deployment went too"
 
@@ -157,25 +167,31 @@ refuse() {  # pod: the kubelet's report of a pod it would not admit
   kube patch pod "$1" --subresource status --type merge -p \
     '{"status":{"phase":"Failed","reason":"TopologyAffinityError","message":"Resources cannot be allocated with Topology locality"}}' >/dev/null
 }
-e5_pods() { kube get pods -l "numaserve.io/machine-class=$e5" --field-selector spec.nodeName=e5-1,status.phase!=Failed -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}'; }
-victim=$(e5_pods | head -1)
+# One pod of the E5 class on e5-1 not yet refused ("" when none): the
+# first item, not `| head -1` (under pipefail kubectl's SIGPIPE would fail it).
+e5_pod() {
+  kube get pods -l "numaserve.io/machine-class=$e5" --field-selector spec.nodeName=e5-1,status.phase!=Failed \
+    -o jsonpath='{.items[0].metadata.name}' 2>/dev/null || true
+}
+victim=$(e5_pod)
 refuse "$victim"
 deleted() { ! kube get pod "$1" >/dev/null 2>&1; }
-eventually 10 deleted "$victim" && [[ $(metric op-a numaserve_operator_refused_pods_total 'action="deleted"') == 1 ]] &&
+eventually 30 deleted "$victim" && [[ $(metric op-a numaserve_operator_refused_pods_total 'action="deleted"') == 1 ]] &&
   ok "a pod refused with TopologyAffinityError is deleted, once: $victim" ||
   fail "the refused pod $victim: still there or counted $(metric op-a numaserve_operator_refused_pods_total 'action="deleted"')"
 # Refused again and again on one node: deletions spaced by the backoff (1 s,
 # 2 s, 4 s...), the node reported in the pool's status.
 t0=$SECONDS
 for i in 1 2 3; do
-  eventually 20 bash -c "[[ -n \"\$(kubectl --kubeconfig $CP_DIR/kubeconfig -n numaserve get pods -l numaserve.io/machine-class=$e5 --field-selector spec.nodeName=e5-1,status.phase!=Failed -o name)\" ]]" || true
-  p=$(e5_pods | head -1)
-  [[ -n $p ]] && refuse "$p"
-  eventually 20 deleted "$p" || fail "refused pod $p not deleted"
+  eventually 60 bash -c "[[ -n \"\$(kubectl --kubeconfig $CP_DIR/kubeconfig -n numaserve get pods -l numaserve.io/machine-class=$e5 --field-selector spec.nodeName=e5-1,status.phase!=Failed -o name)\" ]]" || true
+  p=$(e5_pod)
+  [[ -n $p ]] || { fail "no pod of the E5 class on e5-1 to refuse"; continue; }
+  refuse "$p" || { fail "could not set $p's status"; continue; }
+  eventually 60 deleted "$p" || fail "refused pod $p not deleted"
 done
 spent=$((SECONDS - t0))
 reported() { [[ $(pool_field '{.status.refusingNodes[*].node}') == e5-1 ]]; }
-eventually 10 reported || true
+eventually 30 reported || true
 count=$(pool_field '{.status.refusedPods}') deferred=$(metric op-a numaserve_operator_refused_pods_total 'action="deferred"')
 if reported && ((count == 4 && deferred > 0 && spent >= 3)); then
   ok "a node refusing 4 pods: each deleted after its backoff ($deferred deferrals, ${spent}s), e5-1 reported: $(pool_field '{.status.refusingNodes[0]}')"
@@ -193,10 +209,10 @@ sleep 4  # the operator's passes fail meanwhile
 setsid "${api_cmd[@]}" >> "$CP_DIR/logs/kube-apiserver.log" 2>&1 < /dev/null &
 sed -i "s/^kube-apiserver $api_pid\$/kube-apiserver $!/" "$CP_DIR/pids"
 api_up() { kube get --raw /readyz >/dev/null; }
-eventually 60 api_up || fail "the API server did not come back"
+eventually 180 api_up || fail "the API server did not come back"
 kube scale deployment "$pool-$e5" --replicas 1 >/dev/null
 e5_back() { [[ $(kube get deployment "$pool-$e5" -o jsonpath='{.spec.replicas}') == 4 ]]; }
-if kill -0 "${pid[op-a]}" 2>/dev/null && eventually 30 e5_back && (($(metric op-a numaserve_operator_errors_total) > errors)); then
+if kill -0 "${pid[op-a]}" 2>/dev/null && eventually 90 e5_back && (($(metric op-a numaserve_operator_errors_total) > errors)); then
   ok "the operator lived through the API server's restart ($(( $(metric op-a numaserve_operator_errors_total) - errors )) failed requests) and reconciles again"
 else
   fail "after the API server's restart: operator alive=$(kill -0 "${pid[op-a]}" 2>/dev/null && echo yes || echo no), e5 replicas $(kube get deployment "$pool-$e5" -o jsonpath='{.spec.replicas}')"
@@ -217,7 +233,7 @@ kill -STOP -- "-$api_pid"
 sleep 6
 kill -CONT -- "-$api_pid"
 one_leader() { (( $(metric op-a numaserve_operator_leader) + $(metric op-b numaserve_operator_leader) == 1 )); }
-if eventually 30 one_leader && kill -0 "${pid[op-a]}" && kill -0 "${pid[op-b]}"; then
+if eventually 90 one_leader && kill -0 "${pid[op-a]}" && kill -0 "${pid[op-b]}"; then
   ok "the API server frozen for 6 s: both operators live, one leads ($(holder))"
 else
   fail "after the API server froze: leaders op-a=$(metric op-a numaserve_operator_leader) op-b=$(metric op-b numaserve_operator_leader)"
@@ -225,14 +241,14 @@ fi
 if [[ $(holder) == op-b ]]; then  # the rest expects op-a to lead: hand it back
   kill -TERM "${pid[op-b]}"; wait "${pid[op-b]}" || true
   start_operator op-b
-  eventually 15 bash -c "[[ \$(kubectl --kubeconfig $CP_DIR/kubeconfig -n numaserve get lease numaserve-operator -o jsonpath='{.spec.holderIdentity}') == op-a ]]" || true
+  eventually 45 bash -c "[[ \$(kubectl --kubeconfig $CP_DIR/kubeconfig -n numaserve get lease numaserve-operator -o jsonpath='{.spec.holderIdentity}') == op-a ]]" || true
 fi
 kill -TERM "${pid[op-a]}"
 wait "${pid[op-a]}" || fail "op-a exited with $? on SIGTERM"
 takes_over() { [[ $(holder) == op-b && $(metric op-b numaserve_operator_leader) == 1 ]]; }
-eventually 15 takes_over && ok "op-a stopped (Lease released): op-b leads" || fail "after op-a stopped: holder $(holder)"
+eventually 45 takes_over && ok "op-a stopped (Lease released): op-b leads" || fail "after op-a stopped: holder $(holder)"
 kube scale deployment "$pool-$e5" --replicas 1 >/dev/null
-eventually 20 e5_back && ok "op-b reconciles" || fail "op-b does not reconcile"
+eventually 60 e5_back && ok "op-b reconciles" || fail "op-b does not reconcile"
 
 echo "== 8. RBAC: what the operator's identity may do"
 as_operator() { "$CP_DIR/bin/kubectl" --kubeconfig "$CP_DIR/operator.kubeconfig" "$@"; }
@@ -252,12 +268,8 @@ done
 echo "== the pool deleted: the garbage collector removes its Deployments"
 kube delete servingpool $pool >/dev/null
 none_left() { [[ -z $(deployments | tr -d ' ') ]]; }
-eventually 60 none_left && ok "no Deployment of the pool left" ||
+eventually 180 none_left && ok "no Deployment of the pool left" ||
   fail "left behind: $(deployments); the garbage collector: $(grep -i 'garbage\|servingpool' "$CP_DIR/logs/kube-controller-manager.log" | tail -5)"
 
-if ((failures)); then
-  for f in "$out"/op-*.log; do echo "--- $f"; tail -20 "$f"; done >&2
-  echo "$failures failure(s)" >&2
-  exit 1
-fi
+if ((failures)); then echo "$failures failure(s)" >&2; exit 1; fi
 echo "operator checks passed"
