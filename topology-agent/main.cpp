@@ -30,6 +30,8 @@ namespace fleet = numaserve::agent::fleet;
 namespace plan = numaserve::agent::plan;
 namespace publish = numaserve::agent::publish;
 using numaserve::agent::options::AgentOptions;
+using numaserve::agent::options::default_identity;
+using numaserve::agent::options::default_namespace;
 using numaserve::agent::options::kAllGroups;
 using numaserve::agent::options::kDiscover;
 using numaserve::agent::options::kFleet;
@@ -130,6 +132,8 @@ int run_operator(AgentOptions& o) {
     std::cerr << kProgram << ": operator: --lease-duration: want at least 3s\n";
     return 2;
   }
+  if (o.operator_config.namespace_name.empty()) o.operator_config.namespace_name = default_namespace();
+  if (o.operator_config.identity.empty()) o.operator_config.identity = default_identity();
   o.operator_config.apiserver = *api;
   o.operator_config.endpoint = o.endpoint;
   return numaserve::agent::pool::run_operator(o.operator_config);

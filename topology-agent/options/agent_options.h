@@ -31,11 +31,7 @@ std::string default_namespace();
 std::string default_identity();
 
 struct AgentOptions {
-  AgentOptions() {
-    updater.node_name = default_node_name();
-    operator_config.namespace_name = default_namespace();
-    operator_config.identity = default_identity();
-  }
+  AgentOptions() { updater.node_name = default_node_name(); }
 
   // Where the machine is read from: at most one of these, else this machine.
   std::string xml;
@@ -61,7 +57,10 @@ struct AgentOptions {
   std::string svg;              // discover, plan
   std::string output = "text";  // plan -o: a rendering's name (publish/renderings.h); cluster-plan -o
   fleet::FleetConfig fleet;     // cluster-plan; replicas per NUMA node and memory share from the plan's rows
-  pool::OperatorConfig operator_config;  // operator; API server and endpoint from the run's rows
+  // operator; API server and endpoint from the run's rows; namespace and
+  // identity, when not given, default_namespace() and default_identity()
+  // (read only by the operator: no other subcommand reads the service account)
+  pool::OperatorConfig operator_config;
 
   discover::DiscoverConfig discover_config() const;
   // The updater's whole config: the rows' values, the API server's from the

@@ -55,8 +55,7 @@ class Operator {
   // One step of the leader election; true while this process leads.
   bool lead() {
     const Clock::time_point asked = Clock::now();
-    const std::string leases = "/apis/coordination.k8s.io/v1/namespaces/" + config_.namespace_name + "/leases";
-    const std::string path = leases + "/" + config_.lease_name;
+    const std::string path = leases() + "/" + config_.lease_name;
     auto current = api_.get(path);
     if (!current || (!current->ok() && current->status != 404)) {
       return lost(current ? current->reason() : current.error().message);
@@ -64,7 +63,7 @@ class Operator {
     const json lease = current->status == 404 ? json(nullptr) : current->body;
     auto next = election_.next(lease, Clock::now(), wall_now(true));
     if (!next) return lost("");
-    auto wrote = lease.is_null() ? api_.create(leases, *next) : api_.replace(path, *next);
+    auto wrote = lease.is_null() ? api_.create(leases(), *next) : api_.replace(path, *next);
     if (!wrote || !wrote->ok()) return lost(wrote ? wrote->reason() : wrote.error().message);  // 409: another won
     if (!counters_.leader) {
       ++counters_.lease_transitions;
@@ -78,8 +77,7 @@ class Operator {
   // Hands the Lease over at once on shutdown (client-go's ReleaseOnCancel).
   void release() {
     if (!counters_.leader) return;
-    const std::string path =
-        "/apis/coordination.k8s.io/v1/namespaces/" + config_.namespace_name + "/leases/" + config_.lease_name;
+    const std::string path = leases() + "/" + config_.lease_name;
     auto current = api_.get(path);
     if (!current || !current->ok() || text_field(current->body, {"spec", "holderIdentity"}) != config_.identity) return;
     json lease = current->body;
@@ -104,7 +102,6 @@ class Operator {
       plans[text_field(object, {"metadata", "name"})] = reconcile(object, *nodes, *nrts);
     }
     plans_ = plans.dump(2) + "\n";
-    last_pass_ = Clock::now();
   }
 
   http::Snapshot snapshot() const {
@@ -144,10 +141,14 @@ class Operator {
     return reply->body;
   }
 
-  static std::string collection_of(const json& object) {
-    const std::string ns = object["metadata"]["namespace"];
-    return object["kind"] == "Deployment" ? "/apis/apps/v1/namespaces/" + ns + "/deployments"
-                                          : "/apis/policy/v1/namespaces/" + ns + "/poddisruptionbudgets";
+  std::string leases() const {
+    return "/apis/coordination.k8s.io/v1/namespaces/" + config_.namespace_name + "/leases";
+  }
+
+  // Where a pool's objects of `kind` live: listed, applied and deleted there.
+  static std::string collection(const std::string& kind, const std::string& ns) {
+    return kind == "Deployment" ? "/apis/apps/v1/namespaces/" + ns + "/deployments"
+                                : "/apis/policy/v1/namespaces/" + ns + "/poddisruptionbudgets";
   }
 
   // One pool: its objects, stale classes, refused pods, status. The plan's
@@ -165,16 +166,15 @@ class Operator {
     std::map<std::string, ClassState> states;
     std::set<std::string> wanted;
     std::map<std::string, json> live;  // "<collection>/<name>" -> object
-    for (const char* kind : {"deployments", "poddisruptionbudgets"}) {
-      const std::string group = std::string(kind) == "deployments" ? "/apis/apps/v1" : "/apis/policy/v1";
-      const std::string path = group + "/namespaces/" + pool->namespace_name + "/" + kind;
+    for (const char* kind : {"Deployment", "PodDisruptionBudget"}) {
+      const std::string path = collection(kind, pool->namespace_name);
       auto items = list(path + "?" + selector);
       if (!items) return write_status(object, &*pool, &*plan, states, items.error().message, previous);
       const json& got = field(*items, {"items"});
       for (const json& item : got.is_array() ? got : json::array()) live[path + "/" + text_field(item, {"metadata", "name"})] = item;
     }
     for (const json& d : desired_objects(*pool, *plan)) {
-      const std::string path = collection_of(d) + "/" + d["metadata"]["name"].get<std::string>();
+      const std::string path = collection(d["kind"], pool->namespace_name) + "/" + d["metadata"]["name"].get<std::string>();
       wanted.insert(path);
       const auto it = live.find(path);
       if (it != live.end() && d["kind"] == "Deployment") {
@@ -303,7 +303,6 @@ class Operator {
   Refusals refusals_;
   Counters counters_;
   std::string plans_;
-  Clock::time_point last_pass_{};
   Clock::time_point renewed_at_{};
 };
 

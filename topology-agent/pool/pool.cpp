@@ -1,6 +1,7 @@
 #include "pool/pool.h"
 
 #include <algorithm>
+#include <set>
 
 #include "numaserve/common/quantity.h"
 
@@ -106,14 +107,12 @@ Status check_template(const json& t) {
     if (!containers[i].is_object() || !containers[i].contains("name") || !containers[i]["name"].is_string()) {
       return bad("spec.template." + here + ".name", "want a container with a name");
     }
+    if (auto s = want_object(field(containers[i], {"resources"}), here + ".resources"); !s) return s;
     for (const char* kind : {"requests", "limits"}) {
-      if (auto s = want_object(field(containers[i], {"resources"}), here + ".resources"); !s) return s;
       if (auto s = want_object(field(containers[i], {"resources", kind}), here + ".resources." + kind); !s) return s;
     }
   }
-  for (const char* key : {"affinity"}) {
-    if (auto s = want_object(field(spec, {key}), std::string("spec.") + key); !s) return s;
-  }
+  if (auto s = want_object(field(spec, {"affinity"}), "spec.affinity"); !s) return s;
   if (auto s = want_object(field(spec, {"affinity", "nodeAffinity"}), "spec.affinity.nodeAffinity"); !s) return s;
   const json& required = field(spec, {"affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution"});
   if (auto s = want_object(required, "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"); !s) return s;
@@ -215,7 +214,9 @@ Result<std::vector<fleet::FleetNode>> fleet_of(const json& node_list, const json
                                                const std::map<std::string, std::string>& node_selector) {
   // The reader takes objects as kubectl prints them: a List whose items say their kind.
   json list = {{"apiVersion", "v1"}, {"kind", "List"}, {"items", json::array()}};
-  std::vector<std::string> outside;
+  // With a selector, a NodeResourceTopology counts only beside a Node that
+  // matched it (not one outside it, nor one with no Node at all).
+  std::set<std::string> selected;
   for (const auto& [reply, kind] : {std::pair{&node_list, "Node"}, std::pair{&nrt_list, "NodeResourceTopology"}}) {
     const json& items = field(*reply, {"items"});
     if (!items.is_null() && !items.is_array()) return make_error(Error::Code::kInvalidArgument, std::string(kind) + " list: items: want a list");
@@ -224,26 +225,21 @@ Result<std::vector<fleet::FleetNode>> fleet_of(const json& node_list, const json
         return make_error(Error::Code::kInvalidArgument, std::string(kind) + " list: an item without metadata");
       }
       item["kind"] = kind;
+      const std::string name = text_field(item, {"metadata", "name"});
       const json& labels = field(item, {"metadata", "labels"});
-      if (kind == std::string("Node") &&
-          std::any_of(node_selector.begin(), node_selector.end(),
-                      [&](const auto& kv) { return text_field(labels, {kv.first}) != kv.second; })) {
-        outside.push_back(text_field(item, {"metadata", "name"}));
+      if (kind == std::string("Node")) {
+        if (std::any_of(node_selector.begin(), node_selector.end(),
+                        [&](const auto& kv) { return text_field(labels, {kv.first}) != kv.second; })) {
+          continue;
+        }
+        selected.insert(name);
+      } else if (!node_selector.empty() && !selected.contains(name)) {
         continue;
       }
       list["items"].push_back(std::move(item));
     }
   }
-  auto nodes = fleet::read_objects(list.dump(), "the API server's Node and NodeResourceTopology lists");
-  if (!nodes) return tl::unexpected(nodes.error());
-  // An NRT without its Node (outside the selector, or gone) is not the pool's.
-  std::vector<fleet::FleetNode> kept;
-  for (auto& n : *nodes) {
-    if (std::find(outside.begin(), outside.end(), n.name) != outside.end()) continue;
-    if (n.labels.empty() && n.shape && !node_selector.empty()) continue;
-    kept.push_back(std::move(n));
-  }
-  return kept;
+  return fleet::read_objects(list.dump(), "the API server's Node and NodeResourceTopology lists");
 }
 
 std::vector<json> desired_objects(const PoolSpec& pool, const fleet::FleetPlan& plan) {
