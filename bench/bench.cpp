@@ -22,11 +22,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "features/feature_store.h"
-#include "http/predict_json.h"
+#include "api/predict_json.h"
+#include "feature_store/embedded.h"
 #include "loadgen.h"
 #include "model/model.h"
 #include "numa/numa.h"
+#include "numaserve/common/duration.h"
 #include "requests.h"
 
 namespace {
@@ -79,23 +80,23 @@ struct ForwardOptions {
 };
 
 int run_forward(const ForwardOptions& o) {
-  auto model = numaserve::model::Model::load(o.model_dir);
+  auto model = numaserve::model::TorchModel::load(o.model_dir);
   if (!model) return fail(model.error().message);
-  auto store = numaserve::features::EmbeddedFeatureStore::load(o.store);
+  auto store = numaserve::feature_store::Entities::load(o.store);
   if (!store) return fail(store.error().message);
   auto set = numaserve::bench::make_requests(o.store, 64, o.items, 1);
   if (!set) return fail(set.error().message);
   std::vector<numaserve::features::Batch> batches;
-  for (const auto& r : set->requests) batches.push_back(*numaserve::features::extract((*model)->spec(), r, **store));
+  for (const auto& r : set->requests) batches.push_back(*numaserve::feature_store::extract((*model)->spec(), r, **store));
 
   return print(on_pinned_thread(o.cpus, [&]() -> json {
     numaserve::model::set_intra_op_threads(o.threads);
     std::vector<double> ms;
     std::size_t calls = 0;
     const auto start = Clock::now();
-    const auto measure = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.warmup));
-    const auto end = measure + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
-    const auto interval = o.rate > 0 ? std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(1 / o.rate))
+    const auto measure = start + numaserve::to_duration(o.warmup);
+    const auto end = measure + numaserve::to_duration(o.seconds);
+    const auto interval = o.rate > 0 ? numaserve::to_duration(1 / o.rate)
                                      : Clock::duration{};
     for (std::size_t i = 0;; ++i) {
       // Paced, a call's latency counts from when it was due, as a server's
@@ -108,7 +109,7 @@ int run_forward(const ForwardOptions& o) {
       if (t0 >= end) break;
       if (o.with_extraction) {
         const auto& request = set->requests[i % set->requests.size()];
-        auto batch = numaserve::features::extract((*model)->spec(), request, **store);
+        auto batch = numaserve::feature_store::extract((*model)->spec(), request, **store);
         (void)(*model)->forward(*batch);
       } else {
         (void)(*model)->forward(batches[i % batches.size()]);
@@ -158,7 +159,7 @@ int run_sgemm(const SgemmOptions& o) {
     const float alpha = 1, beta = 0;
     std::size_t calls = 0;
     const auto start = Clock::now();
-    const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
+    const auto end = start + numaserve::to_duration(o.seconds);
     while (Clock::now() < end) {
       sgemm("N", "N", &n, &n, &n, &alpha, a.data(), &n, b.data(), &n, &beta, c.data(), &n);
       ++calls;
@@ -181,28 +182,29 @@ struct StagesOptions {
 // the caches it evicts (they cost about twice as much warm in a loop of
 // their own), and the forward for theirs.
 int run_stages(const StagesOptions& o) {
-  auto model = numaserve::model::Model::load(o.model_dir);
+  auto model = numaserve::model::TorchModel::load(o.model_dir);
   if (!model) return fail(model.error().message);
-  auto store = numaserve::features::EmbeddedFeatureStore::load(o.store);
+  auto store = numaserve::feature_store::Entities::load(o.store);
   if (!store) return fail(store.error().message);
   const auto& spec = (*model)->spec();
-  auto cache = numaserve::features::ItemCache::build(spec, **store);
+  auto cache = numaserve::features::ItemCache::build(
+      spec, [&](const numaserve::features::EntityVisitor& visit) { (*store)->for_each_item(visit); });
   if (!cache) return fail(cache.error().message);
   auto set = numaserve::bench::make_requests(o.store, kLoadBodies, o.items, kLoadSeed);  // what `load` sends
   if (!set) return fail(set.error().message);
   return print(on_pinned_thread(o.cpus, [&]() -> json {
     std::vector<double> parse, query, extract, forward, reply;
-    const numaserve::http::RequestLimits limits;
+    const numaserve::api::RequestLimits limits;
     const auto start = Clock::now();
-    const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
+    const auto end = start + numaserve::to_duration(o.seconds);
     auto micros = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::micro>(b - a).count(); };
     for (std::size_t i = 0; Clock::now() < end; ++i) {
       const std::string& body = set->bodies[i % set->bodies.size()];
       const auto t0 = Clock::now();
-      auto request = numaserve::http::parse_predict_request(body, limits);
+      auto request = numaserve::api::parse_predict_request(body, limits);
       const auto t1 = Clock::now();
       if (!request) return {{"error", request.error().message}};
-      const auto stored = numaserve::features::query(request->features, **store, &*cache);
+      const auto stored = (*store)->query(request->features, &*cache);
       const auto t2 = Clock::now();
       auto batch = numaserve::features::extract(spec, request->features, stored, &*cache);
       const auto t3 = Clock::now();
@@ -210,8 +212,8 @@ int run_stages(const StagesOptions& o) {
       auto scores = (*model)->forward(*batch);
       const auto t4 = Clock::now();
       if (!scores) return {{"error", scores.error().message}};
-      numaserve::http::PredictResponse response{spec.name, spec.version, "ns-1-" + std::to_string(i), std::move(*scores)};
-      const std::string text = numaserve::http::to_json(response);
+      numaserve::api::PredictResponse response{spec.name, spec.version, "ns-1-" + std::to_string(i), std::move(*scores)};
+      const std::string text = numaserve::api::to_json(response);
       const auto t5 = Clock::now();
       parse.push_back(micros(t0, t1));
       query.push_back(micros(t1, t2));
@@ -355,3 +357,4 @@ int main(int argc, char** argv) {
   if (bodies->parsed()) return run_bodies(b);
   return run_load(l);
 }
+

@@ -29,17 +29,10 @@ namespace discover = numaserve::agent::discover;
 namespace fleet = numaserve::agent::fleet;
 namespace plan = numaserve::agent::plan;
 namespace publish = numaserve::agent::publish;
+namespace opts = numaserve::agent::options;  // the option groups: opts::kRun...
 using numaserve::agent::options::AgentOptions;
 using numaserve::agent::options::default_identity;
 using numaserve::agent::options::default_namespace;
-using numaserve::agent::options::kAllGroups;
-using numaserve::agent::options::kDiscover;
-using numaserve::agent::options::kFleet;
-using numaserve::agent::options::kOperator;
-using numaserve::agent::options::kPlan;
-using numaserve::agent::options::kPlanOnly;
-using numaserve::agent::options::kRun;
-using numaserve::agent::options::kSource;
 using numaserve::agent::options::table_for;
 
 constexpr const char* kProgram = "numaserve-topology-agent";
@@ -139,54 +132,80 @@ int run_operator(AgentOptions& o) {
   return numaserve::agent::pool::run_operator(o.operator_config);
 }
 
+// A subcommand and the options it takes. Built in place and never moved:
+// the table binds its rows to the subcommand by address.
+struct Command {
+  Command(CLI::App& app, const char* name, const char* help, AgentOptions& o, int groups)
+      : cli(app.add_subcommand(name, help)), table(table_for(o, groups)) {
+    table.add_to(*cli);
+  }
+  Command(const Command&) = delete;
+  Command& operator=(const Command&) = delete;
+
+  bool parsed() const { return cli->parsed(); }
+
+  CLI::App* cli;
+  numaserve::OptionTable table;
+};
+
+// The command line: every subcommand with its options.
+struct CommandLine {
+  explicit CommandLine(AgentOptions& o)
+      : discover(app, "discover",
+                 "Print NUMA nodes, CPUs, cores, memory, distances, kernel and kubelet settings, and this process's "
+                 "placement",
+                 o, opts::kSource | opts::kDiscover),
+        plan(app, "plan",
+             "Kubelet CPU/Memory/Topology Manager settings and the pod size that fits one replica on each NUMA node", o,
+             opts::kSource | opts::kPlan | opts::kPlanOnly),
+        run(app, "run",
+            "The DaemonSet agent: discover, plan and publish on an interval; serve /topology, /plan, /metrics, /healthz",
+            o, opts::kSource | opts::kPlan | opts::kRun),
+        cluster_plan(app, "cluster-plan",
+                     "Machine classes and replica sizes for a whole fleet, from `kubectl get "
+                     "noderesourcetopologies,nodes -o yaml`",
+                     o, opts::kFleet),
+        operator_(app, "operator",
+                  "The in-cluster loop: one Deployment per machine class for every ServingPool of its namespace, "
+                  "leader-elected",
+                  o, opts::kOperator),
+        options(app.add_subcommand("options", "Print every option as a Markdown table (for the README)")) {
+    app.require_subcommand(1);
+    cluster_plan.cli->add_option("files", fleet_files,
+                                 "YAML files of Node and NodeResourceTopology objects (default: stdin)");
+  }
+
+  // The parsed subcommand that takes options (all but `options`).
+  Command& parsed() {
+    for (Command* c : {&discover, &plan, &cluster_plan, &operator_}) {
+      if (c->parsed()) return *c;
+    }
+    return run;
+  }
+
+  CLI::App app{"numaserve-topology-agent: NUMA topology of a Kubernetes node, and how to use it"};
+  Command discover, plan, run, cluster_plan, operator_;
+  CLI::App* options;
+  std::vector<std::string> fleet_files;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"numaserve-topology-agent: NUMA topology of a Kubernetes node, and how to use it"};
-  app.require_subcommand(1);
   AgentOptions options;
-
-  auto* discover_cmd = app.add_subcommand("discover", "Print NUMA nodes, CPUs, cores, memory, distances, kernel "
-                                                      "and kubelet settings, and this process's placement");
-  auto discover_table = table_for(options, kSource | kDiscover);
-  discover_table.add_to(*discover_cmd);
-  auto* plan_cmd = app.add_subcommand("plan", "Kubelet CPU/Memory/Topology Manager settings and the pod size "
-                                              "that fits one replica on each NUMA node");
-  auto plan_table = table_for(options, kSource | kPlan | kPlanOnly);
-  plan_table.add_to(*plan_cmd);
-  auto* run_cmd = app.add_subcommand("run", "The DaemonSet agent: discover, plan and publish on an interval; "
-                                            "serve /topology, /plan, /metrics, /healthz");
-  auto run_table = table_for(options, kSource | kPlan | kRun);
-  run_table.add_to(*run_cmd);
-  auto* fleet_cmd = app.add_subcommand("cluster-plan", "Machine classes and replica sizes for a whole fleet, from "
-                                                      "`kubectl get noderesourcetopologies,nodes -o yaml`");
-  auto fleet_table = table_for(options, kFleet);
-  fleet_table.add_to(*fleet_cmd);
-  std::vector<std::string> fleet_files;
-  fleet_cmd->add_option("files", fleet_files, "YAML files of Node and NodeResourceTopology objects (default: stdin)");
-  auto* operator_cmd = app.add_subcommand("operator", "The in-cluster loop: one Deployment per machine class for every "
-                                                      "ServingPool of its namespace, leader-elected");
-  auto operator_table = table_for(options, kOperator);
-  operator_table.add_to(*operator_cmd);
-  auto* options_cmd = app.add_subcommand("options", "Print every option as a Markdown table (for the README)");
-
+  CommandLine command_line(options);
   try {
-    app.parse(argc, argv);
+    command_line.app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     // --help exits 0; any bad flag or value is a usage error (2), whatever
     // CLI11's internal code for it.
-    return app.exit(e) == 0 ? 0 : 2;
+    return command_line.app.exit(e) == 0 ? 0 : 2;
   }
-  if (options_cmd->parsed()) {
-    std::cout << table_for(options, kAllGroups).markdown();
+  if (command_line.options->parsed()) {
+    std::cout << table_for(options, opts::kAllGroups).markdown();
     return 0;
   }
-  auto& table = discover_cmd->parsed() ? discover_table
-                : plan_cmd->parsed()   ? plan_table
-                : fleet_cmd->parsed()  ? fleet_table
-                : operator_cmd->parsed() ? operator_table
-                                       : run_table;
-  if (auto applied = table.apply(); !applied) {
+  if (auto applied = command_line.parsed().table.apply(); !applied) {
     std::cerr << kProgram << ": " << applied.error().message << "\n";
     return 2;
   }
@@ -194,10 +213,10 @@ int main(int argc, char** argv) {
     std::cerr << kProgram << ": --xml, --sysfs-root and --synthetic exclude each other\n";
     return 2;
   }
-  if (fleet_cmd->parsed()) return run_cluster_plan(options, fleet_files);
-  if (operator_cmd->parsed()) return run_operator(options);
-  if (discover_cmd->parsed()) return run_discover(options);
-  if (plan_cmd->parsed()) return run_plan(options);
+  if (command_line.cluster_plan.parsed()) return run_cluster_plan(options, command_line.fleet_files);
+  if (command_line.operator_.parsed()) return run_operator(options);
+  if (command_line.discover.parsed()) return run_discover(options);
+  if (command_line.plan.parsed()) return run_plan(options);
   numaserve::configure_logging("agent", options.log.level, options.log.format);
   return numaserve::agent::serve::run_daemon(
       {options.updater_config(), options.loop, options.endpoint, options.oneshot});

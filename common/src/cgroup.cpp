@@ -63,9 +63,7 @@ fs::path normalize(const fs::path& p) {
 
 std::vector<CgroupLine> parse_proc_cgroup(const std::string& text) {
   std::vector<CgroupLine> out;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
+  for (const std::string& line : split_lines(text)) {
     const auto a = line.find(':');
     const auto b = a == std::string::npos ? a : line.find(':', a + 1);
     if (b == std::string::npos) continue;
@@ -79,9 +77,7 @@ std::vector<CgroupLine> parse_proc_cgroup(const std::string& text) {
 // hierarchy path mounted there; /proc/mounts lacks it, so it is taken as "/".
 std::vector<Mount> parse_cgroup_mounts(const std::string& text) {
   std::vector<Mount> out;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
+  for (const std::string& line : split_lines(text)) {
     Mount m;
     std::string root = "/", point, ignored;
     if (const auto sep = line.find(" - "); sep != std::string::npos) {

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "numaserve/common/names.h"
+
 namespace numaserve {
 namespace {
 
@@ -22,7 +24,9 @@ Logger& logger() {
   return instance;
 }
 
-constexpr const char* kLevelNames[] = {"debug", "info", "warning", "error"};
+constexpr auto kLevelNames = make_names<LogLevel>(
+    {{LogLevel::kDebug, "debug"}, {LogLevel::kInfo, "info"}, {LogLevel::kWarning, "warning"}, {LogLevel::kError, "error"}});
+constexpr auto kFormatNames = make_names<LogFormat>({{LogFormat::kText, "text"}, {LogFormat::kJson, "json"}});
 
 // logfmt: a value is quoted (JSON string escapes) when it is empty or holds a
 // space, a quote, an equals sign, a backslash, a control character or a
@@ -41,22 +45,19 @@ std::string text_value(const std::string& value) {
 }  // namespace
 
 Result<LogLevel> parse_log_level(std::string_view text) {
-  for (int i = 0; i < 4; ++i) {
-    if (text == kLevelNames[i]) return static_cast<LogLevel>(i);
-  }
+  if (const auto level = kLevelNames.parse(text)) return *level;
   return make_error(Error::Code::kInvalidArgument,
-                    "log level '" + std::string(text) + "': want debug, info, warning or error", "log_level");
+                    "log level '" + std::string(text) + "': want " + kLevelNames.choices(), "log_level");
 }
 
-std::string_view to_string(LogLevel level) { return kLevelNames[static_cast<int>(level)]; }
+std::string_view to_string(LogLevel level) { return kLevelNames.name(level); }
 
-std::string_view to_string(LogFormat format) { return format == LogFormat::kJson ? "json" : "text"; }
+std::string_view to_string(LogFormat format) { return kFormatNames.name(format); }
 
 Result<LogFormat> parse_log_format(std::string_view text) {
-  if (text == "text") return LogFormat::kText;
-  if (text == "json") return LogFormat::kJson;
-  return make_error(Error::Code::kInvalidArgument, "log format '" + std::string(text) + "': want text or json",
-                    "log_format");
+  if (const auto format = kFormatNames.parse(text)) return *format;
+  return make_error(Error::Code::kInvalidArgument,
+                    "log format '" + std::string(text) + "': want " + kFormatNames.choices(), "log_format");
 }
 
 void configure_logging(std::string component, LogLevel level, LogFormat format) {
@@ -74,7 +75,7 @@ void log(LogLevel level, std::string_view message, const LogFields& fields) {
   const std::time_t now = std::time(nullptr);
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  const char* name = kLevelNames[static_cast<int>(level)];
+  const std::string name(kLevelNames.name(level));
   if (l.format == LogFormat::kJson) {
     nlohmann::ordered_json line = {{"ts", stamp}, {"level", name}, {"component", l.component}, {"msg", message}};
     for (const auto& [key, value] : fields) line[key] = value;

@@ -41,9 +41,7 @@ Result<CpuSet> live_affinity() {
 }
 
 Result<CpuSet> status_field(const std::string& status, const fs::path& file, std::string_view key) {
-  std::istringstream in(status);
-  std::string line;
-  while (std::getline(in, line)) {
+  for (const std::string& line : split_lines(status)) {
     if (!line.starts_with(key) || line.size() <= key.size() || line[key.size()] != ':') continue;
     auto set = CpuSet::parse_list(line.substr(key.size() + 1));
     if (!set) return tl::unexpected(std::move(set.error()).with_context(file.string() + " " + std::string(key)));

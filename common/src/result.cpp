@@ -1,17 +1,24 @@
 #include "numaserve/common/result.h"
 
-namespace numaserve {
+#include "numaserve/common/names.h"
 
+namespace numaserve {
+namespace {
+
+constexpr auto kCodeNames = make_names<Error::Code>({{Error::Code::kInvalidArgument, "invalid_argument"},
+                                                     {Error::Code::kNotFound, "not_found"},
+                                                     {Error::Code::kIo, "io"},
+                                                     {Error::Code::kUnavailable, "unavailable"},
+                                                     {Error::Code::kNotAllowed, "not_allowed"},
+                                                     {Error::Code::kInternal, "internal"}});
+
+}  // namespace
+
+// Every name is a string literal, so data() is NUL-terminated; a code
+// without a row (an integer cast from a child's reply) reads as internal.
 const char* to_string(Error::Code code) {
-  switch (code) {
-    case Error::Code::kInvalidArgument: return "invalid_argument";
-    case Error::Code::kNotFound: return "not_found";
-    case Error::Code::kIo: return "io";
-    case Error::Code::kUnavailable: return "unavailable";
-    case Error::Code::kNotAllowed: return "not_allowed";
-    case Error::Code::kInternal: return "internal";
-  }
-  return "internal";
+  const std::string_view name = kCodeNames.name(code);
+  return name.empty() ? "internal" : name.data();
 }
 
 }  // namespace numaserve

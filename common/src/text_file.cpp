@@ -1,5 +1,6 @@
 #include "numaserve/common/text_file.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -20,6 +21,16 @@ Result<std::string> read_text_file(const std::filesystem::path& path) {
     return make_error(Error::Code::kIo, "error while reading " + path.string(), path.string());
   }
   return buffer.str();
+}
+
+std::vector<std::string> split_lines(std::string_view text) {
+  std::vector<std::string> lines;
+  for (std::size_t start = 0; start < text.size();) {
+    const std::size_t end = std::min(text.find('\n', start), text.size());
+    lines.emplace_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return lines;
 }
 
 std::filesystem::path under_root(const std::filesystem::path& root,

@@ -1,6 +1,6 @@
 #include "api/errors.h"
 
-#include "http/predict_json.h"
+#include "api/predict_json.h"
 
 namespace numaserve::api {
 
@@ -16,10 +16,15 @@ int http_status(Error::Code code) {
   return 500;
 }
 
-http::Reply error_reply(const Error& error) {
+http::Reply status_reply(int status, const Error& error) {
   http::Reply reply;
-  reply.status = http_status(error.code);
-  reply.body = http::error_json(error);
+  reply.status = status;
+  reply.body = error_json(error);
+  return reply;
+}
+
+http::Reply error_reply(const Error& error) {
+  http::Reply reply = status_reply(http_status(error.code), error);
   if (reply.status == 503) reply.headers.emplace_back("Retry-After", "1");
   return reply;
 }

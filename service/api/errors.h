@@ -16,4 +16,8 @@ int http_status(Error::Code code);
 // of at once.
 http::Reply error_reply(const Error& error);
 
+// The error's body under a status of HTTP's own (the transport's 408, 413,
+// 431...), so every error a client sees has one shape.
+http::Reply status_reply(int status, const Error& error);
+
 }  // namespace numaserve::api

@@ -3,8 +3,7 @@
 // the pages of its model weights, asked of the kernel).
 #include <nlohmann/json.hpp>
 
-#include "api/errors.h"
-#include "api/service.h"
+#include "api/handlers.h"
 #include "numaserve/common/numa_maps.h"
 #include "numaserve/common/text_file.h"
 
@@ -28,20 +27,21 @@ json pages_json(const std::map<unsigned, std::uint64_t>& per_node) {
 
 }  // namespace
 
-Answer Service::healthz(Call&) { return text_reply("ok\n"); }
+Answer healthz(Service&, Call&) { return text_reply("ok\n"); }
 
-Answer Service::readyz(Call&) {
-  if (!ready_) return make_error(Error::Code::kUnavailable, "not ready: " + not_ready_reason());
+Answer readyz(Service& service, Call&) {
+  const auto& readiness = service.readiness();
+  if (!readiness.ready()) return make_error(Error::Code::kUnavailable, "not ready: " + readiness.reason());
   return text_reply("ready\n");
 }
 
-Answer Service::metrics(Call&) {
-  return text_reply(metrics_.render(gauges()), "text/plain; version=0.0.4; charset=utf-8");
+Answer prometheus_metrics(Service& service, Call&) {
+  return text_reply(service.metrics().render(service.gauges()), "text/plain; version=0.0.4; charset=utf-8");
 }
 
-Answer Service::placement(Call&) {
+Answer placement(Service& service, Call&) {
   http::Reply reply;
-  reply.body = placement_json();
+  reply.body = service.placement_json();
   return reply;
 }
 
@@ -59,7 +59,7 @@ metrics::Gauges Service::gauges() const {
   g.queue_depth = batcher_.queue_depth();
   g.in_flight = in_flight_;
   g.busy_workers = batcher_.busy_workers();
-  g.ready = ready_;
+  g.ready = readiness_.ready();
   const auto& plan = placement_.plan;
   g.placement = {{"cpus", plan.cpus.to_list()},
                  {"mems", plan.mems.to_list()},
@@ -71,33 +71,19 @@ metrics::Gauges Service::gauges() const {
   for (const auto& t : numa::list_threads()) {
     ++g.threads[t.name.rfind("ns-worker", 0) == 0 ? "inference" : t.name.rfind("ns-accept", 0) == 0 ? "accept" : "other"];
   }
-  const auto loops = transport_.stats();
   const auto batches = batcher_.stats();
+  g.workers.resize(batches.size());
+  if (transport_gauges_) transport_gauges_(g);  // connections per worker, refusals
   for (std::size_t i = 0; i < batches.size(); ++i) {
-    metrics::WorkerGauges w;
-    if (i < loops.size()) {
-      w.connections = loops[i].connections;
-      w.accepted = loops[i].accepted;
-      w.requests_read = loops[i].requests;
-      g.transport.idle_closed += loops[i].idle_closed;
-      g.transport.timed_out += loops[i].timed_out;
-      g.transport.rejected += loops[i].rejected;
-    }
+    metrics::WorkerGauges& w = g.workers[i];
     w.forwards = batches[i].forwards;
     w.forward_rows = batches[i].rows;
     w.forward_requests = batches[i].requests;
     w.stolen = batches[i].stolen;
     w.forward_seconds = batches[i].forward_seconds;
     w.queued = batches[i].queued;
-    g.workers.push_back(w);
   }
-  if (remote_) {
-    g.feature_store = remote_->stats();
-    g.feature_store->cache_hits = cache_hits_.load(std::memory_order_relaxed);
-    g.feature_store->cache_misses = cache_misses_.load(std::memory_order_relaxed);
-  }
-  g.transport.refused = transport_.refused_connections();
-  g.transport.max_connections = transport_.max_connections();
+  g.feature_store = store_->stats();
   return g;
 }
 

@@ -5,99 +5,73 @@
 #include <cstdio>
 
 #include "api/errors.h"
+#include "numaserve/common/duration.h"
 
 namespace numaserve::api {
 namespace {
 
 using Clock = batching::Clock;
 
-double since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+std::vector<std::string> model_names(const std::vector<std::unique_ptr<Model>>& models) {
+  std::vector<std::string> names;
+  for (const auto& m : models) names.push_back(m->spec().name);
+  return names;
+}
+
+batching::BatcherConfig batching_of(const ServiceConfig& config, const PlacementReport& placement) {
+  auto batching = config.batching;
+  batching.workers = placement.plan.workers.size();
+  return batching;
+}
 
 }  // namespace
 
-Service::Service(ServiceConfig config, PlacementReport placement, std::vector<std::unique_ptr<model::Model>> models,
-                 std::unique_ptr<features::FeatureStore> store, const http::Server& transport,
-                 std::unique_ptr<features::RemoteStore> remote)
-    : config_(std::move(config)),
-      placement_(std::move(placement)),
-      models_(std::move(models)),
-      store_(std::move(store)),
-      remote_(std::move(remote)),
-      transport_(transport),
+Service::Service(Parts parts)
+    : config_(std::move(parts.config)),
+      placement_(std::move(parts.placement)),
+      models_(std::move(parts.models)),
+      store_(std::move(parts.store)),
+      prepare_worker_thread_(std::move(parts.prepare_worker_thread)),
+      transport_gauges_(std::move(parts.transport_gauges)),
       request_id_prefix_("ns-" + std::to_string(getpid()) + "-"),
-      metrics_([this] {
-        std::vector<std::string> names;
-        for (const auto& m : models_) names.push_back(m->spec().name);
-        return names;
-      }()),
-      batcher_(
-          [this] {
-            auto batching = config_.batching;
-            batching.workers = placement_.plan.workers.size();
-            return batching;
-          }(),
-          [this](std::size_t model, const features::Batch& batch, std::size_t requests) {
-            metrics_.observe_batch(batch.rows, requests);
-            return models_[model]->forward(batch);
-          }),
-      workers_(placement_.plan.workers.size()) {
-  for (const auto& m : models_) {
-    auto cache = features::ItemCache::build(m->spec(), *store_);
-    if (!cache) {
-      // A store value the model cannot read ("model ranker_a: feature store
-      // item 'i7' price: want a number"): refuse to turn ready.
-      warm_error_ = cache.error();
-      item_caches_.emplace_back();
-      continue;
-    }
-    item_caches_.emplace_back(std::move(*cache));
-  }
-  if (remote_ && config_.item_cache_ttl_seconds > 0) {
-    fetched_items_.resize(workers_.size());
-    for (auto& per_model : fetched_items_) {
-      for (const auto& m : models_) per_model.push_back(features::ItemCache::empty(m->spec(), config_.item_cache_rows));
-    }
-  }
-}
+      metrics_(model_names(models_)),
+      batcher_(batching_of(config_, placement_),
+               [this](std::size_t model, const features::Batch& batch, std::size_t requests) {
+                 metrics_.observe_batch(batch.rows, requests);
+                 return models_[model]->forward(batch);
+               }),
+      readiness_(placement_.plan.workers.size(), config_.wait_for_group),
+      warmup_left_(placement_.plan.workers.size(), 0) {}
 
-Service::~Service() = default;
-
-void Service::on_loop_start(std::size_t worker) {
-  // Pin first: the OpenMP team the first forward creates inherits the
-  // worker's CPUs, and the buffers it touches land on the worker's node.
+void Service::start_worker(std::size_t worker) {
+  // Pin first: the runtime's thread pool the first forward creates inherits
+  // the worker's CPUs, and the buffers it touches land on the worker's node.
   auto bound = numa::bind_current_thread(placement_.plan.workers[worker].cpus);
-  model::set_intra_op_threads(placement_.plan.intra_op_threads);
-  if (remote_) remote_->start_worker(worker);  // connects now; readiness does not wait for it
-  workers_[worker].warmup_forwards_left = bound ? models_.size() * config_.warmup_rounds : 0;
+  if (prepare_worker_thread_) prepare_worker_thread_(placement_.plan.intra_op_threads);
+  store_->start_worker(worker);
+  warmup_left_[worker] = bound ? models_.size() * config_.warmup_rounds : 0;
   if (!bound) {
-    worker_warm(bound.error());
-  } else if (workers_[worker].warmup_forwards_left == 0) {
-    worker_warm(std::nullopt);
+    readiness_.worker_warm(bound.error());
+  } else if (warmup_left_[worker] == 0) {
+    readiness_.worker_warm(std::nullopt);
   }
 }
 
 // One warm-up forward per turn, so the worker's loop answers /healthz (and
 // refuses /predict with 503) between them instead of going silent.
 void Service::warm_up_step(std::size_t worker) {
-  auto& left = workers_[worker].warmup_forwards_left;
+  auto& left = warmup_left_[worker];
   const std::size_t model = (left - 1) / config_.warmup_rounds;
   if (auto warm = models_[model]->warm_up(config_.warmup_rows, 1); !warm) {
     left = 0;
-    worker_warm(warm.error());
+    readiness_.worker_warm(warm.error());
     return;
   }
-  if (--left == 0) worker_warm(std::nullopt);
+  if (--left == 0) readiness_.worker_warm(std::nullopt);
 }
 
-void Service::worker_warm(std::optional<Error> failure) {
-  std::lock_guard lock(warm_mutex_);
-  if (failure && !warm_error_) warm_error_ = std::move(failure);
-  ++warm_workers_;
-  warm_cv_.notify_all();
-}
-
-http::Turn Service::on_turn(std::size_t worker) {
-  if (workers_[worker].warmup_forwards_left > 0) {
+http::Turn Service::turn(std::size_t worker) {
+  if (warmup_left_[worker] > 0) {
     warm_up_step(worker);
     return http::Turn{true, std::nullopt, {}};
   }
@@ -105,29 +79,9 @@ http::Turn Service::on_turn(std::size_t worker) {
   return http::Turn{turn.more_work, turn.wake_at, std::move(turn.wake)};
 }
 
-Status Service::wait_until_warm() {
-  std::unique_lock lock(warm_mutex_);
-  warm_cv_.wait(lock, [this] { return warm_workers_ == workers_.size(); });
-  if (warm_error_) return tl::unexpected(*warm_error_);
-  warm_ = true;
-  update_ready();
-  return {};
-}
-
-void Service::open_group() {
-  group_open_ = true;
-  update_ready();
-}
-
-void Service::begin_drain() {
-  draining_ = true;
-  update_ready();
-}
-
-void Service::update_ready() { ready_ = warm_ && (group_open_ || !config_.wait_for_group) && !draining_; }
-
-std::string Service::not_ready_reason() const {
-  return draining_ ? "draining" : !warm_ ? "warming up" : "waiting for the other workers";
+Status Service::admit(std::size_t worker) {
+  if (!readiness_.warm()) return make_error(Error::Code::kUnavailable, "not ready: warming up");
+  return batcher_.admit(worker);
 }
 
 Result<std::size_t> Service::find_model(const std::optional<std::string>& name, const std::string& version) const {
@@ -142,6 +96,10 @@ Result<std::size_t> Service::find_model(const std::optional<std::string>& name, 
                       "model " + spec.name + " has version " + spec.version + ", not " + version, "version");
   }
   return index;
+}
+
+std::string Service::request_id(std::string given) {
+  return !given.empty() ? std::move(given) : request_id_prefix_ + std::to_string(next_request_id_++);
 }
 
 // What a queued request's completion needs; shared, because the batcher's
@@ -172,8 +130,8 @@ void Service::complete(Pending& pending, batching::Outcome&& outcome) {
   metrics_.observe(metrics::Stage::kForward, name, outcome.timing.forward_seconds);
   const auto encoding = Clock::now();
   http::Reply reply = pending.encode(std::move(*outcome.scores));
-  metrics_.observe(metrics::Stage::kEncode, name, since(encoding));
-  metrics_.observe(metrics::Stage::kTotal, name, since(pending.start));
+  metrics_.observe(metrics::Stage::kEncode, name, to_seconds(Clock::now() - encoding));
+  metrics_.observe(metrics::Stage::kTotal, name, to_seconds(Clock::now() - pending.start));
   finish(pending.route, pending.responder, std::move(reply));
 }
 

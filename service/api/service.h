@@ -1,41 +1,38 @@
 #pragma once
-// The service: its models, feature store, item caches, batches, metrics and
-// readiness, behind the transport's Handler interface. Each inference
-// worker is an event loop of the HTTP server (http/server.h) that calls in
-// here on its own pinned thread. Where a request goes:
-//   routes.cpp      the route table and the one error boundary
-//   predict.cpp     POST /predict: parse -> query -> extract -> batch -> forward -> reply
+// What every route shares: the models, the feature store, the batches, the
+// metrics and readiness, and what a request's way through them needs
+// (admission, the model a request names, the queue, the one place a reply
+// is counted and sent). The routes are in router.cpp, each handler in its
+// own file:
+//   predict.cpp     POST /predict: admit -> parse -> resolve the model ->
+//                   fetch -> extract -> enqueue -> (forward) -> encode
 //   v2.cpp          the KServe v2 routes (metadata, health, infer)
 //   operations.cpp  /healthz, /readyz, /metrics, /placement
-//   errors.cpp      Error::Code -> HTTP status and JSON body
 //
-// Life cycle: construct -> http::Server::start(service): each worker pins
-// itself (on_loop_start) and warms every model up a forward per turn while
-// its loop already answers /healthz -> wait_until_warm() -> ready ->
-// begin_drain() on SIGTERM (readiness false, requests still answered) ->
-// http::Server::stop() answers what was read and ends the loops.
+// Life cycle: construct -> the transport starts its workers: each pins
+// itself (start_worker) and warms every model up a forward per turn while
+// its loop already answers /healthz -> readiness().wait_until_warm() ->
+// ready -> readiness().begin_drain() on SIGTERM (requests still answered)
+// -> the transport answers what was read and ends the workers.
 
 #include <atomic>
-#include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "api/call.h"
 #include "api/config.h"
+#include "api/model.h"
+#include "api/readiness.h"
 #include "batching/batcher.h"
-#include "features/feature_store.h"
-#include "features/remote_store.h"
-#include "http/message.h"
-#include "http/predict.h"
-#include "http/server.h"
+#include "feature_store/store.h"
 #include "metrics/metrics.h"
-#include "model/model.h"
-#include "numaserve/common/placement.h"
 #include "numa/numa.h"
+#include "numaserve/common/placement.h"
 #include "threads/threads.h"
 
 namespace numaserve::api {
@@ -46,138 +43,87 @@ struct PlacementReport {
   std::optional<CgroupPlacement> cgroup;
   numa::MemoryPolicyOutcome memory_policy;
   std::string runtime;   // "LibTorch 1.13.1 (OpenMP), BLAS openblas-openmp"
-  std::string instance;  // who answers: host name and pid (and worker, under a supervisor)
+  std::string instance;  // who answers: host name and pid (and replica, under a supervisor)
 };
 
-// The {name} and {version} segments of a matched path.
-struct PathParams {
-  std::string name;
-  std::string version;
+// What the service is made of: what start-up decided and loaded.
+struct Parts {
+  ServiceConfig config;
+  PlacementReport placement;
+  std::vector<std::unique_ptr<Model>> models;  // the first is the default
+  std::unique_ptr<feature_store::FeatureStore> store;
+  // The model runtime's setup of a worker's thread, after it pinned itself
+  // (LibTorch: its intra-op pool, created inside the worker's CPUs).
+  std::function<void(unsigned intra_op_threads)> prepare_worker_thread;
+  // The transport's counters into /metrics' gauges (its per-worker
+  // connections and its refusals), read at scrape time.
+  std::function<void(metrics::Gauges&)> transport_gauges;
 };
 
-// One request on its way through a route.
-struct Call {
-  http::Request request;
-  PathParams params;
-  std::size_t worker = 0;     // whose loop read it
-  std::string_view route;     // the route's metrics label
-  http::Responder responder;  // taken by a route that answers later
-};
-
-// A route's answer: an error (errors.cpp makes the reply), a reply now, or
-// nothing — the route took the responder and answers when its batch ran.
-using Answer = Result<std::optional<http::Reply>>;
-
-class Service final : public http::Handler {
+class Service {
  public:
-  // `transport` is read for /metrics only. With a `remote` store (Redis),
-  // requests query it instead of `store`, each on its worker's loop.
-  Service(ServiceConfig config, PlacementReport placement, std::vector<std::unique_ptr<model::Model>> models,
-          std::unique_ptr<features::FeatureStore> store, const http::Server& transport,
-          std::unique_ptr<features::RemoteStore> remote = nullptr);
-  ~Service() override;
+  explicit Service(Parts parts);
   Service(const Service&) = delete;
   Service& operator=(const Service&) = delete;
 
-  // http::Handler, on the workers' threads.
-  void on_loop_start(std::size_t worker) override;
-  void on_request(std::size_t worker, http::Request&& request, http::Responder responder) override;
-  http::Turn on_turn(std::size_t worker) override;
+  // The transport's calls, on each worker's own thread.
+  void start_worker(std::size_t worker);
+  http::Turn turn(std::size_t worker);
 
-  // Blocks until every worker has pinned itself and warmed every model up;
-  // then the service is ready. The error is the first warm-up failure.
-  Status wait_until_warm();
-  void open_group();   // the supervisor says every worker is warm
-  void begin_drain();  // readiness goes false; requests are still served
+  const ServiceConfig& config() const { return config_; }
+  const Model& model(std::size_t index) const { return *models_[index]; }
+  feature_store::FeatureStore& store() { return *store_; }
+  metrics::Metrics& metrics() { return metrics_; }
+  Readiness& readiness() { return readiness_; }
+  const Readiness& readiness() const { return readiness_; }
 
-  bool ready() const { return ready_.load(); }
-  std::string placement_json() const;
-  // One line for the log: cpus, mems, nodes, threads, BLAS, models, locality.
-  std::string startup_summary() const;
-
-  // The routes (routes.cpp lists them).
-  Answer predict(Call& call);
-  Answer healthz(Call& call);
-  Answer readyz(Call& call);
-  Answer metrics(Call& call);
-  Answer placement(Call& call);
-  Answer v2_server(Call& call);
-  Answer v2_live(Call& call);
-  Answer v2_ready(Call& call);
-  Answer v2_model(Call& call);
-  Answer v2_model_ready(Call& call);
-  Answer v2_infer(Call& call);
-
- private:
-  // Counts a reply and sends it; from any worker's thread.
-  void finish(std::string_view route, http::Responder& responder, http::Reply reply);
-  // The one error boundary (routes.cpp): runs a route's handling of `call`
-  // and sends its reply, its error's reply, or a 500 for an exception;
-  // nothing when the route took the responder to answer later.
-  void respond(Call& call, const std::function<Answer()>& handle);
+  // A request starts: counted in flight until finish().
+  void begin_request() { in_flight_.fetch_add(1, std::memory_order_relaxed); }
+  // Before a request is parsed: a service still warming up, or a worker
+  // whose queue is full or stale, refuses it (503).
+  Status admit(std::size_t worker);
   // The model a request or a path names (and the version it asks for), or
   // the default: the first one.
   Result<std::size_t> find_model(const std::optional<std::string>& name, const std::string& version = {}) const;
+  // The request's own id, or one made: "ns-<pid>-<n>".
+  std::string request_id(std::string given);
   // Queues `batch` for the calling worker's next forward and takes the
   // call's responder; `encode` makes the reply from the scores, on the
   // worker that ran the forward. `start`: when the request was taken up.
   using Encoder = std::function<http::Reply(std::vector<float>&& scores)>;
   void enqueue(Call& call, std::size_t model, features::Batch batch, batching::Clock::time_point start,
                Encoder encode);
-  // /predict after the feature query: extract, then queue for a forward.
-  struct Predicting;
-  // With `remember`, the items it fetched go into `cache` (the worker's).
-  Answer extract_and_enqueue(Call& call, Predicting& p, const features::StoredFeatures& stored,
-                             features::ItemCache* cache, bool remember);
-  // /predict with a networked store: the items this worker's cache holds,
-  // the rest asked of the store, and its answer, on the worker's loop.
-  struct Flight;
-  void fetch(const std::shared_ptr<Flight>& flight);
-  void fetched(const std::shared_ptr<Flight>& flight, Result<features::Fetched>&& got);
-  // This worker's cache of fetched items for a model; null when off.
-  features::ItemCache* fetched_items(std::size_t worker, std::size_t model);
+  // Counts a reply and sends it; from any worker's thread.
+  void finish(std::string_view route, http::Responder& responder, http::Reply reply);
+
+  // For /metrics, /placement and the start-up log.
+  metrics::Gauges gauges() const;
+  std::string placement_json() const;
+  // One line for the log: cpus, mems, nodes, threads, BLAS, models, locality.
+  std::string startup_summary() const;
+
+ private:
   struct Pending;
   void complete(Pending& pending, batching::Outcome&& outcome);
   void warm_up_step(std::size_t worker);
-  void worker_warm(std::optional<Error> failure);
-  std::string not_ready_reason() const;
-  void update_ready();
-  metrics::Gauges gauges() const;
   std::map<std::string, double> model_locality() const;
 
-  ServiceConfig config_;
-  PlacementReport placement_;
-  std::vector<std::unique_ptr<model::Model>> models_;
-  std::unique_ptr<features::FeatureStore> store_;
-  std::unique_ptr<features::RemoteStore> remote_;
-  std::vector<std::optional<features::ItemCache>> item_caches_;  // per model
-  // With a networked store: per worker, per model, each used on its worker's thread only.
-  std::vector<std::vector<features::ItemCache>> fetched_items_;
-  std::atomic<std::uint64_t> cache_hits_{0}, cache_misses_{0};
-  const http::Server& transport_;
+  const ServiceConfig config_;
+  const PlacementReport placement_;
+  const std::vector<std::unique_ptr<Model>> models_;
+  const std::unique_ptr<feature_store::FeatureStore> store_;
+  const std::function<void(unsigned)> prepare_worker_thread_;
+  const std::function<void(metrics::Gauges&)> transport_gauges_;
   // Ids given to requests that bring none, "ns-<pid>-<n>": the pid keeps
   // the supervisor's replicas apart; read once, not a syscall per request.
   const std::string request_id_prefix_;
+  std::atomic<std::uint64_t> next_request_id_{1};
+  std::atomic<std::size_t> in_flight_{0};
   metrics::Metrics metrics_;
   batching::Batcher batcher_;
-
-  // Warm-up, a forward per turn of each worker's loop (workers_ entries are
-  // their own thread's).
-  struct WorkerState {
-    std::size_t warmup_forwards_left = 0;
-  };
-  std::vector<WorkerState> workers_;
-  std::mutex warm_mutex_;
-  std::condition_variable warm_cv_;
-  std::size_t warm_workers_ = 0;
-  std::optional<Error> warm_error_;
-
-  std::atomic<bool> ready_{false};
-  std::atomic<bool> warm_{false};
-  std::atomic<bool> group_open_{false};
-  std::atomic<bool> draining_{false};
-  std::atomic<std::size_t> in_flight_{0};
-  std::atomic<std::uint64_t> next_request_id_{1};
+  Readiness readiness_;
+  // Warm-up forwards each worker has left, one per turn; each entry its own worker's.
+  std::vector<std::size_t> warmup_left_;
 };
 
 }  // namespace numaserve::api

@@ -2,10 +2,10 @@
 
 #include <string>
 
+#include "numaserve/common/duration.h"
+
 namespace numaserve::batching {
 namespace {
-
-double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 std::string millis(Clock::duration d) {
   return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count()) + " ms";
@@ -61,8 +61,7 @@ Status Batcher::admit(std::size_t worker) const {
   // A request admitted now waits for the rows queued before it: refused at
   // once when that takes longer than it may wait, rather than refused after
   // waiting (a 503 should come back at once).
-  const auto ahead = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-      static_cast<double>(w.queued_rows) * w.seconds_per_row.load(std::memory_order_relaxed)));
+  const auto ahead = to_duration(static_cast<double>(w.queued_rows) * w.seconds_per_row.load(std::memory_order_relaxed));
   if (ahead > config_.max_queue_delay) {
     return make_error(Error::Code::kUnavailable, "overloaded: worker " + std::to_string(worker) + " has " +
                                                      std::to_string(w.queued_rows) + " rows queued, about " +
@@ -180,7 +179,7 @@ Turn Batcher::run_turn(std::size_t worker) {
     q.job.done(Outcome{make_error(Error::Code::kUnavailable, "overloaded: waited " + millis(waited) +
                                                                  " in the queue, longer than the limit of " +
                                                                  millis(config_.max_queue_delay)),
-                       Timing{seconds(waited), 0, 0, 0}});
+                       Timing{to_seconds(waited), 0, 0, 0}});
   }
   if (!jobs.empty()) run(w, jobs, stolen);
   turn.more_work = w.depth.load(std::memory_order_relaxed) != 0;
@@ -213,15 +212,15 @@ void Batcher::run(Worker& w, std::vector<Queued>& jobs, bool stolen) {
   bump(w.rows, static_cast<std::uint64_t>(rows));
   bump(w.requests, static_cast<std::uint64_t>(jobs.size()));
   if (stolen) bump(w.stolen, static_cast<std::uint64_t>(jobs.size()));
-  bump(w.forward_seconds, seconds(end - start));
-  const double per_row = seconds(end - start) / static_cast<double>(std::max<std::size_t>(rows, 1));
+  bump(w.forward_seconds, to_seconds(end - start));
+  const double per_row = to_seconds(end - start) / static_cast<double>(std::max<std::size_t>(rows, 1));
   const double average = w.seconds_per_row.load(std::memory_order_relaxed);
   w.seconds_per_row.store(average == 0 ? per_row : 0.8 * average + 0.2 * per_row, std::memory_order_relaxed);
 
   std::size_t first = 0;
   for (auto& q : jobs) {
     Outcome outcome{Result<std::vector<float>>(),
-                    {seconds(start - q.submitted), seconds(end - start), rows, jobs.size()}};
+                    {to_seconds(start - q.submitted), to_seconds(end - start), rows, jobs.size()}};
     if (scores) {
       const auto begin = scores->begin() + static_cast<std::ptrdiff_t>(first);
       outcome.scores = std::vector<float>(begin, begin + static_cast<std::ptrdiff_t>(q.job.batch.rows));

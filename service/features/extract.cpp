@@ -115,7 +115,7 @@ Status check_known(const ModelSpec& model, const Features& features, Source sour
   for (const auto& [name, value] : features) {
     if (model.feature(name, source) == nullptr) {
       return tl::unexpected(bad_field(features_path + "." + name,
-                                      "model " + model.name + " has no " + to_string(source) + " feature of that name"));
+                                      "model " + model.name + " has no " + std::string(to_string(source)) + " feature of that name"));
     }
   }
   return {};
@@ -127,20 +127,6 @@ std::uint64_t hash_id(std::string_view id, std::uint64_t seed) { return XXH64(id
 
 std::int64_t bucket(std::string_view id, std::uint64_t seed, std::uint64_t rows) {
   return static_cast<std::int64_t>(hash_id(id, seed) % rows);
-}
-
-StoredFeatures query(const Request& request, const FeatureStore& store, const ItemCache* cache) {
-  StoredFeatures stored;
-  stored.user = request.user.id.empty() ? nullptr : store.user(request.user.id);
-  stored.items.resize(request.items.size());
-  if (cache != nullptr) {
-    stored.cached_rows.assign(request.items.size(), -1);
-    cache->find_rows(request, stored.cached_rows);
-  }
-  for (std::size_t i = 0; i < request.items.size(); ++i) {
-    if (stored.cached_rows.empty() || stored.cached_rows[i] < 0) stored.items[i] = store.item(request.items[i].id);
-  }
-  return stored;
 }
 
 namespace {
@@ -203,10 +189,6 @@ void ItemCache::find_rows(const Request& request, std::vector<std::int64_t>& row
   }
 }
 
-Result<Batch> extract(const ModelSpec& model, const Request& request, const FeatureStore& store) {
-  return extract(model, request, query(request, store));
-}
-
 ItemCache ItemCache::with_slots(const ModelSpec& model) {
   ItemCache cache;
   for (const auto* f : model.dense_features()) {
@@ -261,7 +243,7 @@ void ItemCache::put(const std::string& id, const Batch& batch, std::size_t i, Cl
   }
 }
 
-Result<ItemCache> ItemCache::build(const ModelSpec& model, const FeatureStore& store) {
+Result<ItemCache> ItemCache::build(const ModelSpec& model, const std::function<void(const EntityVisitor&)>& for_each_item) {
   ItemCache cache = with_slots(model);
   const auto dense = model.dense_features();
   const auto sparse = model.sparse_features();
@@ -271,7 +253,7 @@ Result<ItemCache> ItemCache::build(const ModelSpec& model, const FeatureStore& s
   one.items.resize(1);
   StoredFeatures stored;
   stored.items.resize(1);
-  store.for_each_item([&](const std::string& id, const Features& features) {
+  for_each_item([&](const std::string& id, const Features& features) {
     if (failed) return;
     one.items[0].id = id;
     stored.items[0] = &features;
@@ -311,7 +293,7 @@ Status check_request(const ModelSpec& model, const Request& request) {
 }
 
 // Where row i's features come from: the request, the store's entries
-// query() found, or the item cache's rows.
+// the query found, or the item cache's rows.
 struct Rows {
   const Request& request;
   const StoredFeatures& stored;
@@ -400,10 +382,10 @@ Result<Batch> extract(const ModelSpec& model, const Request& request, const Stor
   }
   const auto& cached = stored.cached_rows;
   if (!cached.empty() && (cache == nullptr || cached.size() != n)) {
-    return make_error(Error::Code::kInternal, "cached rows without the item cache query() used");
+    return make_error(Error::Code::kInternal, "cached rows without the item cache the query used");
   }
   // Each cached row's embedding ids on their way before the copies need
-  // them (their offsets were prefetched by query()).
+  // them (their offsets were prefetched by the query).
   for (const std::int64_t row : cached) {
     if (row >= 0) cache->prefetch_ids(row);
   }

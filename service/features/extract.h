@@ -5,12 +5,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "features/feature_store.h"
+#include "features/features.h"
 #include "features/model_spec.h"
 
 namespace numaserve::features {
@@ -38,19 +39,14 @@ struct Batch {
 std::uint64_t hash_id(std::string_view id, std::uint64_t seed);
 std::int64_t bucket(std::string_view id, std::uint64_t seed, std::uint64_t rows);
 
-class ItemCache;
-
-// The feature-query stage: what the store holds for the request's user and
-// items (nullptr where it holds nothing). A networked store makes this the
-// IO-bound stage, so it is timed apart from extraction. With a model's
-// ItemCache, an item without inline features that the cache holds is found
-// there instead, by the same one lookup: its row, not its store entry.
+// What the feature-query stage found for one request (feature_store/):
+// the stored entities of its user and items (nullptr where none), and,
+// with a model's ItemCache, the rows of items found there instead.
 struct StoredFeatures {
   const Features* user = nullptr;
   std::vector<const Features*> items;        // one per request item
   std::vector<std::int64_t> cached_rows;     // with a cache: one per item, -1 where `items` applies
 };
-StoredFeatures query(const Request& request, const FeatureStore& store, const ItemCache* cache = nullptr);
 
 // The store's items extracted once, at start, for one model: what extract()
 // computes for an item that carries no inline features, looked up instead
@@ -66,7 +62,8 @@ StoredFeatures query(const Request& request, const FeatureStore& store, const It
 class ItemCache {
  public:
   using Clock = std::chrono::steady_clock;
-  static Result<ItemCache> build(const ModelSpec& model, const FeatureStore& store);
+  // `for_each_item` visits every stored item.
+  static Result<ItemCache> build(const ModelSpec& model, const std::function<void(const EntityVisitor&)>& for_each_item);
   // An empty cache for `model` holding at most `max_rows` rows (when full,
   // every row goes: a cache, not a store).
   static ItemCache empty(const ModelSpec& model, std::size_t max_rows);
@@ -130,13 +127,10 @@ class ItemCache {
 };
 
 // Errors name the offending field as a client would write it:
-// "items[3].features.price: want a number, got a list". Items query() found
-// in `cache` are copied from it: pass the cache query() was given.
+// "items[3].features.price: want a number, got a list". Items found in
+// `cache` (stored.cached_rows) are copied from it: pass the cache the query used.
 Result<Batch> extract(const ModelSpec& model, const Request& request, const StoredFeatures& stored,
                       const ItemCache* cache = nullptr);
-// query() then extract().
-Result<Batch> extract(const ModelSpec& model, const Request& request, const FeatureStore& store);
-
 // Rows of several batches of one model, in order, as one batch: what the
 // dynamic batcher runs. Offsets are rebased onto the joined indices.
 Batch concat(const std::vector<const Batch*>& batches);

@@ -14,15 +14,12 @@ Error bad(const std::string& file, const YamlNode& at, const std::string& field,
 
 // Looks a scalar up in a table of names; the error lists what is allowed.
 template <typename T>
-Result<T> one_of(const YamlNode& node, const std::string& file, const std::string& field,
-                 std::initializer_list<std::pair<const char*, T>> choices) {
-  std::string allowed;
+Result<T> one_of(const YamlNode& node, const std::string& file, const std::string& field, const auto& names) {
   if (const auto text = node.text()) {
-    for (const auto& [name, value] : choices) {
-      if (*text == name) return value;
-    }
+    if (const auto value = names.parse(*text)) return *value;
   }
-  for (const auto& [name, value] : choices) allowed += (allowed.empty() ? "" : ", ") + std::string(name);
+  std::string allowed;
+  for (const auto& [value, name] : names.table) allowed += (allowed.empty() ? "" : ", ") + std::string(name);
   return tl::unexpected(bad(file, node, field, "want one of " + allowed));
 }
 
@@ -51,6 +48,60 @@ Result<FeatureValue> default_for(const YamlNode& node, Kind kind, const std::str
   return tl::unexpected(bad(file, node, field, kind == Kind::kId ? "want an id" : "want a list of ids"));
 }
 
+// A numeric feature's transform, mean/std and clip.
+Status parse_numeric(const YamlNode& node, const std::string& file, const std::string& field, FeatureSpec& f) {
+  if (node["table"]) return tl::unexpected(bad(file, node["table"], field + ".table", "numeric features have no table"));
+  if (node["transform"]) {
+    auto t = one_of<Transform>(node["transform"], file, field + ".transform", kTransformNames);
+    if (!t) return tl::unexpected(t.error());
+    f.transform = *t;
+  }
+  for (auto [key, target] : {std::pair{"mean", &f.mean}, std::pair{"std", &f.stddev}}) {
+    if (!node[key]) continue;
+    auto v = number(node[key], file, field + "." + key);
+    if (!v) return tl::unexpected(v.error());
+    *target = *v;
+  }
+  if (f.transform == Transform::kStandardize && !(f.stddev > 0)) {
+    return tl::unexpected(bad(file, node, field + ".std", "standardize needs std > 0"));
+  }
+  if (const auto clip = node["clip"]) {
+    if (!clip.is_sequence() || clip.size() != 2) {
+      return tl::unexpected(bad(file, clip, field + ".clip", "want [low, high]"));
+    }
+    auto low = number(clip[0], file, field + ".clip");
+    auto high = number(clip[1], file, field + ".clip");
+    if (!low || !high) return tl::unexpected(low ? high.error() : low.error());
+    if (*low > *high) return tl::unexpected(bad(file, clip, field + ".clip", "low is above high"));
+    f.clip_low = *low;
+    f.clip_high = *high;
+  }
+  return {};
+}
+
+// An id or id-list feature's table, max_len and default.
+Status parse_sparse(const YamlNode& node, const ModelSpec& model, const std::string& file, const std::string& field,
+                    FeatureSpec& f) {
+  const auto table = node["table"].text();
+  if (!table || !model.tables.contains(*table)) {
+    return tl::unexpected(bad(file, node["table"] ? node["table"] : node, field + ".table",
+                              "want one of the model's tables"));
+  }
+  f.table = *table;
+  if (node["max_len"]) {
+    if (f.kind != Kind::kIdList) {
+      return tl::unexpected(bad(file, node["max_len"], field + ".max_len", "only id_list features have one"));
+    }
+    auto n = number(node["max_len"], file, field + ".max_len");
+    if (!n || *n < 1 || *n != static_cast<double>(static_cast<unsigned>(*n))) {
+      return tl::unexpected(bad(file, node["max_len"], field + ".max_len", "want a whole number >= 1"));
+    }
+    f.max_len = static_cast<unsigned>(*n);
+  }
+  f.default_value = f.kind == Kind::kId ? FeatureValue(std::string()) : FeatureValue(std::vector<std::string>{});
+  return {};
+}
+
 Result<FeatureSpec> parse_feature(const YamlNode& node, const ModelSpec& model, const std::string& file,
                                   const std::string& field) {
   static const std::set<std::string> kKeys = {"name", "source", "kind", "table", "max_len", "transform",
@@ -73,62 +124,16 @@ Result<FeatureSpec> parse_feature(const YamlNode& node, const ModelSpec& model, 
     }
     *target = node[key].text().value_or("");
   }
-  auto source = one_of<Source>(node["source"] ? node["source"] : node, file, field + ".source",
-                               {{"user", Source::kUser}, {"context", Source::kContext}, {"item", Source::kItem}});
+  auto source = one_of<Source>(node["source"] ? node["source"] : node, file, field + ".source", kSourceNames);
   if (!source) return tl::unexpected(source.error());
   f.source = *source;
-  auto kind = one_of<Kind>(node["kind"] ? node["kind"] : node, file, field + ".kind",
-                           {{"id", Kind::kId}, {"id_list", Kind::kIdList}, {"numeric", Kind::kNumeric}});
+  auto kind = one_of<Kind>(node["kind"] ? node["kind"] : node, file, field + ".kind", kKindNames);
   if (!kind) return tl::unexpected(kind.error());
   f.kind = *kind;
 
-  if (f.kind == Kind::kNumeric) {
-    if (node["table"]) return tl::unexpected(bad(file, node["table"], field + ".table", "numeric features have no table"));
-    if (node["transform"]) {
-      auto t = one_of<Transform>(node["transform"], file, field + ".transform",
-                                 {{"none", Transform::kNone}, {"log1p", Transform::kLog1p},
-                                  {"standardize", Transform::kStandardize}});
-      if (!t) return tl::unexpected(t.error());
-      f.transform = *t;
-    }
-    for (auto [key, target] : {std::pair{"mean", &f.mean}, std::pair{"std", &f.stddev}}) {
-      if (!node[key]) continue;
-      auto v = number(node[key], file, field + "." + key);
-      if (!v) return tl::unexpected(v.error());
-      *target = *v;
-    }
-    if (f.transform == Transform::kStandardize && !(f.stddev > 0)) {
-      return tl::unexpected(bad(file, node, field + ".std", "standardize needs std > 0"));
-    }
-    if (const auto clip = node["clip"]) {
-      if (!clip.is_sequence() || clip.size() != 2) {
-        return tl::unexpected(bad(file, clip, field + ".clip", "want [low, high]"));
-      }
-      auto low = number(clip[0], file, field + ".clip");
-      auto high = number(clip[1], file, field + ".clip");
-      if (!low || !high) return tl::unexpected(low ? high.error() : low.error());
-      if (*low > *high) return tl::unexpected(bad(file, clip, field + ".clip", "low is above high"));
-      f.clip_low = *low;
-      f.clip_high = *high;
-    }
-  } else {
-    const auto table = node["table"].text();
-    if (!table || !model.tables.contains(*table)) {
-      return tl::unexpected(bad(file, node["table"] ? node["table"] : node, field + ".table",
-                                "want one of the model's tables"));
-    }
-    f.table = *table;
-    if (node["max_len"]) {
-      if (f.kind != Kind::kIdList) {
-        return tl::unexpected(bad(file, node["max_len"], field + ".max_len", "only id_list features have one"));
-      }
-      auto n = number(node["max_len"], file, field + ".max_len");
-      if (!n || *n < 1 || *n != static_cast<double>(static_cast<unsigned>(*n))) {
-        return tl::unexpected(bad(file, node["max_len"], field + ".max_len", "want a whole number >= 1"));
-      }
-      f.max_len = static_cast<unsigned>(*n);
-    }
-    f.default_value = f.kind == Kind::kId ? FeatureValue(std::string()) : FeatureValue(std::vector<std::string>{});
+  if (auto parsed = f.kind == Kind::kNumeric ? parse_numeric(node, file, field, f) : parse_sparse(node, model, file, field, f);
+      !parsed) {
+    return tl::unexpected(parsed.error());
   }
   if (node["default"]) {
     auto d = default_for(node["default"], f.kind, file, field + ".default");
@@ -165,7 +170,8 @@ Status parse_entity_mapping(const YamlNode& node, const std::string& file, const
   entity.view = *view;
   entity.join_key = *join_key;
   if (node["join_key_type"]) {
-    auto int64 = one_of<bool>(node["join_key_type"], file, field + ".join_key_type", {{"string", false}, {"int64", true}});
+    constexpr auto kJoinKeyTypes = make_names<bool>({{false, "string"}, {true, "int64"}});  // is it int64?
+    auto int64 = one_of<bool>(node["join_key_type"], file, field + ".join_key_type", kJoinKeyTypes);
     if (!int64) return tl::unexpected(int64.error());
     entity.int64_key = *int64;
   }
@@ -206,15 +212,6 @@ const FeatureSpec* ModelSpec::feature(std::string_view feature_name, Source sour
   const auto it = std::find_if(features.begin(), features.end(),
                                [&](const FeatureSpec& f) { return f.name == feature_name && f.source == source; });
   return it == features.end() ? nullptr : &*it;
-}
-
-const char* to_string(Source source) {
-  switch (source) {
-    case Source::kUser: return "user";
-    case Source::kContext: return "context";
-    case Source::kItem: return "item";
-  }
-  return "item";
 }
 
 Result<ModelSpec> parse_model_spec(const std::string& yaml, const std::string& file) {
@@ -264,7 +261,7 @@ Result<ModelSpec> parse_model_spec(const std::string& yaml, const std::string& f
     if (!f) return tl::unexpected(f.error());
     if (model.feature(f->name, f->source)) {
       return tl::unexpected(bad(file, features[i], field + ".name",
-                                "'" + f->name + "' is declared twice for source " + to_string(f->source)));
+                                "'" + f->name + "' is declared twice for source " + std::string(to_string(f->source))));
     }
     model.features.push_back(std::move(*f));
   }

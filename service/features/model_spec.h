@@ -18,7 +18,7 @@
 // "item" feature once per candidate. A feature named "id" reads the entity's id.
 //
 // Where a networked store keeps the user and item features (Feast's Redis
-// online store, service/feast/): every key is optional, these are the
+// online store, service/feature_store/): every key is optional, these are the
 // defaults, the names the embedded JSON Lines store uses.
 //   feature_store:
 //     project: numaserve
@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "features/features.h"
+#include "numaserve/common/names.h"
 #include "numaserve/common/result.h"
 
 namespace numaserve::features {
@@ -43,6 +44,13 @@ namespace numaserve::features {
 enum class Source { kUser, kContext, kItem };
 enum class Kind { kId, kIdList, kNumeric };
 enum class Transform { kNone, kLog1p, kStandardize };
+// As model.yaml writes them (and errors and tensor names say them).
+inline constexpr auto kSourceNames =
+    make_names<Source>({{Source::kUser, "user"}, {Source::kContext, "context"}, {Source::kItem, "item"}});
+inline constexpr auto kKindNames =
+    make_names<Kind>({{Kind::kId, "id"}, {Kind::kIdList, "id_list"}, {Kind::kNumeric, "numeric"}});
+inline constexpr auto kTransformNames = make_names<Transform>(
+    {{Transform::kNone, "none"}, {Transform::kLog1p, "log1p"}, {Transform::kStandardize, "standardize"}});
 
 struct FeatureSpec {
   std::string name;
@@ -89,6 +97,6 @@ struct ModelSpec {
 // `file` names the source in errors: "model.yaml line 7: features[2].kind ...".
 Result<ModelSpec> parse_model_spec(const std::string& yaml, const std::string& file);
 
-const char* to_string(Source source);
+inline std::string_view to_string(Source source) { return kSourceNames.name(source); }
 
 }  // namespace numaserve::features

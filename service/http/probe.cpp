@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cstring>
 
+#include "numaserve/common/duration.h"
+
 namespace numaserve::http {
 namespace {
 
@@ -40,7 +42,7 @@ Result<int> probe(int port, const std::string& path, double timeout_seconds) {
   const std::string where = "127.0.0.1:" + std::to_string(port) + path;
   auto failed = [&](const std::string& why) { return make_error(Error::Code::kUnavailable, where + ": " + why); };
   const auto deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds));
+      Clock::now() + to_duration(timeout_seconds);
   Socket s;
   if (s.fd < 0) return failed(std::string("socket: ") + std::strerror(errno));
   sockaddr_in address{};

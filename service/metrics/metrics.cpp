@@ -58,7 +58,7 @@ void render_workers(std::string& out, const std::vector<WorkerGauges>& workers) 
   }
 }
 
-void render_feature_store(std::string& out, const Histogram& latency, const features::RemoteStoreStats& s) {
+void render_feature_store(std::string& out, const Histogram& latency, const feature_store::StoreStats& s) {
   TextWriter w(out);
   const std::string store = prometheus::label("store", s.store);
   w.family("numaserve_feature_store_seconds", "histogram",

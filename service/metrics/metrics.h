@@ -14,7 +14,7 @@
 #include <optional>
 #include <vector>
 
-#include "features/remote_store.h"
+#include "feature_store/store.h"
 
 namespace numaserve::metrics {
 
@@ -71,7 +71,7 @@ struct Gauges {
   std::map<std::string, std::size_t> threads;       // kind -> count
   std::vector<WorkerGauges> workers;
   TransportGauges transport;
-  std::optional<features::RemoteStoreStats> feature_store;  // a networked store's, when there is one
+  std::optional<feature_store::StoreStats> feature_store;  // a networked store's, when there is one
 };
 
 class Metrics {

@@ -30,16 +30,16 @@ at::Tensor borrow(const std::vector<std::int64_t>& values) {
 
 }  // namespace
 
-struct Model::Impl {
+struct TorchModel::Impl {
   torch::jit::Module module;
 };
 
-Model::Model(std::filesystem::path dir, features::ModelSpec spec, std::unique_ptr<Impl> impl)
+TorchModel::TorchModel(std::filesystem::path dir, features::ModelSpec spec, std::unique_ptr<Impl> impl)
     : dir_(std::move(dir)), spec_(std::move(spec)), impl_(std::move(impl)) {}
 
-Model::~Model() = default;
+TorchModel::~TorchModel() = default;
 
-Result<std::unique_ptr<Model>> Model::load(const std::filesystem::path& dir) {
+Result<std::unique_ptr<TorchModel>> TorchModel::load(const std::filesystem::path& dir) {
   const auto yaml_path = dir / "model.yaml";
   auto yaml = read_text_file(yaml_path);
   if (!yaml) return tl::unexpected(yaml.error());
@@ -73,10 +73,10 @@ Result<std::unique_ptr<Model>> Model::load(const std::filesystem::path& dir) {
                         "tables." + table);
     }
   }
-  return std::unique_ptr<Model>(new Model(dir, std::move(*spec), std::move(impl)));
+  return std::unique_ptr<TorchModel>(new TorchModel(dir, std::move(*spec), std::move(impl)));
 }
 
-Result<std::vector<float>> Model::forward(const features::Batch& batch) const {
+Result<std::vector<float>> TorchModel::forward(const features::Batch& batch) const {
   const auto rows = static_cast<std::int64_t>(batch.rows);
   try {
     c10::InferenceMode inference;
@@ -102,7 +102,7 @@ Result<std::vector<float>> Model::forward(const features::Batch& batch) const {
   }
 }
 
-Status Model::warm_up(std::size_t rows, unsigned rounds) const {
+Status TorchModel::warm_up(std::size_t rows, unsigned rounds) const {
   // Every row at its declared defaults: the same shapes a request produces.
   features::Request request;
   request.items.resize(rows);
@@ -117,7 +117,7 @@ Status Model::warm_up(std::size_t rows, unsigned rounds) const {
   return {};
 }
 
-std::vector<numa::MemoryRange> Model::weights() const {
+std::vector<numa::MemoryRange> TorchModel::weights() const {
   std::vector<numa::MemoryRange> out;
   auto add = [&out](const at::Tensor& t) {
     if (t.defined() && t.nbytes() > 0) out.push_back({t.data_ptr(), t.nbytes()});
@@ -127,7 +127,7 @@ std::vector<numa::MemoryRange> Model::weights() const {
   return out;
 }
 
-std::size_t Model::weight_bytes() const {
+std::size_t TorchModel::weight_bytes() const {
   std::size_t total = 0;
   for (const auto& range : weights()) total += range.bytes;
   return total;

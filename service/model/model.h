@@ -1,8 +1,9 @@
 #pragma once
-// A loaded model: model.pt (TorchScript) + model.yaml (the feature contract).
-// This header is torch-free on purpose — everything above service/model/
-// sees plain vectors (features::Batch in, one float per row out); only
-// model.cpp and demo_models.cpp include LibTorch.
+// A loaded model: model.pt (TorchScript) + model.yaml (the feature contract),
+// the service's api::Model run by LibTorch. This header is torch-free on
+// purpose — everything above service/model/ sees plain vectors
+// (features::Batch in, one float per row out); only model.cpp and
+// demo_models.cpp include LibTorch.
 //
 // The forward contract of model.pt:
 //   def forward(self, dense: Tensor, indices: List[Tensor], offsets: List[Tensor]) -> Tensor
@@ -19,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "api/model.h"
 #include "features/extract.h"
 #include "features/model_spec.h"
 #include "numaserve/common/result.h"
@@ -26,33 +28,27 @@
 
 namespace numaserve::model {
 
-class Model {
+class TorchModel final : public api::Model {
  public:
-  ~Model();
-  Model(const Model&) = delete;
-  Model& operator=(const Model&) = delete;
+  ~TorchModel() override;
+  TorchModel(const TorchModel&) = delete;
+  TorchModel& operator=(const TorchModel&) = delete;
 
   // Reads dir/model.yaml and dir/model.pt. The calling thread's CPU and
   // memory binding decide where the weights land (they are written by it).
-  static Result<std::unique_ptr<Model>> load(const std::filesystem::path& dir);
+  static Result<std::unique_ptr<TorchModel>> load(const std::filesystem::path& dir);
 
-  const features::ModelSpec& spec() const { return spec_; }
+  const features::ModelSpec& spec() const override { return spec_; }
   const std::filesystem::path& dir() const { return dir_; }
 
-  // Thread-safe: many workers may run the same model at once.
-  Result<std::vector<float>> forward(const features::Batch& batch) const;
-
-  // Runs `rounds` forwards of `rows` default rows — allocator pools and
-  // lazily built kernels are warm before the first request.
-  Status warm_up(std::size_t rows, unsigned rounds) const;
-
-  // Where the weights live, for the page-locality report.
-  std::vector<numa::MemoryRange> weights() const;
-  std::size_t weight_bytes() const;
+  Result<std::vector<float>> forward(const features::Batch& batch) const override;
+  Status warm_up(std::size_t rows, unsigned rounds) const override;
+  std::vector<numa::MemoryRange> weights() const override;
+  std::size_t weight_bytes() const override;
 
  private:
   struct Impl;
-  Model(std::filesystem::path dir, features::ModelSpec spec, std::unique_ptr<Impl> impl);
+  TorchModel(std::filesystem::path dir, features::ModelSpec spec, std::unique_ptr<Impl> impl);
   std::filesystem::path dir_;
   features::ModelSpec spec_;
   std::unique_ptr<Impl> impl_;

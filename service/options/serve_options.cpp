@@ -22,7 +22,7 @@ OptionSpec port_option(std::string name, std::string help, int& target, bool non
 }
 
 OptionSpec bind_option(supervisor::Bind& target) {
-  return {"bind", "numa|none", "With replicas: pin each worker to one NUMA node, or let all use the whole cpuset",
+  return {"bind", "numa|none", "With replicas: pin each replica to one NUMA node, or let all use the whole cpuset",
           target == supervisor::Bind::kNuma ? "numa" : "none", [&target](const std::string& text) {
             if (text != "numa" && text != "none") {
               return Status(make_error(Error::Code::kInvalidArgument, "bind: '" + text + "' is not numa or none", "bind"));
@@ -65,7 +65,7 @@ std::vector<OptionSpec> store_options(ServeOptions& o) {
       seconds_option("item_cache_ttl",
                      "Items fetched from Redis are kept, extracted, this long by the worker that fetched them; 0: "
                      "always fetched",
-                     o.service.item_cache_ttl_seconds),
+                     c.item_cache_ttl_seconds),
   };
 }
 
@@ -135,14 +135,14 @@ std::vector<OptionSpec> serve_options(ServeOptions& o) {
                      o.shutdown_delay),
       seconds_option("shutdown_grace", "Longest drain after SIGTERM; then exit 1 with what was left", o.shutdown_grace),
       count_option("replicas_per_numa_node", "N",
-                   "Run a supervisor and N worker processes per NUMA node of the cpuset, each pinned to its node's "
+                   "Run a supervisor and N replica processes per NUMA node of the cpuset, each pinned to its node's "
                    "CPUs and memory, sharing the port",
                    o.replicas.per_node),
       count_option("replicas", "N",
-                   "Run a supervisor and N worker processes (spread evenly over the nodes with --bind numa)",
+                   "Run a supervisor and N replica processes (spread evenly over the nodes with --bind numa)",
                    o.replicas.replicas),
       bind_option(o.replicas.bind),
-      count_option("max_restarts", "N", "With replicas: restarts of one worker within 5 minutes before the group stops",
+      count_option("max_restarts", "N", "With replicas: restarts of one replica within 5 minutes before the group stops",
                    o.supervisor.max_restarts),
   };
   for (auto& row : store_options(o)) rows.push_back(std::move(row));

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "api/config.h"
-#include "feast/store.h"
-#include "http/server.h"
+#include "feature_store/config.h"
+#include "http/config.h"
 #include "numaserve/common/options.h"
 #include "supervisor/supervisor.h"
 #include "threads/threads.h"
@@ -23,8 +23,8 @@ struct ServeOptions {
   std::vector<std::string> model_dirs;
   std::string feature_store;  // a JSON Lines file, or a Redis URL; empty: inline features only
   std::string feature_store_password_file;
-  feast::StoreConfig store;   // with a Redis URL
-  http::ServerConfig http;    // loops and reuse under a supervisor are start-up's to set
+  feature_store::StoreConfig store;  // with a Redis URL
+  http::ServerConfig http;    // workers and reuse under a supervisor are start-up's to set
   threads::ThreadConfig threads;
   api::ServiceConfig service;  // version and wait_for_group are start-up's to set
   supervisor::ReplicaConfig replicas;

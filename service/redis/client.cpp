@@ -10,6 +10,7 @@
 
 #include <algorithm>
 
+#include "numaserve/common/duration.h"
 #include "numaserve/common/log.h"
 #include "redis/hiredis_reply.h"
 
@@ -19,10 +20,6 @@ namespace {
 namespace asio = boost::asio;
 using Clock = std::chrono::steady_clock;
 using boost::system::error_code;
-
-Clock::duration duration(double seconds) {
-  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-}
 
 // hiredis's event hooks on one connection's socket. hiredis may free its
 // context inside a read (a disconnect); its cleanup hook then clears
@@ -102,8 +99,6 @@ struct Client::Impl : std::enable_shared_from_this<Impl> {
   // The last reply, or when the wait for one began: a server that sends
   // nothing for config.stall_seconds while we wait is hung, not slow.
   Clock::time_point progress;
-  unsigned failures_in_row = 0;
-  Clock::time_point open_until;
   std::string down_reason;  // logged once per outage, not per attempt
   bool closing = false;
 
@@ -114,7 +109,6 @@ struct Client::Impl : std::enable_shared_from_this<Impl> {
   void drop(const std::string& reason);
   void check_stall();
   void up();
-  bool admit(Clock::time_point now);
   void record(bool ok);
   void finish(const std::shared_ptr<Batch>& batch, std::optional<Failure> failure, std::string message);
   void fail_now(std::function<void(Outcome&&)>& done, Failure failure, const std::string& message) {
@@ -162,7 +156,7 @@ void Client::Impl::connect() {
   context = ac;
   // hiredis's asynchronous connect has no timeout of its own: a host that
   // drops the SYN would hold it for the kernel's two minutes.
-  connecting.expires_after(duration(config.connect_timeout_seconds));
+  connecting.expires_after(to_duration(config.connect_timeout_seconds));
   connecting.async_wait([weak = weak_from_this()](error_code ec) {
     auto self = weak.lock();
     if (ec || !self || self->closing || self->context == nullptr || self->owner.connected()) return;
@@ -205,7 +199,7 @@ void Client::Impl::drop(const std::string& reason) {
 }
 
 void Client::Impl::check_stall() {
-  if (context == nullptr || in_flight == 0 || Clock::now() - progress < duration(config.stall_seconds)) return;
+  if (context == nullptr || in_flight == 0 || Clock::now() - progress < to_duration(config.stall_seconds)) return;
   drop("no reply for " + std::to_string(config.stall_seconds) + "s with " + std::to_string(in_flight) +
        " pipelines waiting");
 }
@@ -225,45 +219,23 @@ void Client::Impl::schedule_reconnect(const std::string& reason) {
         {{"store", url.redacted()}, {"error", reason}, {"retry_in", std::to_string(backoff) + "s"}});
     down_reason = reason;
   }
-  retry.expires_after(duration(backoff));
+  retry.expires_after(to_duration(backoff));
   backoff = std::min(backoff * 2, config.reconnect_last_seconds);
   retry.async_wait([weak = weak_from_this()](error_code ec) {
     if (auto self = weak.lock(); self && !ec && !self->closing) self->connect();
   });
 }
 
-// The breaker: closed lets everything through; open refuses until
-// open_until; then one pipeline probes (half open) and decides.
-bool Client::Impl::admit(Clock::time_point now) {
-  switch (owner.breaker_.load(std::memory_order_relaxed)) {
-    case BreakerState::kClosed: return true;
-    case BreakerState::kHalfOpen: return false;  // the probe is out
-    case BreakerState::kOpen:
-      if (now < open_until) return false;
-      owner.breaker_.store(BreakerState::kHalfOpen, std::memory_order_relaxed);
-      return true;
-  }
-  return true;
-}
-
 void Client::Impl::record(bool ok) {
-  const BreakerState state = owner.breaker_.load(std::memory_order_relaxed);
-  if (ok) {
-    failures_in_row = 0;
-    if (state != BreakerState::kClosed) {
-      owner.breaker_.store(BreakerState::kClosed, std::memory_order_relaxed);
-      log(LogLevel::kInfo, "feature store breaker closed", {{"store", url.redacted()}});
-    }
+  Breaker& breaker = owner.breaker_;
+  if (!breaker.record(ok, Clock::now())) return;
+  if (breaker.state() == BreakerState::kClosed) {
+    log(LogLevel::kInfo, "feature store breaker closed", {{"store", url.redacted()}});
     return;
   }
-  ++failures_in_row;
-  if (state == BreakerState::kHalfOpen || (state == BreakerState::kClosed && failures_in_row >= config.breaker_failures)) {
-    owner.breaker_.store(BreakerState::kOpen, std::memory_order_relaxed);
-    open_until = Clock::now() + duration(config.breaker_open_seconds);
-    log(LogLevel::kWarning, "feature store breaker open",
-        {{"store", url.redacted()}, {"failures_in_row", std::to_string(failures_in_row)},
-         {"probe_in", std::to_string(config.breaker_open_seconds) + "s"}});
-  }
+  log(LogLevel::kWarning, "feature store breaker open",
+      {{"store", url.redacted()}, {"failures_in_row", std::to_string(breaker.failures_in_row())},
+       {"probe_in", std::to_string(config.breaker_open_seconds) + "s"}});
 }
 
 void Client::Impl::finish(const std::shared_ptr<Batch>& batch, std::optional<Failure> failure, std::string message) {
@@ -285,7 +257,8 @@ void Client::Impl::finish(const std::shared_ptr<Batch>& batch, std::optional<Fai
 }
 
 Client::Client(asio::io_context& loop, Url url, ClientConfig config)
-    : impl_(std::make_shared<Impl>(*this, loop, std::move(url), config)) {
+    : impl_(std::make_shared<Impl>(*this, loop, std::move(url), config)),
+      breaker_(config.breaker_failures, config.breaker_open_seconds) {
   impl_->connect();
 }
 
@@ -307,7 +280,7 @@ void Client::pipeline(const std::vector<Command>& commands, std::function<void(O
     s.fail_now(done, Failure::kOverloaded, std::to_string(s.in_flight) + " pipelines unanswered");
     return;
   }
-  if (!s.admit(now)) {
+  if (!breaker_.admit(now)) {
     s.fail_now(done, Failure::kBreakerOpen, "breaker open after failures");
     return;
   }
@@ -346,7 +319,7 @@ void Client::pipeline(const std::vector<Command>& commands, std::function<void(O
     }
     slot.release();
   }
-  batch->deadline.expires_after(duration(s.config.timeout_seconds));
+  batch->deadline.expires_after(to_duration(s.config.timeout_seconds));
   batch->deadline.async_wait([weak = s.weak_from_this(), batch](error_code ec) {
     auto self = weak.lock();
     if (ec || !self || self->closing) return;

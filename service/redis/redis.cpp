@@ -174,24 +174,4 @@ Result<std::vector<Reply>> Connection::pipeline(const std::vector<Command>& comm
   return out;
 }
 
-const char* to_string(Failure failure) {
-  switch (failure) {
-    case Failure::kTimeout: return "timeout";
-    case Failure::kDisconnected: return "disconnected";
-    case Failure::kRefused: return "refused";
-    case Failure::kBreakerOpen: return "breaker_open";
-    case Failure::kOverloaded: return "overloaded";
-  }
-  return "refused";
-}
-
-const char* to_string(BreakerState state) {
-  switch (state) {
-    case BreakerState::kClosed: return "closed";
-    case BreakerState::kOpen: return "open";
-    case BreakerState::kHalfOpen: return "half_open";
-  }
-  return "closed";
-}
-
 }  // namespace numaserve::redis

@@ -2,9 +2,8 @@
 // Redis for the feature store: where it is (a URL), a blocking connection
 // (the loader and the start-up check) and an asynchronous client that runs
 // on one worker's event loop. Only this folder knows hiredis; client.cpp is
-// the second file of the service that knows Boost.Asio (the first is the
-// transport, http/server.cpp), because the client must wait on the same
-// loop as the worker's connections.
+// the one file outside the transport (http/) that knows Boost.Asio, because
+// the client must wait on the same loop as the worker's connections.
 
 #include <atomic>
 #include <cstdint>
@@ -15,7 +14,10 @@
 #include <string_view>
 #include <vector>
 
+#include "numaserve/common/names.h"
 #include "numaserve/common/result.h"
+#include "redis/breaker.h"
+#include "redis/config.h"
 
 namespace boost::asio {
 class io_context;
@@ -66,31 +68,13 @@ class Connection {
   std::unique_ptr<Impl> impl_;
 };
 
-struct ClientConfig {
-  double timeout_seconds = 0.010;   // a pipeline's deadline
-  // The breaker opens after this many failures in a row and then refuses
-  // at once for `breaker_open_seconds`, after which one pipeline probes.
-  unsigned breaker_failures = 5;
-  double breaker_open_seconds = 1;
-  // Reconnecting waits from the first to the last, doubling.
-  double reconnect_first_seconds = 0.05;
-  double reconnect_last_seconds = 2;
-  double connect_timeout_seconds = 1;  // a connection (and its AUTH, SELECT) not up by then is dialled again
-  // Waiting this long without a single reply, the connection is taken for
-  // hung (a partition sends no FIN) and dialled again.
-  double stall_seconds = 2;
-  // Pipelines sent and not yet answered; beyond, refuse at once (a Redis
-  // that stopped reading must not grow our memory without bound).
-  std::size_t max_in_flight = 256;
-};
-
 // Why a pipeline failed; the label of numaserve_feature_store_errors_total.
 enum class Failure { kTimeout, kDisconnected, kRefused, kBreakerOpen, kOverloaded };
-const char* to_string(Failure failure);
-inline constexpr int kFailureKinds = 5;
+inline constexpr auto kFailureNames =
+    make_names<Failure>({{Failure::kTimeout, "timeout"}, {Failure::kDisconnected, "disconnected"}, {Failure::kRefused, "refused"},
+                         {Failure::kBreakerOpen, "breaker_open"}, {Failure::kOverloaded, "overloaded"}});
+inline constexpr int kFailureKinds = static_cast<int>(kFailureNames.table.size());
 
-enum class BreakerState { kClosed, kOpen, kHalfOpen };
-const char* to_string(BreakerState state);
 
 // A pipeline's outcome: its replies, or why there are none.
 struct Outcome {
@@ -113,14 +97,14 @@ class Client {
   // deadline: with every reply, or with the failure.
   void pipeline(const std::vector<Command>& commands, std::function<void(Outcome&&)> done);
 
-  BreakerState breaker() const { return breaker_.load(std::memory_order_relaxed); }
+  BreakerState breaker() const { return breaker_.state(); }
   bool connected() const { return connected_.load(std::memory_order_relaxed); }
 
  private:
   struct Impl;
   std::shared_ptr<Impl> impl_;  // its timers' handlers hold it weakly
   // Read by /metrics from other threads.
-  std::atomic<BreakerState> breaker_{BreakerState::kClosed};
+  Breaker breaker_;
   std::atomic<bool> connected_{false};
 };
 

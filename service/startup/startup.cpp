@@ -8,12 +8,12 @@
 #include <memory>
 #include <thread>
 
+#include "api/router.h"
 #include "api/service.h"
-#include "feast/store.h"
-#include "features/feature_store.h"
+#include "feature_store/store.h"
 #include "http/server.h"
-#include "model/model.h"
 #include "numa/numa.h"
+#include "numaserve/common/duration.h"
 #include "numaserve/common/log.h"
 #include "numaserve/common/placement.h"
 #include "numaserve/common/topology.h"
@@ -30,10 +30,10 @@ int fail(const std::string& message) {
   return 1;
 }
 
-// Who answers: host/pid, and the worker's slot under the supervisor.
+// Who answers: host/pid, and the replica under the supervisor.
 std::string instance_name() {
-  const std::string worker = supervisor::worker_name();
-  return host_name() + "/" + std::to_string(getpid()) + (worker.empty() ? "" : " " + worker);
+  const std::string replica = supervisor::replica_name();
+  return host_name() + "/" + std::to_string(getpid()) + (replica.empty() ? "" : " " + replica);
 }
 
 // Where this process may run, and the machine around it: what both the
@@ -79,22 +79,10 @@ Result<api::PlacementReport> bind(const ServeOptions& o, const Machine& machine,
   return report;
 }
 
-// The embedded store: a JSON Lines file, loaded now. With a Redis URL (or
-// none) it is empty, and every query goes to Redis (open_remote_store).
-Result<std::unique_ptr<features::FeatureStore>> load_store(const ServeOptions& o) {
-  if (o.feature_store.empty() || redis::is_url(o.feature_store)) return features::EmbeddedFeatureStore::parse("", "no store");
-  auto loaded = features::EmbeddedFeatureStore::load(o.feature_store);
-  if (!loaded) return tl::unexpected(loaded.error());
-  log(LogLevel::kInfo, "feature store loaded",
-      {{"file", o.feature_store}, {"users", std::to_string((*loaded)->users())},
-       {"items", std::to_string((*loaded)->items())}});
-  return std::unique_ptr<features::FeatureStore>(std::move(*loaded));
-}
-
-Result<std::vector<std::unique_ptr<model::Model>>> load_models(const ServeOptions& o) {
-  std::vector<std::unique_ptr<model::Model>> models;
+Result<std::vector<std::unique_ptr<api::Model>>> load_models(const ServeOptions& o, const Runtime& runtime) {
+  std::vector<std::unique_ptr<api::Model>> models;
   for (const auto& dir : o.model_dirs) {
-    auto loaded = model::Model::load(dir);
+    auto loaded = runtime.load(dir);
     if (!loaded) return tl::unexpected(loaded.error());
     for (const auto& m : models) {
       if (m->spec().name == (*loaded)->spec().name) {
@@ -107,30 +95,38 @@ Result<std::vector<std::unique_ptr<model::Model>>> load_models(const ServeOption
   return models;
 }
 
-// Feast's Redis online store, one client per worker on its event loop;
-// checked by connecting once now. Null without a Redis URL.
-Result<std::unique_ptr<features::RemoteStore>> open_remote_store(const ServeOptions& o,
-                                                                 const std::vector<std::unique_ptr<model::Model>>& models,
-                                                                 std::size_t workers, http::Server& server) {
-  if (!redis::is_url(o.feature_store)) return nullptr;
-  auto url = redis::parse_url(o.feature_store, o.feature_store_password_file);
-  if (!url) return tl::unexpected(url.error());
+// The store --feature-store names; a networked one waits on the workers' loops.
+Result<std::unique_ptr<feature_store::FeatureStore>> open_store(const ServeOptions& o,
+                                                                const std::vector<std::unique_ptr<api::Model>>& models,
+                                                                std::size_t workers, http::Server& server) {
   std::vector<const features::ModelSpec*> specs;
   for (const auto& m : models) specs.push_back(&m->spec());
-  auto store = feast::open_store(*url, specs, o.store, workers,
-                                 [&server](std::size_t worker) -> boost::asio::io_context& { return server.context(worker); });
-  if (!store) return tl::unexpected(store.error());
-  log(LogLevel::kInfo, "feature store: Feast's Redis online store",
-      {{"store", url->redacted()}, {"project", specs.front()->store.project},
-       {"timeout", std::to_string(o.store.client.timeout_seconds) + "s"},
-       {"on_error", o.store.fail_on_error ? "fail" : "default"}});
-  return std::unique_ptr<features::RemoteStore>(std::move(*store));
+  feature_store::OpenConfig config{o.feature_store, o.feature_store_password_file, o.store, workers,
+                                   [&server](std::size_t worker) -> boost::asio::io_context& { return server.context(worker); }};
+  return feature_store::open_store(config, specs);
+}
+
+// The transport's counters as /metrics shows them.
+void transport_gauges(const http::Server& server, metrics::Gauges& g) {
+  const auto workers = server.stats();
+  for (std::size_t i = 0; i < workers.size() && i < g.workers.size(); ++i) {
+    g.workers[i].connections = workers[i].connections;
+    g.workers[i].accepted = workers[i].accepted;
+    g.workers[i].requests_read = workers[i].requests;
+  }
+  for (const auto& w : workers) {
+    g.transport.idle_closed += w.idle_closed;
+    g.transport.timed_out += w.timed_out;
+    g.transport.rejected += w.rejected;
+  }
+  g.transport.refused = server.refused_connections();
+  g.transport.max_connections = server.max_connections();
 }
 
 // HTTP up with one event loop per worker: from here each worker pins
 // itself and warms the models up while its loop already answers /healthz.
-Status start_serving(const ServeOptions& o, http::Server& server, api::Service& service) {
-  if (auto started = server.start(service); !started) return started;
+Status start_serving(const ServeOptions& o, http::Server& server, api::Router& router) {
+  if (auto started = server.start(router); !started) return started;
   log(LogLevel::kInfo, "listening (live, not ready until warm)",
       {{"address", o.http.host}, {"port", std::to_string(server.port())},
        {"admin_port", server.admin_port() < 0 ? "none" : std::to_string(server.admin_port())},
@@ -143,58 +139,66 @@ Status start_serving(const ServeOptions& o, http::Server& server, api::Service& 
 void drain(const ServeOptions& o, const sigset_t& signals, http::Server& server, api::Service& service) {
   int signal = 0;
   while (sigwait(&signals, &signal) == 0 && signal == SIGUSR1) {
-    service.open_group();
+    service.readiness().open_group();
     log(LogLevel::kInfo, "ready: the group is open");
   }
   log(LogLevel::kInfo, "draining", {{"signal", signal == SIGTERM ? "SIGTERM" : "SIGINT"}});
-  service.begin_drain();
+  service.readiness().begin_drain();
   std::thread([grace = o.shutdown_grace + o.shutdown_delay] {
-    std::this_thread::sleep_for(std::chrono::duration<double>(grace));
+    std::this_thread::sleep_for(to_duration(grace));
     log(LogLevel::kError, "shutdown grace period over; exiting with requests unanswered");
     _exit(1);
   }).detach();
-  std::this_thread::sleep_for(std::chrono::duration<double>(o.shutdown_delay));
+  std::this_thread::sleep_for(to_duration(o.shutdown_delay));
   server.stop();
   log(LogLevel::kInfo, "stopped");
 }
 
+// Placement first: nothing is allocated or started before we know where.
+Result<api::PlacementReport> place(const ServeOptions& o) {
+  auto machine = read_machine();
+  if (!machine) return tl::unexpected(machine.error());
+  auto plan = threads::plan_threads(machine->placement, machine->topology, o.threads);
+  if (!plan) return tl::unexpected(plan.error());
+  for (const auto& note : plan->notes) log(LogLevel::kWarning, note);
+  return bind(o, *machine, *plan);
+}
+
+// The HTTP transport: a worker (an event loop) per planned worker thread.
+http::ServerConfig transport_config(const ServeOptions& o, std::size_t workers, bool supervised) {
+  http::ServerConfig transport = o.http;
+  transport.workers = workers;
+  transport.reuse_port = o.http.reuse_port || supervised;
+  return transport;
+}
+
 }  // namespace
 
-int serve(const ServeOptions& o, const std::string& version) {
-  const std::string worker = supervisor::worker_name();
-  configure_logging(worker.empty() ? "service" : worker, o.log.level, o.log.format);
+int serve(const ServeOptions& o, const std::string& version, const Runtime& runtime) {
+  const std::string replica = supervisor::replica_name();
+  configure_logging(replica.empty() ? "service" : replica, o.log.level, o.log.format);
   if (o.model_dirs.empty()) return fail("no model: give --model-dir DIR (a directory with model.pt and model.yaml)");
   const bool supervised = supervisor::supervised();
   const sigset_t signals = block_signals();
 
-  // Placement first: nothing is allocated or started before we know where.
-  auto machine = read_machine();
-  if (!machine) return fail(machine.error().message);
-  auto plan = threads::plan_threads(machine->placement, machine->topology, o.threads);
-  if (!plan) return fail(plan.error().message);
-  for (const auto& note : plan->notes) log(LogLevel::kWarning, note);
-  auto report = bind(o, *machine, *plan);
+  auto report = place(o);
   if (!report) return fail(report.error().message);
-
-  auto store = load_store(o);
-  if (!store) return fail(store.error().message);
-  auto models = load_models(o);
+  auto models = load_models(o, runtime);
   if (!models) return fail(models.error().message);
-  report->runtime = model::runtime_summary();
+  report->runtime = runtime.summary();
+  const std::size_t workers = report->plan.workers.size();
+  http::Server server(transport_config(o, workers, supervised));
+  auto store = open_store(o, *models, workers, server);
+  if (!store) return fail(store.error().message);
 
-  api::ServiceConfig config = o.service;
-  config.version = version;
-  config.wait_for_group = supervised;
-  http::ServerConfig transport = o.http;
-  transport.loops = plan->workers.size();
-  transport.reuse_port = o.http.reuse_port || supervised;
-  http::Server server(transport);
-  auto remote = open_remote_store(o, *models, plan->workers.size(), server);
-  if (!remote) return fail(remote.error().message);
-  api::Service service(config, std::move(*report), std::move(*models), std::move(*store), server, std::move(*remote));
-  if (auto started = start_serving(o, server, service); !started) return fail(started.error().message);
-
-  if (auto warm = service.wait_until_warm(); !warm) {
+  api::Parts parts{o.service, std::move(*report), std::move(*models), std::move(*store), runtime.prepare_worker_thread,
+                   [&server](metrics::Gauges& g) { transport_gauges(server, g); }};
+  parts.config.version = version;
+  parts.config.wait_for_group = supervised;
+  api::Service service(std::move(parts));
+  api::Router router(service, o.http.admin_port >= 0);
+  if (auto started = start_serving(o, server, router); !started) return fail(started.error().message);
+  if (auto warm = service.readiness().wait_until_warm(); !warm) {
     server.stop();
     return fail("warm-up failed: " + warm.error().message);
   }

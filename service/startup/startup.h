@@ -9,19 +9,33 @@
 //   not ready, keep serving shutdown_delay, stop accepting, answer what
 //   was read, exit 0 (or 1 past the grace period).
 // With --replicas…, supervise() runs instead: the same read of where we
-// are, one slot per worker, and each worker runs this same sequence.
+// are, one replica per NUMA node (or slot), and each replica runs this same
+// sequence. Torch-free: main.cpp hands in the model runtime.
 
+#include <filesystem>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "api/model.h"
 #include "options/serve_options.h"
 
 namespace numaserve::startup {
 
-// Returns the process's exit status; failures are logged.
-int serve(const serve::ServeOptions& options, const std::string& version);
+// What start-up needs of the model runtime (model/'s LibTorch).
+struct Runtime {
+  // Loads dir/model.pt and dir/model.yaml; the calling thread's binding
+  // decides where the weights land.
+  std::function<Result<std::unique_ptr<api::Model>>(const std::filesystem::path& dir)> load;
+  std::function<void(unsigned intra_op_threads)> prepare_worker_thread;
+  std::function<std::string()> summary;  // "LibTorch 1.13.1 (OpenMP), BLAS ..."
+};
 
-// `command`: how to start a worker (this binary and its serve arguments).
+// Returns the process's exit status; failures are logged.
+int serve(const serve::ServeOptions& options, const std::string& version, const Runtime& runtime);
+
+// `command`: how to start a replica (this binary and its serve arguments).
 int supervise(const serve::ServeOptions& options, std::vector<std::string> command);
 
 }  // namespace numaserve::startup

@@ -13,6 +13,7 @@
 #include <deque>
 
 #include "numa/numa.h"
+#include "numaserve/common/duration.h"
 #include "numaserve/common/log.h"
 
 namespace numaserve::supervisor {
@@ -21,10 +22,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kReadyFdEnv = "NUMASERVE_READY_FD";
-constexpr const char* kWorkerEnv = "NUMASERVE_WORKER";
-constexpr const char* kWorkerIndexEnv = "NUMASERVE_WORKER_INDEX";
+constexpr const char* kReplicaEnv = "NUMASERVE_REPLICA";
+constexpr const char* kReplicaIndexEnv = "NUMASERVE_REPLICA_INDEX";
 
-// The allowed whole cores of a node, in CPU order.
+// The allowed whole cores of a node, in CPU order: replicas get whole cores
+// so that two of them never share a core's SMT siblings.
 std::vector<CpuSet> allowed_cores(const NumaNode& node, const CpuSet& allowed) {
   std::vector<CpuSet> cores;
   for (const auto& core : node.cores) {
@@ -34,7 +36,8 @@ std::vector<CpuSet> allowed_cores(const NumaNode& node, const CpuSet& allowed) {
   return cores;
 }
 
-struct Worker {
+// What the supervisor knows of one replica's current process.
+struct ReplicaProcess {
   pid_t pid = -1;
   bool ready = false;
   Clock::time_point start_at;
@@ -50,13 +53,13 @@ std::string describe_exit(int status) {
 // In the child, between fork and exec: only async-signal-safe calls.
 // The ready pipe's write end is inherited (not close-on-exec); its number
 // travels in NUMASERVE_READY_FD.
-[[noreturn]] void exec_worker(const numa::ForkSafeBinding& binding, char* const* argv, const sigset_t& original_mask,
-                              pid_t supervisor) {
-  // Before exec, so nothing of the worker is allocated elsewhere; the
-  // worker binds again itself (to the same node, from its CPUs).
+[[noreturn]] void exec_replica(const numa::ForkSafeBinding& binding, char* const* argv, const sigset_t& original_mask,
+                               pid_t supervisor) {
+  // Before exec, so nothing of the replica is allocated elsewhere; the
+  // replica binds again itself (to the same node, from its CPUs).
   binding.apply();
   sigprocmask(SIG_SETMASK, &original_mask, nullptr);
-  // A worker must not outlive its supervisor (killed, or crashed): it gets
+  // A replica must not outlive its supervisor (killed, or crashed): it gets
   // SIGTERM and drains, instead of holding the port as an orphan.
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() != supervisor) _exit(1);  // it died before prctl took effect
@@ -66,21 +69,21 @@ std::string describe_exit(int status) {
 
 }  // namespace
 
-std::string Slot::name() const {
-  return "worker-" + std::to_string(index) + (node ? " (node " + std::to_string(*node) + ")" : "");
+std::string Replica::name() const {
+  return "replica-" + std::to_string(index) + (node ? " (node " + std::to_string(*node) + ")" : "");
 }
 
-Result<std::vector<Slot>> plan_replicas(const Placement& placement, const Topology& topology,
-                                        const ReplicaConfig& config) {
+Result<std::vector<Replica>> plan_replicas(const Placement& placement, const Topology& topology,
+                                           const ReplicaConfig& config) {
   const CpuSet allowed = placement.cpus() & topology.online_cpus;
   const NodeSet mems = placement.mems();
   if (allowed.empty()) return make_error(Error::Code::kUnavailable, "no usable CPUs in this process's cpuset");
-  std::vector<Slot> slots;
+  std::vector<Replica> replicas;
   if (config.bind == Bind::kNone) {
     const unsigned n = config.replicas != 0 ? config.replicas : config.per_node * static_cast<unsigned>(topology.nodes.size());
     if (n == 0) return make_error(Error::Code::kInvalidArgument, "--bind none needs --replicas N");
-    for (unsigned i = 0; i < n; ++i) slots.push_back({i, std::nullopt, allowed, mems});
-    return slots;
+    for (unsigned i = 0; i < n; ++i) replicas.push_back({i, std::nullopt, allowed, mems});
+    return replicas;
   }
   std::vector<const NumaNode*> nodes;
   for (const auto& node : topology.nodes) {
@@ -109,131 +112,129 @@ Result<std::vector<Slot>> plan_replicas(const Placement& placement, const Topolo
       CpuSet cpus;
       // Contiguous runs of whole cores: replica r gets cores [r*n/k, (r+1)*n/k).
       for (std::size_t c = r * cores.size() / per_node; c < (r + 1) * cores.size() / per_node; ++c) cpus |= cores[c];
-      slots.push_back({static_cast<unsigned>(slots.size()), node->os_index, cpus, node_mems});
+      replicas.push_back({static_cast<unsigned>(replicas.size()), node->os_index, cpus, node_mems});
     }
   }
-  return slots;
+  return replicas;
 }
 
 bool supervised() { return std::getenv(kReadyFdEnv) != nullptr; }
 
-std::string worker_name() {
-  const char* name = std::getenv(kWorkerEnv);
+std::string replica_name() {
+  const char* name = std::getenv(kReplicaEnv);
   return name != nullptr ? name : "";
 }
 
 void report_ready() {
   const char* fd = std::getenv(kReadyFdEnv);
-  const char* index = std::getenv(kWorkerIndexEnv);
+  const char* index = std::getenv(kReplicaIndexEnv);
   if (fd == nullptr || index == nullptr) return;
   const std::string line = std::string(index) + "\n";
-  // One short write: atomic on a pipe, so workers' lines never interleave.
+  // One short write: atomic on a pipe, so replicas' lines never interleave.
   [[maybe_unused]] const ssize_t n = ::write(std::atoi(fd), line.data(), line.size());
 }
 
 namespace {
 
-// The running group: its workers, and what the loop in run() does with them.
+// The running group: its replicas' processes, and what the loop in run()
+// does with them.
 class Group {
  public:
-  Group(const std::vector<Slot>& slots, const SupervisorConfig& config, const sigset_t& original_mask, int ready_fd)
-      : slots_(slots), config_(config), original_mask_(original_mask), ready_fd_(ready_fd), workers_(slots.size()) {
+  Group(const std::vector<Replica>& replicas, const SupervisorConfig& config, const sigset_t& original_mask,
+        int ready_fd)
+      : replicas_(replicas),
+        config_(config),
+        original_mask_(original_mask),
+        ready_fd_(ready_fd),
+        processes_(replicas.size()) {
     for (const auto& arg : config.command) argv_.push_back(const_cast<char*>(arg.c_str()));
     argv_.push_back(nullptr);
   }
 
   void start(std::size_t i) {
-    setenv(kWorkerEnv, slots_[i].name().c_str(), 1);
-    setenv(kWorkerIndexEnv, std::to_string(i).c_str(), 1);
+    // Set in the supervisor, before fork: the child may only exec.
+    setenv(kReplicaEnv, replicas_[i].name().c_str(), 1);
+    setenv(kReplicaIndexEnv, std::to_string(i).c_str(), 1);
     const pid_t self = getpid();
-    const numa::ForkSafeBinding binding(slots_[i].cpus,
-                                        slots_[i].node ? std::optional<NodeSet>(slots_[i].mems) : std::nullopt);
+    const numa::ForkSafeBinding binding(replicas_[i].cpus,
+                                        replicas_[i].node ? std::optional<NodeSet>(replicas_[i].mems) : std::nullopt);
     const pid_t pid = fork();
-    if (pid == 0) exec_worker(binding, argv_.data(), original_mask_, self);
+    if (pid == 0) exec_replica(binding, argv_.data(), original_mask_, self);
     if (pid < 0) {
-      log(LogLevel::kError, std::string("fork: ") + std::strerror(errno), {{"worker", slots_[i].name()}});
-      workers_[i].start_at = Clock::now() + std::chrono::seconds(1);
+      log(LogLevel::kError, std::string("fork: ") + std::strerror(errno), {{"replica", replicas_[i].name()}});
+      processes_[i].start_at = Clock::now() + std::chrono::seconds(1);  // tend() tries again then
       return;
     }
-    workers_[i].pid = pid;
-    workers_[i].ready = false;
-    log(LogLevel::kInfo, "worker started", {{"worker", slots_[i].name()}, {"pid", std::to_string(pid)}});
+    processes_[i].pid = pid;
+    processes_[i].ready = false;
+    log(LogLevel::kInfo, "replica started", {{"replica", replicas_[i].name()}, {"pid", std::to_string(pid)}});
   }
 
-  // SIGTERM to every worker; SIGKILL to those left after the grace period.
+  // SIGTERM to every replica; SIGKILL to those left after the grace period.
   void stop(Clock::time_point now, bool failure) {
     stopping_ = true;
     failed_ |= failure;
-    kill_at_ = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(config_.grace_seconds));
+    kill_at_ = now + to_duration(config_.grace_seconds);
     signal_all(SIGTERM);
   }
 
-  // Every exited worker (SIGCHLD may stand for several): restarted after a
+  // Every exited replica (SIGCHLD may stand for several): restarted after a
   // backoff, or the group stopped when one keeps failing.
   void reap(Clock::time_point now) {
     int status = 0;
     for (pid_t pid; (pid = waitpid(-1, &status, WNOHANG)) > 0;) {
-      const auto it = std::find_if(workers_.begin(), workers_.end(), [pid](const Worker& w) { return w.pid == pid; });
-      if (it == workers_.end()) continue;
-      const auto i = static_cast<std::size_t>(it - workers_.begin());
+      const auto it = std::find_if(processes_.begin(), processes_.end(),
+                                   [pid](const ReplicaProcess& p) { return p.pid == pid; });
+      if (it == processes_.end()) continue;  // waitpid(-1) reaps any child; only replicas matter
+      const auto i = static_cast<std::size_t>(it - processes_.begin());
       it->pid = -1;
-      it->ready = false;  // a dead worker is not warm: the group waits for its restart
+      it->ready = false;  // a dead replica is not warm: the group waits for its restart
       const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
       if (stopping_) {
         failed_ |= !clean;
-        log(clean ? LogLevel::kInfo : LogLevel::kWarning, "worker stopped",
-            {{"worker", slots_[i].name()}, {"status", describe_exit(status)}});
+        log(clean ? LogLevel::kInfo : LogLevel::kWarning, "replica stopped",
+            {{"replica", replicas_[i].name()}, {"status", describe_exit(status)}});
         continue;
       }
-      auto& r = it->restarts;
-      while (!r.empty() && now - r.front() > std::chrono::duration<double>(config_.restart_window_seconds)) r.pop_front();
-      if (r.size() >= config_.max_restarts) {
-        log(LogLevel::kError, "worker keeps failing; stopping the group",
-            {{"worker", slots_[i].name()}, {"status", describe_exit(status)}, {"restarts", std::to_string(r.size())}});
-        stop(now, true);
-        continue;
-      }
-      r.push_back(now);
-      // 1 s, 2 s, 4 s ... 30 s: a crash loop does not spin.
-      const double backoff = std::min(30.0, std::pow(2.0, static_cast<double>(r.size() - 1)));
-      it->start_at = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(backoff));
-      log(LogLevel::kWarning, "worker died; restarting",
-          {{"worker", slots_[i].name()}, {"status", describe_exit(status)}, {"in_seconds", std::to_string(backoff)}});
+      schedule_restart(i, now, status);
     }
   }
 
-  // Ready reports, "<index>\n" per warm worker; the group opens when all are.
+  // Ready reports, "<index>\n" per warm replica; the group opens when all are.
   void read_ready() {
     char buffer[256];
     for (ssize_t n; (n = ::read(ready_fd_, buffer, sizeof buffer)) > 0;) pending_.append(buffer, static_cast<std::size_t>(n));
     for (std::size_t eol; (eol = pending_.find('\n')) != std::string::npos; pending_.erase(0, eol + 1)) {
       const auto i = static_cast<std::size_t>(std::atoi(pending_.substr(0, eol).c_str()));
-      if (i >= workers_.size() || workers_[i].pid < 0) continue;
-      workers_[i].ready = true;
+      if (i >= processes_.size() || processes_[i].pid < 0) continue;  // late report of a process since reaped
+      processes_[i].ready = true;
       if (open_) {
-        kill(workers_[i].pid, SIGUSR1);  // a restarted worker joins the open group
-        log(LogLevel::kInfo, "worker ready", {{"worker", slots_[i].name()}});
+        kill(processes_[i].pid, SIGUSR1);  // a restarted replica joins the open group
+        log(LogLevel::kInfo, "replica ready", {{"replica", replicas_[i].name()}});
       }
     }
-    if (!open_ && !stopping_ && std::all_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.ready; })) {
+    if (!open_ && !stopping_ &&
+        std::all_of(processes_.begin(), processes_.end(), [](const ReplicaProcess& p) { return p.ready; })) {
       open_ = true;
       signal_all(SIGUSR1);
-      log(LogLevel::kInfo, "ready: every worker is warm", {{"workers", std::to_string(workers_.size())}});
+      log(LogLevel::kInfo, "ready: every replica is warm", {{"replicas", std::to_string(processes_.size())}});
     }
   }
 
-  // false once stopping and every worker is gone.
+  // false once stopping and every replica is gone.
   bool tend(Clock::time_point now) {
     if (stopping_) {
-      if (std::all_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.pid < 0; })) return false;
+      if (std::all_of(processes_.begin(), processes_.end(), [](const ReplicaProcess& p) { return p.pid < 0; })) {
+        return false;
+      }
       if (now >= kill_at_) {
         signal_all(SIGKILL);
         failed_ = true;
       }
       return true;
     }
-    for (std::size_t i = 0; i < workers_.size(); ++i) {
-      if (workers_[i].pid < 0 && now >= workers_[i].start_at) start(i);
+    for (std::size_t i = 0; i < processes_.size(); ++i) {
+      if (processes_[i].pid < 0 && now >= processes_[i].start_at) start(i);
     }
     return true;
   }
@@ -242,17 +243,38 @@ class Group {
   bool failed() const { return failed_; }
 
  private:
+  // Replica i died while the group runs: start it again after a backoff, or
+  // stop the group when it died max_restarts times within the window: a
+  // replica that cannot stay up needs an operator, and exit 1 lets systemd or
+  // the container runtime say so.
+  void schedule_restart(std::size_t i, Clock::time_point now, int status) {
+    auto& r = processes_[i].restarts;
+    while (!r.empty() && to_seconds(now - r.front()) > config_.restart_window_seconds) r.pop_front();
+    if (r.size() >= config_.max_restarts) {
+      log(LogLevel::kError, "replica keeps failing; stopping the group",
+          {{"replica", replicas_[i].name()}, {"status", describe_exit(status)}, {"restarts", std::to_string(r.size())}});
+      stop(now, true);
+      return;
+    }
+    r.push_back(now);
+    // 1 s, 2 s, 4 s ... 30 s: a crash loop does not spin.
+    const double backoff = std::min(30.0, std::pow(2.0, static_cast<double>(r.size() - 1)));
+    processes_[i].start_at = now + to_duration(backoff);
+    log(LogLevel::kWarning, "replica died; restarting",
+        {{"replica", replicas_[i].name()}, {"status", describe_exit(status)}, {"in_seconds", std::to_string(backoff)}});
+  }
+
   void signal_all(int signal) {
-    for (const auto& w : workers_) {
-      if (w.pid > 0) kill(w.pid, signal);
+    for (const auto& p : processes_) {
+      if (p.pid > 0) kill(p.pid, signal);
     }
   }
 
-  const std::vector<Slot>& slots_;
+  const std::vector<Replica>& replicas_;
   const SupervisorConfig& config_;
   const sigset_t original_mask_;
   const int ready_fd_;
-  std::vector<Worker> workers_;
+  std::vector<ReplicaProcess> processes_;  // processes_[i] runs replicas_[i]
   std::vector<char*> argv_;  // made before any fork: the child only execs it
   bool open_ = false, stopping_ = false, failed_ = false;
   Clock::time_point kill_at_;
@@ -261,7 +283,7 @@ class Group {
 
 }  // namespace
 
-int run(const std::vector<Slot>& slots, const SupervisorConfig& config) {
+int run(const std::vector<Replica>& replicas, const SupervisorConfig& config) {
   sigset_t signals, original;
   sigemptyset(&signals);
   for (int s : {SIGTERM, SIGINT, SIGCHLD}) sigaddset(&signals, s);
@@ -276,17 +298,20 @@ int run(const std::vector<Slot>& slots, const SupervisorConfig& config) {
   fcntl(ready_pipe[0], F_SETFL, O_NONBLOCK);
   setenv(kReadyFdEnv, std::to_string(ready_pipe[1]).c_str(), 1);
 
-  for (const auto& slot : slots) {
-    log(LogLevel::kInfo, "slot", {{"worker", slot.name()}, {"cpus", slot.cpus.to_list()}, {"mems", slot.mems.to_list()}});
+  // The layout first, so an operator reads where each replica runs before any starts.
+  for (const auto& replica : replicas) {
+    log(LogLevel::kInfo, "replica planned",
+        {{"replica", replica.name()}, {"cpus", replica.cpus.to_list()}, {"mems", replica.mems.to_list()}});
   }
-  Group group(slots, config, original, ready_pipe[0]);
-  for (std::size_t i = 0; i < slots.size(); ++i) group.start(i);
+  Group group(replicas, config, original, ready_pipe[0]);
+  for (std::size_t i = 0; i < replicas.size(); ++i) group.start(i);
   while (true) {
+    // 100 ms: how late a due restart or a ready report may be noticed.
     timespec tick{0, 100 * 1000 * 1000};
     const int signal = sigtimedwait(&signals, nullptr, &tick);
     const auto now = Clock::now();
     if ((signal == SIGTERM || signal == SIGINT) && !group.stopping()) {
-      log(LogLevel::kInfo, "stopping: SIGTERM to every worker");
+      log(LogLevel::kInfo, "stopping: SIGTERM to every replica");
       group.stop(now, false);
     }
     group.reap(now);

@@ -3,20 +3,12 @@
 #include <algorithm>
 
 namespace numaserve::threads {
+namespace {
 
-Result<ThreadPlan> plan_threads(const Placement& placement, const Topology& topology, const ThreadConfig& config) {
-  ThreadPlan plan;
-  plan.cpus = placement.cpus() & topology.online_cpus;
-  plan.mems = placement.mems();
-  if (plan.cpus.empty()) {
-    return make_error(Error::Code::kUnavailable,
-                      "no usable CPUs: affinity " + placement.affinity.to_list() + ", online " +
-                          topology.online_cpus.to_list());
-  }
-  const std::size_t cpu_count = plan.cpus.count();
-
-  // The cpuset's physical cores (sibling groups intersected with the cpuset).
-  // CPUs of no node (their node is offline) count as one core each.
+// The cpuset's physical cores (sibling groups intersected with the cpuset),
+// and the plan's NUMA nodes on the way. CPUs of no node (their node is
+// offline) count as one core each.
+std::vector<CpuSet> cores_of(ThreadPlan& plan, const Topology& topology) {
   std::vector<CpuSet> cores;
   CpuSet covered;
   for (const auto& node : topology.nodes) {
@@ -29,6 +21,35 @@ Result<ThreadPlan> plan_threads(const Placement& placement, const Topology& topo
     }
   }
   for (unsigned cpu : (plan.cpus - covered).ids()) cores.push_back(CpuSet{cpu});
+  return cores;
+}
+
+// Hands out whole cores round the workers so siblings stay together; with
+// fewer cores than workers, splits the CPUs one by one.
+void assign_cpus(ThreadPlan& plan, const std::vector<CpuSet>& cores, unsigned workers) {
+  plan.workers.resize(workers);
+  if (cores.size() >= workers) {
+    for (std::size_t i = 0; i < cores.size(); ++i) plan.workers[i % workers].cpus |= cores[i];
+  } else {
+    const auto ids = plan.cpus.ids();
+    for (std::size_t i = 0; i < ids.size(); ++i) plan.workers[i % workers].cpus.insert(ids[i]);
+  }
+}
+
+}  // namespace
+
+Result<ThreadPlan> plan_threads(const Placement& placement, const Topology& topology, const ThreadConfig& config) {
+  ThreadPlan plan;
+  plan.cpus = placement.cpus() & topology.online_cpus;
+  plan.mems = placement.mems();
+  if (plan.cpus.empty()) {
+    return make_error(Error::Code::kUnavailable,
+                      "no usable CPUs: affinity " + placement.affinity.to_list() + ", online " +
+                          topology.online_cpus.to_list());
+  }
+  const std::size_t cpu_count = plan.cpus.count();
+
+  const std::vector<CpuSet> cores = cores_of(plan, topology);
   plan.memory_nodes = plan.mems & plan.numa_nodes;
   if (plan.memory_nodes.empty()) plan.memory_nodes = plan.mems;
   // Settings that work but hurt (spanning nodes, remote memory, a quota below
@@ -55,16 +76,7 @@ Result<ThreadPlan> plan_threads(const Placement& placement, const Topology& topo
                       "workers");
   }
   plan.intra_op_threads = intra;
-
-  // Hand out whole cores round the workers so siblings stay together; with
-  // fewer cores than workers, split the remaining CPUs one by one.
-  plan.workers.resize(workers);
-  if (cores.size() >= workers) {
-    for (std::size_t i = 0; i < cores.size(); ++i) plan.workers[i % workers].cpus |= cores[i];
-  } else {
-    const auto ids = plan.cpus.ids();
-    for (std::size_t i = 0; i < ids.size(); ++i) plan.workers[i % workers].cpus.insert(ids[i]);
-  }
+  assign_cpus(plan, cores, workers);
   return plan;
 }
 

@@ -86,12 +86,12 @@ check "operator: a lease shorter than 3 s is refused" 2 'lease-duration' operato
 check "options table in Markdown" 0 '^\| `--hints-dir DIR` \| `NUMASERVE_HINTS_DIR` \| `hints_dir` \|' options
 check "unknown output format" 2 'output' plan --xml "$xml" -o xml
 check "a plan that cannot be made says why" 1 'no NUMA node can hold a replica .node 0: it has 6 core.s. and reserving 6 per node leaves none' plan --xml "$xml" --reserved-cores-per-node 6
-# The README's option table is the program's own, so they cannot drift.
-readme=$FIXTURES/../../README.md
+# The documented option table is the program's own, so they cannot drift.
+readme=$FIXTURES/../../docs/reference/options.md
 if diff <("$AGENT" options) <(sed -n '/<!-- agent-options:begin -->/,/<!-- agent-options:end -->/p' "$readme" | sed '1d;$d') >/dev/null; then
-  pass=$((pass + 1)); echo "PASS README option table matches 'options'"
+  pass=$((pass + 1)); echo "PASS docs/reference/options.md option table matches 'options'"
 else
-  fail=$((fail + 1)); echo "FAIL README option table differs from '$AGENT options'; run scripts/update-option-tables.sh"
+  fail=$((fail + 1)); echo "FAIL docs/reference/options.md option table differs from '$AGENT options'; run scripts/update-option-tables.sh"
 fi
 if command -v python3 >/dev/null; then
   json=$("$AGENT" discover --json --xml "$xml")

@@ -31,11 +31,11 @@ check "health with nothing listening fails naming the address" 1 "127.0.0.1:$clo
 check "a bad admin port names the option" 2 "admin_port" serve --model-dir x --admin-port many
 check "options table in Markdown" 0 '^\| `--model-dir DIR` \| `NUMASERVE_MODEL_DIR` \| `model_dir` \|.*\(repeatable\)' options
 
-# The README's option table is the program's own, so they cannot drift.
-if diff <("$NUMASERVE" options) <(sed -n '/<!-- service-options:begin -->/,/<!-- service-options:end -->/p' "$ROOT/README.md" | sed '1d;$d') >/dev/null; then
-  pass=$((pass + 1)); echo "PASS README option table matches 'numaserve options'"
+# The documented option table is the program's own, so they cannot drift.
+if diff <("$NUMASERVE" options) <(sed -n '/<!-- service-options:begin -->/,/<!-- service-options:end -->/p' "$ROOT/docs/reference/options.md" | sed '1d;$d') >/dev/null; then
+  pass=$((pass + 1)); echo "PASS docs/reference/options.md option table matches 'numaserve options'"
 else
-  fail=$((fail + 1)); echo "FAIL README option table differs from '$NUMASERVE options'; run scripts/update-option-tables.sh"
+  fail=$((fail + 1)); echo "FAIL docs/reference/options.md option table differs from '$NUMASERVE options'; run scripts/update-option-tables.sh"
 fi
 echo "$pass passed, $fail failed"
 ((fail == 0))

@@ -6,14 +6,14 @@
 #include <algorithm>
 #include <chrono>
 
-#include "feast/feast.h"
+#include "feature_store/feast_format.h"
 #include "fuzz.h"
 
 using namespace numaserve;
 
 namespace {
 
-const feast::Layout& layout() {
+const feature_store::Layout& layout() {
   static const features::ModelSpec model = [] {
     auto spec = features::parse_model_spec(R"(
 name: fuzz
@@ -28,7 +28,7 @@ features:
     if (!spec) std::abort();
     return *spec;
   }();
-  static const feast::Layout built = *feast::Layout::build({&model});
+  static const feature_store::Layout built = *feature_store::Layout::build({&model});
   return built;
 }
 
@@ -36,7 +36,7 @@ features:
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const auto& item = layout().item();
-  feast::Reply reply(item.hmget_fields().size());
+  feature_store::Reply reply(item.hmget_fields().size());
   std::size_t at = 0;
   for (auto& field : reply) {
     if (at >= size) break;
@@ -47,7 +47,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     at += take;
   }
   const auto now = std::chrono::system_clock::time_point(std::chrono::seconds(1700000000));
-  auto decoded = feast::Layout::decode(item, "i7", reply, 3600, now);
+  auto decoded = feature_store::Layout::decode(item, "i7", reply, 3600, now);
   if (!decoded) {
     const auto& message = decoded.error().message;
     FUZZ_CHECK(message.find("entity 'i7'") != std::string::npos, "a refusal not naming the entity: %s", message.c_str());
@@ -56,7 +56,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (const auto& entry : *decoded) {
     const std::string& name = entry.first;
     const features::FeatureValue& value = entry.second;
-    const auto field = std::find_if(item.fields.begin(), item.fields.end(), [&](const feast::Field& f) { return f.feature == name; });
+    const auto field = std::find_if(item.fields.begin(), item.fields.end(), [&](const feature_store::Field& f) { return f.feature == name; });
     FUZZ_CHECK(field != item.fields.end(), "a feature the model does not read: %s", name.c_str());
     const bool right = field->kind == features::Kind::kNumeric ? std::holds_alternative<double>(value)
                        : field->kind == features::Kind::kId    ? std::holds_alternative<std::string>(value)

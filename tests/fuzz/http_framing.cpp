@@ -5,7 +5,7 @@
 // requests, the same refusal; bodies within their limit; refusals only
 // 400, 413 or 431, each naming its field where it has one.
 #include "fuzz.h"
-#include "http/server.h"
+#include "http/framing.h"
 
 using namespace numaserve;
 

@@ -6,7 +6,7 @@
 // its indices, and every index inside its table.
 #include "features/model_spec.h"
 #include "fuzz.h"
-#include "http/v2_json.h"
+#include "api/v2_json.h"
 #include "numaserve/common/text_file.h"
 
 using namespace numaserve;
@@ -25,9 +25,9 @@ const features::ModelSpec& spec() {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const auto& model = spec();
-  http::RequestLimits limits;
+  api::RequestLimits limits;
   limits.max_items = 64;
-  const auto parsed = http::parse_infer_request(fuzz::text(data, size), model, limits);
+  const auto parsed = api::parse_infer_request(fuzz::text(data, size), model, limits);
   if (!parsed) {
     FUZZ_CHECK(!parsed.error().field.empty(), "refused without a field: %s", parsed.error().message.c_str());
     return 0;

@@ -6,17 +6,17 @@
 #include <nlohmann/json.hpp>
 
 #include "fuzz.h"
-#include "http/predict_json.h"
+#include "api/predict_json.h"
 
 using namespace numaserve;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const auto body = fuzz::text(data, size);
-  http::RequestLimits limits;  // small, so the limits are reached
+  api::RequestLimits limits;  // small, so the limits are reached
   limits.max_items = 20;
   limits.max_features_per_entity = 8;
   limits.max_list_length = 8;
-  const auto parsed = http::parse_predict_request(body, limits);
+  const auto parsed = api::parse_predict_request(body, limits);
   if (parsed) {
     const auto& r = parsed->features;
     FUZZ_CHECK(!r.items.empty() && r.items.size() <= limits.max_items, "%zu items", r.items.size());

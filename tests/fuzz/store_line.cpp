@@ -1,14 +1,14 @@
 // The embedded feature store's JSON Lines: never a crash; a refusal names
 // the store and the line; what is accepted is counted exactly once per
 // entity and every entity can be found by its id.
-#include "features/feature_store.h"
+#include "feature_store/embedded.h"
 #include "fuzz.h"
 
 using namespace numaserve;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string text(fuzz::text(data, size));
-  auto store = features::EmbeddedFeatureStore::parse(text, "store.jsonl");
+  auto store = feature_store::Entities::parse(text, "store.jsonl");
   if (!store) {
     const auto& message = store.error().message;
     FUZZ_CHECK(message.find("store.jsonl") != std::string::npos && message.find("line") != std::string::npos,

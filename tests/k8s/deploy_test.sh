@@ -179,7 +179,7 @@ done
 
 echo "== chart: numaserve.yaml keys are the service's options"
 # The schema lists the options users may set; the chart sets the rest.
-service_keys=$(sed -n '/service-options:begin/,/service-options:end/p' "$ROOT/README.md" |
+service_keys=$(sed -n '/service-options:begin/,/service-options:end/p' "$ROOT/docs/reference/options.md" |
   awk -F'`' '/^\| `--/ && $6 != "" {print $6}' | sort)
 schema_keys=$( (node -e 'const s=require(process.argv[1]); console.log(Object.keys(s.properties.config.properties).join("\n"))' \
   "$CHART/values.schema.json"; printf '%s\n' model_dir feature_store feature_store_password_file port admin_port shutdown_grace) | sort)

@@ -1,5 +1,5 @@
 // The service over a real socket on loopback: real models, real HTTP.
-#include "api/service.h"
+#include "api/router.h"
 
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -10,7 +10,9 @@
 #include <thread>
 
 #include "demo_dir.h"
-#include "http/predict_json.h"
+#include "feature_store/embedded.h"
+#include "model/model.h"
+#include "api/predict_json.h"
 #include "http/server.h"
 #include "numaserve/common/topology.h"
 
@@ -26,6 +28,7 @@ struct Options {
   std::size_t max_body_bytes = 8u << 20;
   unsigned workers = 0;
   int admin_port = -1;
+  std::chrono::microseconds max_batch_delay{0};
 };
 
 // A service as `numaserve serve` builds it: placement read from this
@@ -42,25 +45,32 @@ class Running {
     PlacementReport report;
     report.plan = *plan;
     report.instance = "test";
-    std::vector<std::unique_ptr<model::Model>> models;
-    for (const char* name : {"ranker_a", "ranker_b"}) models.push_back(std::move(*model::Model::load(demo_dir() / name)));
+    std::vector<std::unique_ptr<Model>> models;
+    for (const char* name : {"ranker_a", "ranker_b"}) models.push_back(std::move(*model::TorchModel::load(demo_dir() / name)));
     http::ServerConfig server_config;
     server_config.host = "127.0.0.1";
     server_config.port = 0;
-    server_config.loops = plan->workers.size();
+    server_config.workers = plan->workers.size();
     server_config.max_body_bytes = o.max_body_bytes;
     server_config.admin_port = o.admin_port;
     server_ = std::make_unique<http::Server>(server_config);
-    ServiceConfig config;
-    config.limits.max_items = o.max_items;
-    config.batching.queue_capacity = o.queue_capacity;
-    config.warmup_rounds = 1;
-    config.version = "test";
-    service_ = std::make_unique<Service>(config, std::move(report), std::move(models),
-                                         std::move(*features::EmbeddedFeatureStore::load(demo_dir() / "store.jsonl")),
-                                         *server_);
-    EXPECT_TRUE(server_->start(*service_).has_value());
-    EXPECT_TRUE(service_->wait_until_warm().has_value());
+    Parts parts;
+    parts.config.limits.max_items = o.max_items;
+    parts.config.batching.queue_capacity = o.queue_capacity;
+    parts.config.batching.max_batch_delay = o.max_batch_delay;
+    parts.config.warmup_rounds = 1;
+    parts.config.version = "test";
+    parts.placement = std::move(report);
+    std::vector<const features::ModelSpec*> specs;
+    for (const auto& m : models) specs.push_back(&m->spec());
+    parts.store = std::move(*feature_store::EmbeddedStore::open(
+        std::move(*feature_store::Entities::load(demo_dir() / "store.jsonl")), specs));
+    parts.models = std::move(models);
+    parts.prepare_worker_thread = model::set_intra_op_threads;
+    service_ = std::make_unique<Service>(std::move(parts));
+    router_ = std::make_unique<Router>(*service_, o.admin_port >= 0);
+    EXPECT_TRUE(server_->start(*router_).has_value());
+    EXPECT_TRUE(service_->readiness().wait_until_warm().has_value());
   }
   ~Running() { server_->stop(); }
 
@@ -77,8 +87,9 @@ class Running {
   Service& service() { return *service_; }
 
  private:
-  std::unique_ptr<http::Server> server_;  // before the service, which reads its counters
+  std::unique_ptr<http::Server> server_;  // before the service, whose workers it runs
   std::unique_ptr<Service> service_;
+  std::unique_ptr<Router> router_;
 };
 
 Running& shared() {
@@ -109,11 +120,11 @@ TEST(Predict, ScoresEqualADirectForwardOnTheSameTensors) {
   EXPECT_EQ(body["version"], "1");
   EXPECT_EQ(body["request_id"], "r-1");
 
-  auto request = http::parse_predict_request(kPredict, {});
+  auto request = api::parse_predict_request(kPredict, {});
   ASSERT_TRUE(request.has_value());
-  auto direct = model::Model::load(demo_dir() / "ranker_a");
-  auto store = features::EmbeddedFeatureStore::load(demo_dir() / "store.jsonl");
-  auto batch = features::extract((*direct)->spec(), request->features, **store);
+  auto direct = model::TorchModel::load(demo_dir() / "ranker_a");
+  auto store = feature_store::Entities::load(demo_dir() / "store.jsonl");
+  auto batch = feature_store::extract((*direct)->spec(), request->features, **store);
   ASSERT_TRUE(batch.has_value());
   const auto expected = (*direct)->forward(*batch).value();
   const auto scores = body["scores"].get<std::vector<float>>();
@@ -167,11 +178,11 @@ TEST(AdminPort, OperatorsReadMetricsAndPlacementThereAndClientsCannot) {
 
 TEST(V2, InferOnExtractedTensorsEqualsPredict) {
   auto client = shared().client();
-  auto request = http::parse_predict_request(kPredict, {});
-  auto direct = model::Model::load(demo_dir() / "ranker_a");
-  auto store = features::EmbeddedFeatureStore::load(demo_dir() / "store.jsonl");
+  auto request = api::parse_predict_request(kPredict, {});
+  auto direct = model::TorchModel::load(demo_dir() / "ranker_a");
+  auto store = feature_store::Entities::load(demo_dir() / "store.jsonl");
   const auto& spec = (*direct)->spec();
-  const auto batch = features::extract(spec, request->features, **store).value();
+  const auto batch = feature_store::extract(spec, request->features, **store).value();
   json inputs = json::array();
   auto tensor = [](const std::string& name, const char* type, json shape, json data) {
     return json{{"name", name}, {"datatype", type}, {"shape", std::move(shape)}, {"data", std::move(data)}};
@@ -327,7 +338,7 @@ TEST(Overload, AFullQueueAnswers503WithRetryAfter) {
 TEST(Drain, NotReadyButStillAnswering) {
   Running running;
   auto client = running.client();
-  running.service().begin_drain();
+  running.service().readiness().begin_drain();
   expect_error(client.Get("/readyz"), 503, "");
   EXPECT_EQ(json::parse(client.Get("/v2/health/ready")->body)["ready"], false);
   EXPECT_EQ(client.Get("/healthz")->status, 200);
@@ -337,9 +348,13 @@ TEST(Drain, NotReadyButStillAnswering) {
 TEST(DynamicBatching, JoinedRequestsGetTheirOwnScores) {
   Options o;
   o.workers = 1;
+  // A forward waits this long for more after its first request, so eight
+  // clients sending at once are joined whatever the machine's speed.
+  o.max_batch_delay = std::chrono::milliseconds(200);
   Running running(o);
   const auto single =
       json::parse(shared().client().Post("/predict", kPredict, "application/json")->body)["scores"].get<std::vector<float>>();
+  const auto before = running.service().gauges().workers.at(0);
   std::vector<std::thread> threads;
   std::vector<std::vector<float>> got(8);
   for (std::size_t i = 0; i < got.size(); ++i) {
@@ -349,6 +364,9 @@ TEST(DynamicBatching, JoinedRequestsGetTheirOwnScores) {
     });
   }
   for (auto& t : threads) t.join();
+  const auto after = running.service().gauges().workers.at(0);
+  EXPECT_EQ(after.forward_requests - before.forward_requests, got.size());
+  EXPECT_LT(after.forwards - before.forwards, got.size()) << "no two requests shared a forward";
   // A larger batch may take another BLAS kernel: equal up to float rounding.
   for (const auto& scores : got) {
     ASSERT_EQ(scores.size(), single.size());

@@ -8,7 +8,7 @@ Written from Feast's own definitions, not from numaserve's code:
          "<view>:<feature>", 4 bytes little-endian; "_ts:<view>" holds a
          google.protobuf.Timestamp (online_stores/redis.py online_write_batch)
   value  feast.types.Value, serialized by Python's protobuf from the module
-         protoc generates for service/feast/value.proto (Feast's field numbers)
+         protoc generates for service/feature_store/value.proto (Feast's field numbers)
 MurmurHash3 is implemented here from Austin Appleby's reference definition and
 checked against its published value for "foo".
 

@@ -323,6 +323,28 @@ TEST(Balance, LoadOnOneWorkersConnectionsStillUsesEveryWorker) {
   EXPECT_EQ(delta("numaserve_worker_stolen_requests_total", 1), ran1);
 }
 
+// This thread (the load generator's) on `cpu` while in scope, where the
+// machine has it; the tests after this one get their CPUs back.
+class RunOn {
+ public:
+  explicit RunOn(unsigned cpu) {
+    if (std::thread::hardware_concurrency() <= cpu || sched_getaffinity(0, sizeof saved_, &saved_) != 0) return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    pinned_ = sched_setaffinity(0, sizeof set, &set) == 0;
+  }
+  ~RunOn() {
+    if (pinned_) EXPECT_EQ(sched_setaffinity(0, sizeof saved_, &saved_), 0);
+  }
+  RunOn(const RunOn&) = delete;
+  RunOn& operator=(const RunOn&) = delete;
+
+ private:
+  cpu_set_t saved_{};
+  bool pinned_ = false;
+};
+
 TEST(Overload, ThreeTimesSaturationGets200Or503AndThe503sAreFast) {
   // One worker on CPU 0, the load (the benchmark's generator) on the other
   // CPU where there is one.
@@ -332,12 +354,7 @@ TEST(Overload, ThreeTimesSaturationGets200Or503AndThe503sAreFast) {
       serve({"--workers", "1", "--queue-capacity", "16", "--max-queue-delay", "50ms", "--max-batch-items", "500"}, 0);
   ASSERT_GT(s.pid, 0);
   Stop stop{s.pid};
-  if (std::thread::hardware_concurrency() > 1) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(1, &set);
-    sched_setaffinity(0, sizeof set, &set);
-  }
+  const RunOn load_cpu(1);
   bench::LoadConfig load;
   load.port = s.port;
   load.bodies = {predict_body(500)};

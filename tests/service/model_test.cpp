@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "demo_dir.h"
-#include "features/feature_store.h"
+#include "feature_store/embedded.h"
 #include "numaserve/common/text_file.h"
 
 namespace numaserve::model {
@@ -14,14 +14,14 @@ namespace {
 
 using numaserve::testing::demo_dir;
 
-std::unique_ptr<Model> load(const std::filesystem::path& dir) {
-  auto m = Model::load(dir);
+std::unique_ptr<TorchModel> load(const std::filesystem::path& dir) {
+  auto m = TorchModel::load(dir);
   EXPECT_TRUE(m.has_value()) << m.error().message;
   return m ? std::move(*m) : nullptr;
 }
 
-std::unique_ptr<features::EmbeddedFeatureStore> store(const std::filesystem::path& dir) {
-  auto s = features::EmbeddedFeatureStore::load(dir / "store.jsonl");
+std::unique_ptr<feature_store::Entities> store(const std::filesystem::path& dir) {
+  auto s = feature_store::Entities::load(dir / "store.jsonl");
   EXPECT_TRUE(s.has_value()) << s.error().message;
   return std::move(*s);
 }
@@ -34,8 +34,8 @@ features::Request request_for(std::vector<std::string> items) {
   return r;
 }
 
-std::vector<float> scores_of(const Model& m, const features::FeatureStore& s, const features::Request& r) {
-  auto batch = features::extract(m.spec(), r, s);
+std::vector<float> scores_of(const TorchModel& m, const feature_store::Entities& s, const features::Request& r) {
+  auto batch = feature_store::extract(m.spec(), r, s);
   EXPECT_TRUE(batch.has_value()) << batch.error().message;
   auto scores = m.forward(*batch);
   EXPECT_TRUE(scores.has_value()) << scores.error().message;
@@ -95,8 +95,8 @@ TEST(Forward, ConcatenatedBatchesScoreAsTheirParts) {
   auto m = load(demo_dir() / "ranker_a");
   ASSERT_TRUE(m);
   const auto s = store(demo_dir());
-  auto b1 = features::extract(m->spec(), request_for({"i1", "i2"}), *s);
-  auto b2 = features::extract(m->spec(), request_for({"i3"}), *s);
+  auto b1 = feature_store::extract(m->spec(), request_for({"i1", "i2"}), *s);
+  auto b2 = feature_store::extract(m->spec(), request_for({"i3"}), *s);
   ASSERT_TRUE(b1 && b2);
   const auto joined = m->forward(features::concat({&*b1, &*b2}));
   ASSERT_TRUE(joined.has_value());
@@ -122,17 +122,17 @@ TEST(Forward, WrongShapesAreErrorsNotCrashes) {
 
 TEST(Load, NamesWhatIsWrong) {
   const auto dir = numaserve::testing::make_temp_dir("numaserve-badmodel");
-  auto missing = Model::load(dir);
+  auto missing = TorchModel::load(dir);
   ASSERT_FALSE(missing.has_value());
   EXPECT_NE(missing.error().message.find("model.yaml"), std::string::npos) << missing.error().message;
 
   std::filesystem::copy_file(demo_dir() / "ranker_b" / "model.yaml", dir / "model.yaml");
-  auto no_pt = Model::load(dir);
+  auto no_pt = TorchModel::load(dir);
   ASSERT_FALSE(no_pt.has_value());
   EXPECT_NE(no_pt.error().message.find("model.pt: no such file"), std::string::npos) << no_pt.error().message;
 
   std::ofstream(dir / "model.pt") << "not a zip archive";
-  auto garbage = Model::load(dir);
+  auto garbage = TorchModel::load(dir);
   ASSERT_FALSE(garbage.has_value());
   EXPECT_NE(garbage.error().message.find("not a TorchScript model"), std::string::npos) << garbage.error().message;
 
@@ -142,7 +142,7 @@ TEST(Load, NamesWhatIsWrong) {
   auto yaml = read_text_file(dir / "model.yaml").value();
   yaml.replace(yaml.find("category: 2048"), 14, "category: 4096");
   std::ofstream(dir / "model.yaml", std::ios::trunc) << yaml;
-  auto mismatch = Model::load(dir);
+  auto mismatch = TorchModel::load(dir);
   ASSERT_FALSE(mismatch.has_value());
   EXPECT_EQ(mismatch.error().field, "tables.category");
   EXPECT_NE(mismatch.error().message.find("4096 rows in model.yaml but 2048 in model.pt"), std::string::npos)

@@ -1,6 +1,6 @@
 // The real binary as an operator runs it: SIGTERM answers every request in
-// flight and exits 0; the supervisor replaces a dead worker, stops a group
-// whose worker keeps failing, and drains on SIGTERM; bad start-up input is a
+// flight and exits 0; the supervisor replaces a dead replica, stops a group
+// whose replica keeps failing, and drains on SIGTERM; bad start-up input is a
 // clear error.
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -91,36 +91,36 @@ TEST(Shutdown, InFlightRequestsAreAnsweredThenExitZero) {
   EXPECT_NE(log.find("msg=stopped"), std::string::npos) << log;
 }
 
-// The supervisor with `replicas` unbound workers of ranker_b on `port`,
-// once every worker is warm.
+// The supervisor with `replicas` unbound replicas of ranker_b on `port`,
+// once every replica is warm.
 Served start_supervisor(int port, int replicas) {
   return start({"serve", "--model-dir", (demo_dir() / "ranker_b").string(), "--port", std::to_string(port),
                 "--listen-address", "127.0.0.1", "--replicas", std::to_string(replicas), "--bind", "none",
                 "--warmup-rounds", "1"},
-               "every worker is warm");
+               "every replica is warm");
 }
 
 // The supervisor on this machine (the VM test covers NUMA binding): two
-// workers on one port, one killed and replaced, SIGTERM drains both.
-TEST(Supervisor, RestartsADeadWorkerAndDrainsOnSigterm) {
+// replicas on one port, one killed and replaced, SIGTERM drains both.
+TEST(Supervisor, RestartsADeadReplicaAndDrainsOnSigterm) {
   const int port = free_port();
   Served s = start_supervisor(port, 2);
   ASSERT_GT(s.pid, 0);
-  // SO_REUSEPORT spreads connections: ask until both workers answered.
-  std::set<int> workers;
-  for (int i = 0; i < 100 && workers.size() < 2; ++i) {
+  // SO_REUSEPORT spreads connections: ask until both replicas answered.
+  std::set<int> replicas;
+  for (int i = 0; i < 100 && replicas.size() < 2; ++i) {
     httplib::Client client("127.0.0.1", port);
     auto res = client.Get("/placement");
     ASSERT_TRUE(res && res->status == 200);
     const std::string instance = nlohmann::json::parse(res->body)["instance"];
-    EXPECT_NE(instance.find(" worker-"), std::string::npos) << instance;
-    workers.insert(std::stoi(instance.substr(instance.find('/') + 1)));
+    EXPECT_NE(instance.find(" replica-"), std::string::npos) << instance;
+    replicas.insert(std::stoi(instance.substr(instance.find('/') + 1)));
   }
-  ASSERT_EQ(workers.size(), 2u);
-  const int victim = *workers.begin();
+  ASSERT_EQ(replicas.size(), 2u);
+  const int victim = *replicas.begin();
   ASSERT_EQ(kill(victim, SIGKILL), 0);
-  EXPECT_TRUE(wait_for_log(s.log, "worker died; restarting", 10)) << slurp(s.log);
-  EXPECT_TRUE(wait_for_log(s.log, "msg=\"worker ready\"", 30)) << slurp(s.log);
+  EXPECT_TRUE(wait_for_log(s.log, "replica died; restarting", 10)) << slurp(s.log);
+  EXPECT_TRUE(wait_for_log(s.log, "msg=\"replica ready\"", 30)) << slurp(s.log);
   httplib::Client client("127.0.0.1", port);
   auto predict = client.Post("/predict", R"({"user": {"id": "u1"}, "items": [{"id": "i1"}]})", "application/json");
   ASSERT_TRUE(predict);
@@ -128,11 +128,11 @@ TEST(Supervisor, RestartsADeadWorkerAndDrainsOnSigterm) {
 
   ASSERT_EQ(kill(s.pid, SIGTERM), 0);
   EXPECT_EQ(wait_exit(s.pid, 60), 0) << slurp(s.log);
-  for (int pid : workers) EXPECT_NE(kill(pid, 0), 0) << "worker " << pid << " outlived the supervisor";
+  for (int pid : replicas) EXPECT_NE(kill(pid, 0), 0) << "replica " << pid << " outlived the supervisor";
   EXPECT_NE(slurp(s.log).find("msg=stopped"), std::string::npos);
 }
 
-TEST(Supervisor, WorkersDoNotOutliveAKilledSupervisor) {
+TEST(Supervisor, ReplicasDoNotOutliveAKilledSupervisor) {
   const int port = free_port();
   Served s = start_supervisor(port, 1);
   ASSERT_GT(s.pid, 0);
@@ -140,19 +140,19 @@ TEST(Supervisor, WorkersDoNotOutliveAKilledSupervisor) {
   auto res = client.Get("/placement");
   ASSERT_TRUE(res && res->status == 200);
   const std::string instance = nlohmann::json::parse(res->body)["instance"];
-  const int worker = std::stoi(instance.substr(instance.find('/') + 1));
+  const int replica = std::stoi(instance.substr(instance.find('/') + 1));
   ASSERT_EQ(kill(s.pid, SIGKILL), 0);
   waitpid(s.pid, nullptr, 0);
   bool gone = false;
   for (auto deadline = Clock::now() + std::chrono::seconds(30); !gone && Clock::now() < deadline;) {
-    gone = kill(worker, 0) != 0;
+    gone = kill(replica, 0) != 0;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  EXPECT_TRUE(gone) << "worker " << worker << " kept running without its supervisor";
-  if (!gone) kill(worker, SIGKILL);
+  EXPECT_TRUE(gone) << "replica " << replica << " kept running without its supervisor";
+  if (!gone) kill(replica, SIGKILL);
 }
 
-TEST(Supervisor, AWorkerThatKeepsFailingStopsTheGroup) {
+TEST(Supervisor, AReplicaThatKeepsFailingStopsTheGroup) {
   const auto dir = numaserve::testing::make_temp_dir("numaserve-crashloop");
   const std::string command = std::string(NUMASERVE_BINARY) + " serve --model-dir " + dir.string() +
                               " --replicas 1 --bind none --max-restarts 1 --port " + std::to_string(free_port()) +
@@ -160,8 +160,8 @@ TEST(Supervisor, AWorkerThatKeepsFailingStopsTheGroup) {
   const int status = std::system(command.c_str());
   EXPECT_EQ(WEXITSTATUS(status), 1);
   const std::string log = slurp(dir / "err");
-  EXPECT_NE(log.find("worker died; restarting"), std::string::npos) << log;
-  EXPECT_NE(log.find("worker keeps failing; stopping the group"), std::string::npos) << log;
+  EXPECT_NE(log.find("replica died; restarting"), std::string::npos) << log;
+  EXPECT_NE(log.find("replica keeps failing; stopping the group"), std::string::npos) << log;
   std::filesystem::remove_all(dir);
 }
 

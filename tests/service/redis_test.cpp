@@ -111,8 +111,8 @@ void load(const std::string& url, const fs::path& store = demo_dir() / "store.js
 Ran python(const RedisServer& redis, const std::string& args) {
   const fs::path pb = redis.dir() / "pb";
   fs::create_directories(pb);
-  const auto protoc = run("protoc --proto_path=" + std::string(NUMASERVE_SOURCE_DIR) + "/service/feast --python_out=" +
-                          pb.string() + " " + NUMASERVE_SOURCE_DIR + "/service/feast/value.proto");
+  const auto protoc = run("protoc --proto_path=" + std::string(NUMASERVE_SOURCE_DIR) + "/service/feature_store --python_out=" +
+                          pb.string() + " " + NUMASERVE_SOURCE_DIR + "/service/feature_store/value.proto");
   EXPECT_EQ(protoc.status, 0) << protoc.output;
   return run(std::string(NUMASERVE_SOURCE_DIR) + "/tests/service/feast_writer.py " + args + " --socket " +
              redis.socket().string() + " --pb " + pb.string());

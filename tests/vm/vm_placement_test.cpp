@@ -2,29 +2,45 @@
 // creates cgroups and binds memory. The VM's layout comes from the harness's
 // flags, passed as NUMASERVE_VM_NODES and NUMASERVE_VM_CPUS_PER_NODE, so the
 // expectations do not come from the code under test. NUMASERVE_AGENT names
-// the agent binary for the end-to-end case.
+// the agent binary for the agent's cases. The start-up case runs the
+// service's own start-up (startup::serve) with a fake, torch-free model.
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <httplib.h>
+#include <netinet/in.h>
 #include <numaif.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
+#include "api/model.h"
+#include "features/model_spec.h"
+#include "numaserve/common/log.h"
 #include "numaserve/common/numa_maps.h"
 #include "numaserve/common/placement.h"
 #include "numaserve/common/text_file.h"
 #include "numaserve/common/topology.h"
 #include "numaserve/common/topology_json.h"
-#include "numa/numa.h"
-#include "threads/threads.h"
+#include "options/serve_options.h"
+#include "startup/startup.h"
 
 namespace numaserve {
 namespace {
@@ -69,6 +85,18 @@ std::string make_cgroup(const std::string& name, const CpuSet& cpus, unsigned me
   return dir;
 }
 
+// In a forked child: moves it into cgroup `cgroup_dir` (nothing if empty),
+// or says why not on its stdout and exits 1.
+void join_cgroup_or_exit(const std::string& cgroup_dir) {
+  if (cgroup_dir.empty()) return;
+  std::ofstream procs(cgroup_dir + "/cgroup.procs");
+  procs << "0" << std::flush;  // "0" moves the writing process
+  if (procs.good()) return;
+  std::printf("cannot join %s", cgroup_dir.c_str());
+  std::fflush(stdout);
+  _exit(1);
+}
+
 // Runs `body` in a forked child, moved into cgroup `cgroup_dir` first unless
 // it is empty, and returns what the child wrote to its stdout. The child never
 // touches gtest; it exits after `body`.
@@ -80,15 +108,7 @@ std::string in_child(const std::string& cgroup_dir, const std::function<void()>&
   if (pid == 0) {
     close(fds[0]);
     dup2(fds[1], STDOUT_FILENO);
-    if (!cgroup_dir.empty()) {
-      std::ofstream procs(cgroup_dir + "/cgroup.procs");
-      procs << "0" << std::flush;  // "0" moves the writing process
-      if (!procs.good()) {
-        std::printf("cannot join %s", cgroup_dir.c_str());
-        std::fflush(stdout);
-        _exit(1);
-      }
-    }
+    join_cgroup_or_exit(cgroup_dir);
     body();
     std::fflush(stdout);
     _exit(0);
@@ -138,6 +158,143 @@ std::string allocate_and_locate() {
 
 std::string all_pages_on(unsigned node) {
   return "N" + std::to_string(node) + "=" + std::to_string((32u << 20) / 4096) + " ";
+}
+
+// A forked child, moved into cgroup `cgroup_dir` first, that keeps running
+// while the parent talks to it: unlike in_child, the parent does not wait
+// for its output. Its stdout and stderr go to `log_path`; it exits with what
+// `body` returns. Killed and reaped when the handle goes, so a failed
+// assertion leaves no process behind.
+class RunningChild {
+ public:
+  RunningChild(const std::string& cgroup_dir, const std::string& log_path, const std::function<int()>& body) {
+    std::fflush(stdout);  // or the child would inherit, and print, gtest's buffered output
+    std::fflush(stderr);
+    pid_ = fork();
+    if (pid_ != 0) return;
+    const int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (log >= 0) {
+      dup2(log, STDOUT_FILENO);
+      dup2(log, STDERR_FILENO);
+    }
+    join_cgroup_or_exit(cgroup_dir);
+    const int code = body();
+    std::fflush(stdout);
+    _exit(code);
+  }
+  RunningChild(const RunningChild&) = delete;
+  RunningChild& operator=(const RunningChild&) = delete;
+  ~RunningChild() {
+    if (pid_ <= 0 || status_) return;
+    kill(pid_, SIGKILL);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+  }
+
+  bool started() const { return pid_ > 0; }
+  bool signal(int signal) const { return !status_ && kill(pid_, signal) == 0; }
+
+  // Its wait status once it has exited; nullopt while it runs.
+  std::optional<int> exit_status() {
+    if (!status_ && pid_ > 0) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) status_ = status;
+    }
+    return status_;
+  }
+
+  // Its wait status, waiting at most `bound` for it to exit.
+  std::optional<int> wait(std::chrono::milliseconds bound) {
+    const auto deadline = std::chrono::steady_clock::now() + bound;
+    while (!exit_status() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return exit_status();
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::optional<int> status_;
+};
+
+// A wait status as "exit N" or "signal N".
+std::string describe(int wait_status) {
+  if (WIFEXITED(wait_status)) return "exit " + std::to_string(WEXITSTATUS(wait_status));
+  if (WIFSIGNALED(wait_status)) return "signal " + std::to_string(WTERMSIG(wait_status));
+  return "wait status " + std::to_string(wait_status);
+}
+
+std::string read_log(const std::string& path) {
+  auto text = read_text_file(path);
+  return text ? *text : "(no log: " + text.error().message + ")";
+}
+
+// A port nothing listens on now: the kernel's pick, released at once (the
+// VM runs nothing else that could take it in between).
+int free_loopback_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  int port = -1;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+// Polls GET /readyz until 200, for at most `bound`; false as soon as the
+// child has exited.
+bool wait_until_ready(httplib::Client& client, RunningChild& child, std::chrono::milliseconds bound) {
+  const auto deadline = std::chrono::steady_clock::now() + bound;
+  while (std::chrono::steady_clock::now() < deadline && !child.exit_status()) {
+    if (const auto reply = client.Get("/readyz"); reply && reply->status == 200) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+// Stands in for LibTorch's model: its "weights" are 8 MiB it maps and
+// touches while loading, on the thread start-up has bound, as LibTorch's
+// first touch does, so its pages land where start-up's memory policy puts
+// them. The feature contract is the features fixture's.
+class TouchedWeightsModel final : public api::Model {
+ public:
+  static constexpr std::size_t kWeightBytes = 8u << 20;
+
+  static Result<std::unique_ptr<api::Model>> load(const std::filesystem::path&) {
+    const std::filesystem::path file = std::filesystem::path(NUMASERVE_FIXTURES_DIR) / "features/model.yaml";
+    auto text = read_text_file(file);
+    if (!text) return tl::unexpected(text.error());
+    auto spec = features::parse_model_spec(*text, file.string());
+    if (!spec) return tl::unexpected(spec.error());
+    void* weights = mmap(nullptr, kWeightBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (weights == MAP_FAILED) return make_error(Error::Code::kInternal, std::string("mmap: ") + std::strerror(errno));
+    std::memset(weights, 0x5a, kWeightBytes);  // first touch decides placement
+    return std::unique_ptr<api::Model>(new TouchedWeightsModel(std::move(*spec), weights));
+  }
+  ~TouchedWeightsModel() override { munmap(weights_, kWeightBytes); }
+
+  const features::ModelSpec& spec() const override { return spec_; }
+  Result<std::vector<float>> forward(const features::Batch& batch) const override {
+    return std::vector<float>(batch.rows, 0.f);
+  }
+  Status warm_up(std::size_t, unsigned) const override { return {}; }
+  std::vector<numa::MemoryRange> weights() const override { return {{weights_, kWeightBytes}}; }
+  std::size_t weight_bytes() const override { return kWeightBytes; }
+
+ private:
+  TouchedWeightsModel(features::ModelSpec spec, void* weights) : spec_(std::move(spec)), weights_(weights) {}
+  features::ModelSpec spec_;
+  void* weights_;
+};
+
+startup::Runtime fake_runtime() {
+  return {TouchedWeightsModel::load, [](unsigned) {}, [] { return std::string("fake runtime (tests/vm)"); }};
 }
 
 TEST_F(InVm, LiveTopologyHasTheVmsNodesAndCpus) {
@@ -191,30 +348,70 @@ TEST_F(InVm, AgentDiscoverReportsTheCgroupItRunsIn) {
   EXPECT_EQ(json["topology"]["allowed_cpus"], cpus_of(node).to_list()) << out;
 }
 
-// The service's start-up order in a pod pinned to one node: plan threads from
-// the cpuset, set the memory policy, pin a worker, then touch memory from it.
-TEST_F(InVm, ServicePlacementKeepsWorkersAndPagesOnItsNode) {
+// The service's own start-up (startup::serve, as main.cpp runs it, with a
+// fake model runtime in place of LibTorch) in a pod pinned to one node,
+// asked over HTTP where it put its workers and its model's pages.
+TEST_F(InVm, StartUpKeepsWorkersAndPagesOnTheNode) {
   const unsigned node = nodes_ - 1;
-  const std::string dir = make_cgroup("numaserve-service", cpus_of(node), node);
-  const std::string out = in_child(dir, [] {
-    auto placement = discover_placement();
-    auto topology = discover_topology(TopologySource::live());
-    if (!placement || !topology) return (void)std::printf("discovery failed");
-    auto plan = threads::plan_threads(*placement, *topology, {});
-    if (!plan) return (void)std::printf("plan: %s", plan.error().message.c_str());
-    CpuSet workers;
-    for (const auto& w : plan->workers) workers |= w.cpus;
-    const auto policy = numa::bind_memory(plan->mems);
-    std::string pages;
-    std::thread worker([&] {
-      if (numa::bind_current_thread(plan->workers.front().cpus)) pages = allocate_and_locate();
-    });
-    worker.join();
-    std::printf("workers=%s mems=%s policy=%d pages=%s", workers.to_list().c_str(), plan->mems.to_list().c_str(),
-                policy.applied ? 1 : 0, pages.c_str());
-  });
-  EXPECT_EQ(out, "workers=" + cpus_of(node).to_list() + " mems=" + std::to_string(node) +
-                     " policy=1 pages=" + all_pages_on(node));
+  const CpuSet node_cpus = cpus_of(node);
+  const std::string dir = make_cgroup("numaserve-service", node_cpus, node);
+  const int port = free_loopback_port();
+  ASSERT_GT(port, 0) << "no free port on 127.0.0.1";
+  serve::ServeOptions options;
+  options.model_dirs = {"touched-weights"};  // the fake runtime loads no file from it
+  options.http.host = "127.0.0.1";
+  options.http.port = port;
+  options.service.warmup_rounds = 1;
+  options.log.level = LogLevel::kWarning;
+  const std::string log_path = "/tmp/numaserve-startup.log";
+  RunningChild child(dir, log_path, [&options] { return startup::serve(options, "vm-test", fake_runtime()); });
+  ASSERT_TRUE(child.started()) << "fork failed";
+
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(1);
+  client.set_read_timeout(10);
+  const auto ready = wait_until_ready(client, child, std::chrono::seconds(60));
+  ASSERT_TRUE(ready) << (child.exit_status() ? "exited before ready: " + describe(*child.exit_status())
+                                              : std::string("not ready within 60 s"))
+                     << "; log:\n" << read_log(log_path);
+
+  const auto reply = client.Get("/placement");
+  ASSERT_TRUE(reply) << "GET /placement: " << httplib::to_string(reply.error());
+  ASSERT_EQ(reply->status, 200) << reply->body;
+  const auto placement = nlohmann::json::parse(reply->body, nullptr, false);
+  ASSERT_FALSE(placement.is_discarded()) << reply->body;
+  const std::string& body = reply->body;
+  EXPECT_EQ(placement["cpus"], node_cpus.to_list()) << body;
+  EXPECT_EQ(placement["mems"], std::to_string(node)) << body;
+  EXPECT_EQ(placement["numa_nodes"], std::to_string(node)) << body;
+  EXPECT_EQ(placement["memory_policy"]["bind"], true) << body;
+  EXPECT_EQ(placement["memory_policy"]["nodes"], std::to_string(node)) << body;
+
+  ASSERT_FALSE(placement["workers"].empty()) << body;
+  CpuSet worker_cpus;
+  for (const auto& w : placement["workers"]) worker_cpus |= CpuSet::parse_list(w["cpus"].get<std::string>()).value();
+  EXPECT_EQ(worker_cpus.to_list(), node_cpus.to_list()) << body;
+  std::size_t worker_threads = 0;
+  for (const auto& t : placement["threads"]) {
+    if (t["name"].get<std::string>().rfind("ns-worker", 0) != 0) continue;
+    ++worker_threads;
+    const auto allowed = CpuSet::parse_list(t["allowed_cpus"].get<std::string>());
+    ASSERT_TRUE(allowed.has_value()) << t.dump();
+    EXPECT_TRUE(allowed->is_subset_of(node_cpus)) << t.dump() << " is not only on " << node_cpus.to_list();
+  }
+  EXPECT_EQ(worker_threads, placement["workers"].size()) << body;
+
+  ASSERT_EQ(placement["models"].size(), 1u) << body;
+  const auto& model = placement["models"][0];
+  EXPECT_EQ(model["weight_bytes"], TouchedWeightsModel::kWeightBytes) << body;
+  EXPECT_EQ(model["pages_per_node"].size(), 1u) << body;
+  EXPECT_TRUE(model["pages_per_node"].contains(std::to_string(node))) << body;
+  EXPECT_GE(model["local_fraction"].get<double>(), 0.99) << body;
+
+  ASSERT_TRUE(child.signal(SIGTERM));
+  const auto status = child.wait(std::chrono::seconds(30));
+  ASSERT_TRUE(status.has_value()) << "still running 30 s after SIGTERM; log:\n" << read_log(log_path);
+  EXPECT_EQ(describe(*status), "exit 0") << "log:\n" << read_log(log_path);
 }
 
 // The agent's advice for the VM: one replica per node, zones as the VM has them.

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "http/http.h"
+#include "numaserve/common/duration.h"
 #include "numaserve/common/text_file.h"
 
 namespace numaserve::agent::apiserver {
@@ -90,7 +91,7 @@ Result<Reply> ApiServer::send(const std::string& method, const std::string& path
   for (unsigned attempt = 1; attempt <= config_.attempts; ++attempt) {
     if (attempt > 1) {
       ++retries_;
-      std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
+      std::this_thread::sleep_for(to_duration(backoff));
       backoff *= 2;
     }
     auto token = read_text_file(config_.token_file);

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "numaserve/common/names.h"
 #include "numaserve/common/result.h"
 
 namespace numaserve::agent::fleet {
@@ -60,6 +61,8 @@ Result<std::vector<FleetNode>> read_objects(std::string_view text, const std::st
 std::vector<FleetNode> merge(std::vector<std::vector<FleetNode>> sources);
 
 enum class Sizing { kPerClass, kUniform };
+// As --sizing and a ServingPool's spec.sizing write them.
+inline constexpr auto kSizingNames = make_names<Sizing>({{Sizing::kPerClass, "per-class"}, {Sizing::kUniform, "uniform"}});
 Result<Sizing> parse_sizing(std::string_view text);
 std::string_view to_string(Sizing sizing);
 

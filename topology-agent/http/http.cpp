@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "numaserve/common/duration.h"
+
 namespace numaserve::agent::http {
 namespace {
 
@@ -114,10 +116,10 @@ struct Client::Impl {
 
 Client::Client(ClientConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {
   auto& c = impl_->client;
-  const auto timeout = std::chrono::duration<double>(impl_->config.timeout_seconds);
-  c.set_connection_timeout(std::chrono::duration_cast<std::chrono::microseconds>(timeout));
-  c.set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(timeout));
-  c.set_write_timeout(std::chrono::duration_cast<std::chrono::microseconds>(timeout));
+  const auto timeout = to_duration<std::chrono::microseconds>(impl_->config.timeout_seconds);
+  c.set_connection_timeout(timeout);
+  c.set_read_timeout(timeout);
+  c.set_write_timeout(timeout);
   if (!impl_->config.ca_file.empty()) c.set_ca_cert_path(impl_->config.ca_file);
   c.enable_server_certificate_verification(true);
 }

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include "numaserve/common/duration.h"
 #include "numaserve/common/placement.h"
 #include "numaserve/common/quantity.h"
 #include "numaserve/common/text_file.h"
@@ -74,14 +75,23 @@ Status set_fraction(const std::string& name, const std::string& text, double& ta
 }
 
 Status set_fingerprint_method(const std::string& text, publish::FingerprintMethod& target) {
-  for (auto method : {publish::FingerprintMethod::kWithExclusiveResources, publish::FingerprintMethod::kAll}) {
-    if (text == publish::to_string(method)) {
-      target = method;
-      return {};
-    }
+  const auto& names = publish::kFingerprintMethodNames;
+  const auto method = names.parse(text);
+  if (!method) {
+    return make_error(Error::Code::kInvalidArgument, "fingerprint_method: '" + text + "' is not " + names.choices(),
+                      "fingerprint_method");
   }
-  return make_error(Error::Code::kInvalidArgument,
-                    "fingerprint_method: '" + text + "' is not with-exclusive-resources or all", "fingerprint_method");
+  target = *method;
+  return {};
+}
+
+// A value parsed by a part's own parser; its error names the option.
+template <class Parse, class T>
+Status set_parsed(const std::string& name, const std::string& text, Parse parse, T& target) {
+  auto parsed = parse(text);
+  if (!parsed) return make_error(Error::Code::kInvalidArgument, parsed.error().message, name);
+  target = std::move(*parsed);
+  return {};
 }
 
 // Events a second: more than 0.
@@ -99,7 +109,7 @@ Status set_milliseconds(const std::string& name, const std::string& text, std::c
   if (seconds < 0.001) {
     return make_error(Error::Code::kInvalidArgument, name + ": '" + text + "' is shorter than 1ms", name);
   }
-  target = std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
+  target = to_duration<std::chrono::milliseconds>(seconds);
   return {};
 }
 
@@ -130,108 +140,139 @@ struct Row {
   OptionSpec spec;
 };
 
-std::vector<Row> agent_options(AgentOptions& o) {
-  auto& p = o.updater.plan;
-  std::vector<Row> rows = {
-      {kSource, text_option("xml", "FILE", "Describe the machine in this hwloc XML export instead of this one", o.xml)},
-      {kSource, text_option("sysfs_root", "DIR", "Read /sys and /proc under DIR (the host's, mounted at /host in the pod)",
-                            o.sysfs_root)},
-      {kSource, text_option("synthetic", "DESC", "Describe an hwloc synthetic machine, e.g. \"pack:2 numa:1 core:8 pu:2\"",
-                            o.synthetic)},
-      {kSource, text_option("kubelet_config", "FILE", "The kubelet's KubeletConfiguration, e.g. /var/lib/kubelet/config.yaml",
-                            o.kubelet_config)},
-      {kSource, text_option("kubelet_state_dir", "DIR",
-                            "Where cpu_manager_state and memory_manager_state are, e.g. /var/lib/kubelet",
-                            o.kubelet_state_dir)},
-      {kSource, path_option("podresources_socket", "FILE",
-                            "The kubelet's PodResources API socket (\"\" to not ask it); without it, the state files are read",
-                            o.podresources.socket)},
-      {kSource, {"podresources_timeout", "DURATION", "Deadline of each PodResources call (retried twice with backoff)",
-                 format_seconds(std::chrono::duration<double>(o.podresources.deadline).count()),
-                 [&o](const std::string& t) { return set_milliseconds("podresources_timeout", t, o.podresources.deadline); }}},
-      {kPlan | kRun, {"fingerprint_method", "METHOD",
-                      "Pods the NodeResourceTopology's pod-set fingerprint counts: with-exclusive-resources or all",
-                      std::string(publish::to_string(o.updater.fingerprint_method)),
-                      [&o](const std::string& t) { return set_fingerprint_method(t, o.updater.fingerprint_method); }}},
-      {kPlan, count_option("reserved_cores_per_node", "N", "Whole cores per NUMA node kept for the system (reservedSystemCPUs)",
-                           p.reserved_cores_per_node)},
-      {kPlan, quantity_option("kube_reserved_memory", "kubeReserved memory", p.kube_reserved_memory)},
-      {kPlan, quantity_option("system_reserved_memory", "systemReserved memory", p.system_reserved_memory)},
-      {kPlan, quantity_option("eviction_hard_memory", "evictionHard memory.available", p.eviction_hard_memory)},
-      {kPlan | kFleet, fraction_option("pod_memory_fraction",
-                                       "Share of a NUMA node's allocatable memory one replica requests",
-                                       p.pod_memory_fraction)},
-      {kPlan | kFleet, count_option("replicas_per_numa_node", "N",
-                                    "Replicas sharing one NUMA node (cluster-plan: with --sizing per-class)",
-                                    p.replicas_per_node)},
-      {kPlan | kRun, without_default(text_option("node_name", "NAME",
-                                                 "Kubernetes node name (NUMASERVE_NODE_NAME or NODE_NAME; default the "
-                                                 "host name)",
-                                                 o.updater.node_name))},
-      {kRun, duration_option("interval", "Rediscover this often (also on SIGHUP)", o.loop.interval)},
-      {kRun, {"max_events_per_second", "N",
-              "Most cycles a second that kubelet state changes trigger (inotify); --interval still runs",
-              format_number(o.loop.max_events_per_second),
-              [&o](const std::string& t) { return set_rate("max_events_per_second", t, o.loop.max_events_per_second); }}},
-      {kRun | kOperator, text_option("listen_address", "ADDR", "Address for /topology, /plan, /metrics, /healthz", o.endpoint.host)},
-      {kRun | kOperator, count_option("port", "N", "Port for the HTTP endpoint; 0 picks a free one", o.endpoint.port, 65535u)},
-      {kRun, path_option("hints_dir", "DIR", "Where topology.json, plan.json, kubelet-config.yaml... are written",
-                         o.updater.hints_dir)},
-      {kRun, text_option("kubelet_dropin_dir", "DIR",
-                         "Also write the kubelet drop-in here (opt-in; never restarts the kubelet)", o.kubelet_dropin_dir)},
-      {kRun, switch_option("oneshot", "Run one cycle and exit (status 1 if it failed)", o.oneshot)},
-      {kRun, switch_option("no_publish", "Discover and plan, but write nothing", o.no_publish)},
-      {kRun, switch_option("no_apiserver", "Do not apply the NodeResourceTopology and labels even in a cluster",
-                           o.no_apiserver)},
-      {kRun | kOperator, text_option("apiserver_url", "URL",
-                         "API server to apply to (default in a pod: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)",
-                         o.apiserver_url)},
-      {kRun | kOperator, text_option("apiserver_ca_file", "FILE", "CA bundle for the API server (default the service account's ca.crt)",
-                         o.apiserver_ca_file)},
-      {kRun | kOperator, text_option("apiserver_token_file", "FILE", "Bearer token file (default the service account's token)",
-                         o.apiserver_token_file)},
-      {kDiscover, switch_option("json", "discover: print JSON instead of text", o.json)},
-      {kDiscover | kPlanOnly, text_option("svg", "FILE",
-                                          "discover, plan: also draw the node (with plan: its reserved CPUs and "
-                                          "replica slots) into this SVG file",
-                                          o.svg)},
-      {kPlanOnly | kFleet, output_option(o.output)},
-      {kFleet, {"sizing", "POLICY",
-                "cluster-plan: per-class (each machine class its own replica size) or uniform (one size for the fleet)",
-                std::string(fleet::to_string(o.fleet.sizing)), [&o](const std::string& t) {
-                  auto sizing = fleet::parse_sizing(t);
-                  if (!sizing) return Status(make_error(Error::Code::kInvalidArgument, sizing.error().message, "sizing"));
-                  o.fleet.sizing = *sizing;
-                  return Status();
-                }}},
-      {kFleet, {"hugepages_per_replica", "SIZES",
-                "cluster-plan: hugepages each replica asks, e.g. hugepages-2Mi=1Gi (a NUMA zone holds as many as its "
-                "hugepages cover)",
-                "", [&o](const std::string& t) {
-                  auto hugepages = fleet::parse_hugepages(t);
-                  if (!hugepages) {
-                    return Status(make_error(Error::Code::kInvalidArgument, hugepages.error().message, "hugepages_per_replica"));
-                  }
-                  o.fleet.hugepages_per_replica = *hugepages;
-                  return Status();
-                }}},
-      {kFleet, fraction_option("uniform_min_use",
-                               "cluster-plan --sizing uniform: the least share of the planned nodes' CPUs at work",
-                               o.fleet.uniform_min_use)},
-      {kOperator, without_default(text_option("namespace", "NS",
-                                              "operator: the namespace of its ServingPools, their Deployments and its "
-                                              "Lease (POD_NAMESPACE; default the service account's)",
-                                              o.operator_config.namespace_name))},
-      {kOperator, without_default(text_option("identity", "NAME",
-                                              "operator: its name in the Lease (POD_NAME; default host name and pid)",
-                                              o.operator_config.identity))},
-      {kOperator, text_option("lease_name", "NAME", "operator: the coordination.k8s.io Lease its replicas elect a leader by",
-                              o.operator_config.lease_name)},
-      {kOperator, duration_option("resync_interval", "operator: plan and reconcile every pool this often",
-                                  o.operator_config.resync)},
-      {kOperator, duration_option("lease_duration", "operator: how long a leader's Lease holds without renewal",
-                                  o.operator_config.lease)},
+// Where the machine and the kubelet are read from.
+std::vector<Row> source_rows(AgentOptions& o) {
+  return {
+    {kSource, text_option("xml", "FILE", "Describe the machine in this hwloc XML export instead of this one", o.xml)},
+    {kSource, text_option("sysfs_root", "DIR", "Read /sys and /proc under DIR (the host's, mounted at /host in the pod)",
+                          o.sysfs_root)},
+    {kSource, text_option("synthetic", "DESC", "Describe an hwloc synthetic machine, e.g. \"pack:2 numa:1 core:8 pu:2\"",
+                          o.synthetic)},
+    {kSource, text_option("kubelet_config", "FILE", "The kubelet's KubeletConfiguration, e.g. /var/lib/kubelet/config.yaml",
+                          o.kubelet_config)},
+    {kSource, text_option("kubelet_state_dir", "DIR",
+                          "Where cpu_manager_state and memory_manager_state are, e.g. /var/lib/kubelet",
+                          o.kubelet_state_dir)},
+    {kSource, path_option("podresources_socket", "FILE",
+                          "The kubelet's PodResources API socket (\"\" to not ask it); without it, the state files are read",
+                          o.podresources.socket)},
+    {kSource, {"podresources_timeout", "DURATION", "Deadline of each PodResources call (retried twice with backoff)",
+               format_seconds(to_seconds(o.podresources.deadline)),
+               [&o](const std::string& t) { return set_milliseconds("podresources_timeout", t, o.podresources.deadline); }}}
   };
+}
+
+// How the node is planned, and named where it is published.
+std::vector<Row> plan_rows(AgentOptions& o) {
+  auto& p = o.updater.plan;
+  return {
+    {kPlan | kRun, {"fingerprint_method", "METHOD",
+                    "Pods the NodeResourceTopology's pod-set fingerprint counts: " + publish::kFingerprintMethodNames.choices(),
+                    std::string(publish::to_string(o.updater.fingerprint_method)),
+                    [&o](const std::string& t) { return set_fingerprint_method(t, o.updater.fingerprint_method); }}},
+    {kPlan, count_option("reserved_cores_per_node", "N", "Whole cores per NUMA node kept for the system (reservedSystemCPUs)",
+                         p.reserved_cores_per_node)},
+    {kPlan, quantity_option("kube_reserved_memory", "kubeReserved memory", p.kube_reserved_memory)},
+    {kPlan, quantity_option("system_reserved_memory", "systemReserved memory", p.system_reserved_memory)},
+    {kPlan, quantity_option("eviction_hard_memory", "evictionHard memory.available", p.eviction_hard_memory)},
+    {kPlan | kFleet, fraction_option("pod_memory_fraction",
+                                     "Share of a NUMA node's allocatable memory one replica requests",
+                                     p.pod_memory_fraction)},
+    {kPlan | kFleet, count_option("replicas_per_numa_node", "N",
+                                  "Replicas sharing one NUMA node (cluster-plan: with --sizing per-class)",
+                                  p.replicas_per_node)},
+    {kPlan | kRun, without_default(text_option("node_name", "NAME",
+                                               "Kubernetes node name (NUMASERVE_NODE_NAME or NODE_NAME; default the "
+                                               "host name)",
+                                               o.updater.node_name))}
+  };
+}
+
+// The DaemonSet's loop, endpoint and where it publishes.
+std::vector<Row> run_rows(AgentOptions& o) {
+  return {
+    {kRun, duration_option("interval", "Rediscover this often (also on SIGHUP)", o.loop.interval)},
+    {kRun, {"max_events_per_second", "N",
+            "Most cycles a second that kubelet state changes trigger (inotify); --interval still runs",
+            format_number(o.loop.max_events_per_second),
+            [&o](const std::string& t) { return set_rate("max_events_per_second", t, o.loop.max_events_per_second); }}},
+    {kRun | kOperator, text_option("listen_address", "ADDR", "Address for /topology, /plan, /metrics, /healthz", o.endpoint.host)},
+    {kRun | kOperator, count_option("port", "N", "Port for the HTTP endpoint; 0 picks a free one", o.endpoint.port, 65535u)},
+    {kRun, path_option("hints_dir", "DIR", "Where topology.json, plan.json, kubelet-config.yaml... are written",
+                       o.updater.hints_dir)},
+    {kRun, text_option("kubelet_dropin_dir", "DIR",
+                       "Also write the kubelet drop-in here (opt-in; never restarts the kubelet)", o.kubelet_dropin_dir)},
+    {kRun, switch_option("oneshot", "Run one cycle and exit (status 1 if it failed)", o.oneshot)},
+    {kRun, switch_option("no_publish", "Discover and plan, but write nothing", o.no_publish)},
+    {kRun, switch_option("no_apiserver", "Do not apply the NodeResourceTopology and labels even in a cluster",
+                         o.no_apiserver)},
+    {kRun | kOperator, text_option("apiserver_url", "URL",
+                       "API server to apply to (default in a pod: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)",
+                       o.apiserver_url)},
+    {kRun | kOperator, text_option("apiserver_ca_file", "FILE", "CA bundle for the API server (default the service account's ca.crt)",
+                       o.apiserver_ca_file)},
+    {kRun | kOperator, text_option("apiserver_token_file", "FILE", "Bearer token file (default the service account's token)",
+                       o.apiserver_token_file)}
+  };
+}
+
+// What discover, plan and cluster-plan print.
+std::vector<Row> output_rows(AgentOptions& o) {
+  return {
+    {kDiscover, switch_option("json", "discover: print JSON instead of text", o.json)},
+    {kDiscover | kPlanOnly, text_option("svg", "FILE",
+                                        "discover, plan: also draw the node (with plan: its reserved CPUs and "
+                                        "replica slots) into this SVG file",
+                                        o.svg)},
+    {kPlanOnly | kFleet, output_option(o.output)}
+  };
+}
+
+// cluster-plan's sizing of the fleet.
+std::vector<Row> fleet_rows(AgentOptions& o) {
+  return {
+    {kFleet, {"sizing", "POLICY",
+              "cluster-plan: per-class (each machine class its own replica size) or uniform (one size for the fleet)",
+              std::string(fleet::to_string(o.fleet.sizing)),
+              [&o](const std::string& t) { return set_parsed("sizing", t, fleet::parse_sizing, o.fleet.sizing); }}},
+    {kFleet, {"hugepages_per_replica", "SIZES",
+              "cluster-plan: hugepages each replica asks, e.g. hugepages-2Mi=1Gi (a NUMA zone holds as many as its "
+              "hugepages cover)",
+              "", [&o](const std::string& t) {
+                return set_parsed("hugepages_per_replica", t, fleet::parse_hugepages, o.fleet.hugepages_per_replica);
+              }}},
+    {kFleet, fraction_option("uniform_min_use",
+                             "cluster-plan --sizing uniform: the least share of the planned nodes' CPUs at work",
+                             o.fleet.uniform_min_use)}
+  };
+}
+
+// The topology operator's namespace and Lease.
+std::vector<Row> operator_rows(AgentOptions& o) {
+  return {
+    {kOperator, without_default(text_option("namespace", "NS",
+                                            "operator: the namespace of its ServingPools, their Deployments and its "
+                                            "Lease (POD_NAMESPACE; default the service account's)",
+                                            o.operator_config.namespace_name))},
+    {kOperator, without_default(text_option("identity", "NAME",
+                                            "operator: its name in the Lease (POD_NAME; default host name and pid)",
+                                            o.operator_config.identity))},
+    {kOperator, text_option("lease_name", "NAME", "operator: the coordination.k8s.io Lease its replicas elect a leader by",
+                            o.operator_config.lease_name)},
+    {kOperator, duration_option("resync_interval", "operator: plan and reconcile every pool this often",
+                                o.operator_config.resync)},
+    {kOperator, duration_option("lease_duration", "operator: how long a leader's Lease holds without renewal",
+                                o.operator_config.lease)}
+  };
+}
+
+// Every option of the agent, once, with the groups that take it; --help
+// and the README's table list them in this order.
+std::vector<Row> agent_options(AgentOptions& o) {
+  std::vector<Row> rows;
+  for (auto* part : {&source_rows, &plan_rows, &run_rows, &output_rows, &fleet_rows, &operator_rows}) {
+    for (auto& row : part(o)) rows.push_back(std::move(row));
+  }
   return rows;
 }
 

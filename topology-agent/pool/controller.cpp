@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "numaserve/common/duration.h"
 #include "numaserve/common/log.h"
 #include "numaserve/common/prometheus.h"
 #include "pool/pool.h"
@@ -154,7 +155,6 @@ class Operator {
   // One pool: its objects, stale classes, refused pods, status. The plan's
   // JSON (or its error), for /plan.
   json reconcile(const json& object, const json& nodes, const json& nrts) {
-    std::string error;
     const json& previous = field(object, {"status"});
     auto pool = parse_pool(object);
     if (!pool) return write_status(object, nullptr, nullptr, {}, pool.error().message, previous);
@@ -164,17 +164,38 @@ class Operator {
     if (!plan) return write_status(object, &*pool, nullptr, {}, plan.error().message, previous);
 
     std::map<std::string, ClassState> states;
+    auto live = live_objects(*pool, selector);
+    if (!live) return write_status(object, &*pool, &*plan, states, live.error().message, previous);
     std::set<std::string> wanted;
-    std::map<std::string, json> live;  // "<collection>/<name>" -> object
+    std::string error;
+    if (!apply_desired(*pool, *plan, *live, wanted, states, error)) return json(*plan);
+    // Classes no node has any more (only after a plan that succeeded: a
+    // failed read never empties the pool).
+    if (!delete_unwanted(*live, wanted, error)) return json(*plan);
+    delete_refused(*pool, selector);
+    return write_status(object, &*pool, &*plan, states, error, previous);
+  }
+
+  // The pool's Deployments and PDBs as they are: "<collection>/<name>" -> object.
+  Result<std::map<std::string, json>> live_objects(const PoolSpec& pool, const std::string& selector) {
+    std::map<std::string, json> live;
     for (const char* kind : {"Deployment", "PodDisruptionBudget"}) {
-      const std::string path = collection(kind, pool->namespace_name);
+      const std::string path = collection(kind, pool.namespace_name);
       auto items = list(path + "?" + selector);
-      if (!items) return write_status(object, &*pool, &*plan, states, items.error().message, previous);
+      if (!items) return tl::unexpected(items.error());
       const json& got = field(*items, {"items"});
       for (const json& item : got.is_array() ? got : json::array()) live[path + "/" + text_field(item, {"metadata", "name"})] = item;
     }
-    for (const json& d : desired_objects(*pool, *plan)) {
-      const std::string path = collection(d["kind"], pool->namespace_name) + "/" + d["metadata"]["name"].get<std::string>();
+    return live;
+  }
+
+  // Applies each object the plan wants that differs from its live copy, and
+  // notes the Deployments' ready replicas; `wanted` gets every one's path,
+  // `error` the last failure. False when this replica stopped acting.
+  bool apply_desired(const PoolSpec& pool, const fleet::FleetPlan& plan, const std::map<std::string, json>& live,
+                     std::set<std::string>& wanted, std::map<std::string, ClassState>& states, std::string& error) {
+    for (const json& d : desired_objects(pool, plan)) {
+      const std::string path = collection(d["kind"], pool.namespace_name) + "/" + d["metadata"]["name"].get<std::string>();
       wanted.insert(path);
       const auto it = live.find(path);
       if (it != live.end() && d["kind"] == "Deployment") {
@@ -189,7 +210,7 @@ class Operator {
         ++counters_.unchanged;
         continue;
       }
-      if (!acting()) return json(*plan);
+      if (!acting()) return false;
       auto applied = api_.apply(path, d);
       if (!applied || !applied->ok()) {
         error = "apply " + path + ": " + (applied ? applied->reason() : applied.error().message);
@@ -199,11 +220,15 @@ class Operator {
       ++counters_.applied;
       log(LogLevel::kInfo, "applied", {{"object", path}, {"field", differs}});
     }
-    // Classes no node has any more (only after a plan that succeeded: a
-    // failed read never empties the pool).
+    return true;
+  }
+
+  // Deletes the live objects no class wants; `error` gets the last failure.
+  // False when this replica stopped acting.
+  bool delete_unwanted(const std::map<std::string, json>& live, const std::set<std::string>& wanted, std::string& error) {
     for (const auto& [path, item] : live) {
       if (wanted.contains(path)) continue;
-      if (!acting()) return json(*plan);
+      if (!acting()) return false;
       auto removed = api_.remove(path);
       if (!removed || (!removed->ok() && removed->status != 404)) {
         error = "delete " + path + ": " + (removed ? removed->reason() : removed.error().message);
@@ -213,8 +238,7 @@ class Operator {
       ++counters_.deleted;
       log(LogLevel::kInfo, "deleted", {{"object", path}, {"reason", "its machine class has no node of the pool any more"}});
     }
-    delete_refused(*pool, selector);
-    return write_status(object, &*pool, &*plan, states, error, previous);
+    return true;
   }
 
   // The external control loop the Topology Manager asks for: a pod the
@@ -274,26 +298,26 @@ class Operator {
   std::string metrics() const {
     std::string out;
     prometheus::TextWriter w(out);
-    w.family("numaserve_operator_leader", "gauge", "1 while this replica holds the Lease and acts.")
-        .sample("numaserve_operator_leader", counters_.leader ? 1 : 0);
-    w.family("numaserve_operator_leader_acquired_total", "counter", "Times this replica took the Lease.")
-        .sample("numaserve_operator_leader_acquired_total", counters_.lease_transitions);
-    w.family("numaserve_operator_reconciles_total", "counter", "Passes over every pool of the namespace.")
-        .sample("numaserve_operator_reconciles_total", counters_.reconciles);
-    w.family("numaserve_operator_errors_total", "counter", "API server requests that failed after their retries, and bad pools.")
-        .sample("numaserve_operator_errors_total", counters_.errors);
+    w.single("numaserve_operator_leader", "gauge", "1 while this replica holds the Lease and acts.",
+             counters_.leader ? 1 : 0);
+    w.single("numaserve_operator_leader_acquired_total", "counter", "Times this replica took the Lease.",
+             counters_.lease_transitions);
+    w.single("numaserve_operator_reconciles_total", "counter", "Passes over every pool of the namespace.",
+             counters_.reconciles);
+    w.single("numaserve_operator_errors_total", "counter", "API server requests that failed after their retries, and bad pools.",
+             counters_.errors);
     w.family("numaserve_operator_objects_total", "counter", "Deployments and PDBs, by what a pass did with each.")
         .sample("numaserve_operator_objects_total", counters_.applied, "action=\"applied\"")
         .sample("numaserve_operator_objects_total", counters_.unchanged, "action=\"unchanged\"")
         .sample("numaserve_operator_objects_total", counters_.deleted, "action=\"deleted\"");
-    w.family("numaserve_operator_status_writes_total", "counter", "ServingPool status updates sent.")
-        .sample("numaserve_operator_status_writes_total", counters_.status_writes);
+    w.single("numaserve_operator_status_writes_total", "counter", "ServingPool status updates sent.",
+             counters_.status_writes);
     w.family("numaserve_operator_refused_pods_total", "counter",
              "Pods the kubelet refused at admission, by what was done: deleted, or deferred by the node's backoff.")
         .sample("numaserve_operator_refused_pods_total", refusals_.deleted(), "action=\"deleted\"")
         .sample("numaserve_operator_refused_pods_total", refusals_.deferred(), "action=\"deferred\"");
-    w.family("numaserve_operator_apiserver_retries_total", "counter", "API server requests retried after a transient failure.")
-        .sample("numaserve_operator_apiserver_retries_total", api_.retries());
+    w.single("numaserve_operator_apiserver_retries_total", "counter", "API server requests retried after a transient failure.",
+             api_.retries());
     return out;
   }
 
@@ -331,11 +355,11 @@ int run_operator(const OperatorConfig& config) {
   for (;;) {
     if (op.lead() && Clock::now() >= next_pass) {
       op.reconcile_all();
-      next_pass = Clock::now() + std::chrono::duration_cast<Clock::duration>(config.resync);
+      next_pass = Clock::now() + to_duration(config.resync.count());
     }
     server.publish(op.snapshot());
     pollfd p{sfd, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(step.count() * 1000)) > 0) break;
+    if (::poll(&p, 1, static_cast<int>(to_duration<std::chrono::milliseconds>(step.count()).count())) > 0) break;
   }
   log(LogLevel::kInfo, "stopping");
   op.release();

@@ -162,6 +162,12 @@ Result<PoolSpec> parse_pool(const json& object) {
   pool.generation = integer_field(object, {"metadata", "generation"});
   if (pool.name.empty() || pool.namespace_name.empty()) return bad("metadata", "want a name and a namespace");
   if (pool.name.size() > 49) return bad("metadata.name", "at most 49 characters (its Deployments add -mc-<10 hex>)");
+  // Its objects are named <pool>-<class>, and a Deployment's name must be a
+  // DNS label; the API server admits a ServingPool with dots in its name.
+  if (!std::all_of(pool.name.begin(), pool.name.end(), [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; }) ||
+      pool.name.front() == '-' || pool.name.back() == '-') {
+    return bad("metadata.name", "want a DNS label (lowercase letters, digits and '-'): its Deployments are named after it");
+  }
   const json& spec = field(object, {"spec"});
   if (!spec.is_object()) return bad("spec", "want an object");
   if (auto checked = check_template(field(spec, {"template"})); !checked) return tl::unexpected(checked.error());

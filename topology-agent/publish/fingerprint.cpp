@@ -8,9 +8,7 @@
 
 namespace numaserve::agent::publish {
 
-std::string_view to_string(FingerprintMethod method) {
-  return method == FingerprintMethod::kAll ? "all" : "with-exclusive-resources";
-}
+std::string_view to_string(FingerprintMethod method) { return kFingerprintMethodNames.name(method); }
 
 std::string pod_fingerprint(const std::vector<PodName>& pods) {
   std::vector<std::uint64_t> hashes;

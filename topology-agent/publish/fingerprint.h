@@ -9,11 +9,14 @@
 #include <vector>
 
 #include "kubelet/kubelet.h"
+#include "numaserve/common/names.h"
 
 namespace numaserve::agent::publish {
 
 // Which pods count, as the NRT attribute nodeTopologyPodsFingerprintMethod names it.
 enum class FingerprintMethod { kWithExclusiveResources, kAll };
+inline constexpr auto kFingerprintMethodNames = make_names<FingerprintMethod>(
+    {{FingerprintMethod::kWithExclusiveResources, "with-exclusive-resources"}, {FingerprintMethod::kAll, "all"}});
 std::string_view to_string(FingerprintMethod method);
 
 struct PodName {

@@ -2,12 +2,13 @@
 
 #include <chrono>
 
+#include "numaserve/common/duration.h"
 #include "plan/plan_output.h"
-#include "publish/files.h"
 #include "publish/nrt.h"
 #include "publish/renderings.h"
 
 namespace numaserve::agent::updater {
+
 Updater::Updater(UpdaterConfig config) : config_(std::move(config)) {}
 
 void Updater::keep_last_good(discover::NodeReport& report) {
@@ -48,62 +49,80 @@ void Updater::fail(CycleResult& result, const std::string& stage, const Error& e
 CycleResult Updater::run_cycle() {
   ++counters_.cycles;
   CycleResult result;
-  auto count_written = [&](const Result<std::vector<std::string>>& written) {
-    if (!written) {
-      fail(result, "publish", written.error());
-    } else {
-      counters_.files_changed += written->size();
-    }
-  };
+  if (!discover(result)) return result;
+  plan(result);
+  if (!config_.publish) return result;
+  publish(render(config_, result), result);
+  if (result.ok()) counters_.last_success_unix_seconds = to_seconds(std::chrono::system_clock::now().time_since_epoch());
+  return result;
+}
 
+bool Updater::discover(CycleResult& result) {
   auto report = discover::discover_node(config_.discover);
   if (!report) {
     fail(result, "discover", report.error());
-    return result;
+    return false;
   }
   result.report = std::move(*report);
   for (const Error& error : result.report->kubelet_file_errors) fail(result, "kubelet_files", error);
   keep_last_good(*result.report);
+  return true;
+}
+
+void Updater::plan(CycleResult& result) {
   if (auto planned = plan::plan_node(result.report->topology, config_.plan)) {
     result.plan = std::move(*planned);
   } else {
     fail(result, "plan", planned.error());
   }
-  if (!config_.publish) return result;
+}
 
+Rendered render(const UpdaterConfig& config, const CycleResult& result) {
+  Rendered out;
   // Every rendering with a file; without a plan, the plan's are removed.
-  const publish::RenderInput input{*result.report, result.plan, config_.node_name, config_.fingerprint_method};
-  std::vector<publish::HintFile> hints;
-  std::vector<std::string> stale;
+  const publish::RenderInput input{*result.report, result.plan, config.node_name, config.fingerprint_method};
   for (const auto& rendering : publish::renderings()) {
     if (rendering.hint_file.empty()) continue;
     if (rendering.needs_plan && !result.plan) {
-      stale.emplace_back(rendering.hint_file);
+      out.stale_hints.emplace_back(rendering.hint_file);
     } else {
-      hints.push_back({std::string(rendering.hint_file), rendering.render(input)});
+      out.hints.push_back({std::string(rendering.hint_file), rendering.render(input)});
     }
   }
-  if (!stale.empty()) count_written(publish::remove_hints(config_.hints_dir, stale));
-  count_written(publish::write_hints(config_.hints_dir, hints));
   const plan::Plan* plan = result.plan ? &*result.plan : nullptr;
+  if (config.apiserver) {
+    out.node_resource_topology =
+        publish::make_node_resource_topology(config.node_name, *result.report, plan, config.fingerprint_method);
+    out.labels = publish::make_node_labels(*result.report, plan);
+  }
+  if (config.kubelet_dropin_dir && plan) out.kubelet_dropin = plan::kubelet_config_yaml(*plan);
+  return out;
+}
+
+void Updater::publish(const Rendered& rendered, CycleResult& result) {
+  if (!rendered.stale_hints.empty()) count_written(publish::remove_hints(config_.hints_dir, rendered.stale_hints), result);
+  count_written(publish::write_hints(config_.hints_dir, rendered.hints), result);
   if (config_.apiserver) {
     apiserver::ApiServer api(*config_.apiserver);
-    const auto nrt =
-        publish::make_node_resource_topology(config_.node_name, *result.report, plan, config_.fingerprint_method);
-    const auto labels = publish::make_node_labels(*result.report, plan);
+    const auto& nrt = *rendered.node_resource_topology;
+    const auto& labels = *rendered.labels;
     apply_if_changed("nrt", nrt.dump(), [&] { return api.apply_node_resource_topology(nrt); }, result);
     apply_if_changed("labels", nlohmann::json(labels).dump(),
                      [&] { return api.apply_node_labels(config_.node_name, labels); }, result);
     counters_.apiserver_retries += api.retries();
   }
-  if (config_.kubelet_dropin_dir && plan) {
-    count_written(publish::write_hints(*config_.kubelet_dropin_dir, {{kKubeletDropinName, plan::kubelet_config_yaml(*plan)}}));
+  if (rendered.kubelet_dropin) {
+    count_written(publish::write_hints(*config_.kubelet_dropin_dir, {{kKubeletDropinName, *rendered.kubelet_dropin}}),
+                  result);
   }
-  if (result.ok()) {
-    counters_.last_success_unix_seconds =
-        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+void Updater::count_written(const Result<std::vector<std::string>>& written, CycleResult& result) {
+  if (!written) {
+    fail(result, "publish", written.error());
+  } else {
+    counters_.files_changed += written->size();
   }
-  return result;
 }
 
 }  // namespace numaserve::agent::updater

@@ -1,9 +1,10 @@
 #pragma once
-// The agent's loop body, NFD-style: discover -> plan -> publish (hint files,
-// then the API server), once per call. A failing stage is counted and
-// reported; it never stops the loop. Discovery is published whatever the
-// planner says: topology.json, the NodeResourceTopology and the labels go
-// out without a plan, so a node never drops out of the scheduler's view.
+// The agent's loop body, NFD-style: discover -> plan -> render -> publish
+// (hint files, the API server, the kubelet drop-in), once per call. A
+// failing stage is counted and reported; it never stops the loop. Discovery
+// is published whatever the planner says: topology.json, the
+// NodeResourceTopology and the labels go out without a plan, so a node
+// never drops out of the scheduler's view.
 
 #include <chrono>
 #include <cstdint>
@@ -12,10 +13,14 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "apiserver/apiserver.h"
 #include "discover/discover.h"
 #include "plan/plan.h"
+#include "publish/files.h"
 #include "publish/fingerprint.h"
 
 namespace numaserve::agent::updater {
@@ -53,15 +58,36 @@ struct CycleResult {
   bool ok() const { return errors.empty(); }
 };
 
+// What a cycle publishes, rendered from its discovery and plan alone.
+struct Rendered {
+  std::vector<publish::HintFile> hints;  // into hints_dir
+  std::vector<std::string> stale_hints;  // the plan's files, removed from hints_dir while there is no plan
+  // With an API server: what is applied to it.
+  std::optional<nlohmann::json> node_resource_topology;
+  std::optional<std::map<std::string, std::string>> labels;
+  std::optional<std::string> kubelet_dropin;  // with kubelet_dropin_dir and a plan
+};
+
+// Pure: every rendering with a file, and the API server's objects.
+Rendered render(const UpdaterConfig& config, const CycleResult& result);
+
 class Updater {
  public:
   explicit Updater(UpdaterConfig config);
 
+  // discover -> plan -> render -> publish; with publish off, the first two.
   CycleResult run_cycle();
   const Counters& counters() const { return counters_; }
   const UpdaterConfig& config() const { return config_; }
 
  private:
+  // The node into result.report; false when there is none to plan or publish.
+  bool discover(CycleResult& result);
+  void plan(CycleResult& result);
+  // The one place a cycle acts: files, the API server, the drop-in.
+  void publish(const Rendered& rendered, CycleResult& result);
+  // Files rewritten (or removed) by a publish step, or its failure.
+  void count_written(const Result<std::vector<std::string>>& written, CycleResult& result);
   // A stage failed: counted, and its error in the cycle's result.
   void fail(CycleResult& result, const std::string& stage, const Error& error);
   // The allocations kept when the PodResources API fails, said to be stale.

@@ -157,6 +157,14 @@ TEST(ServingPool, MistakesTheSchemaCannotCatchNameTheField) {
   json long_name = pool_object();
   long_name["metadata"]["name"] = std::string(50, 'a');
   EXPECT_EQ(parse_pool(long_name).error().field, "metadata.name");
+  // The API server admits dots and (through the fuzzer's eyes) anything;
+  // <pool>-<class> must still be a Deployment's name.
+  for (const char* name : {"Ranking", "a.b", "-a", "a-", "a_b"}) {
+    json odd = pool_object();
+    odd["metadata"]["name"] = name;
+    ASSERT_FALSE(parse_pool(odd).has_value()) << name;
+    EXPECT_EQ(parse_pool(odd).error().field, "metadata.name") << name;
+  }
 }
 
 TEST(Contains, WhatTheServerAddedIsNotADifferenceWhatWeSetIs) {

@@ -2,12 +2,15 @@
 
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <fstream>
 
 #include "numaserve/common/text_file.h"
 #include "serve/metrics.h"
+#include "updater/triggers.h"
 #include "updater/updater.h"
 
 namespace numaserve::agent {
@@ -168,6 +171,77 @@ TEST(StatusServer, PortInUseIsAClearError) {
   ASSERT_FALSE(taken.has_value());
   EXPECT_NE(taken.error().message.find("cannot listen on 127.0.0.1:" + std::to_string(first.port())),
             std::string::npos);
+}
+
+// Rendering decides what a cycle publishes without touching anything.
+TEST(Render, WithoutAPlanThePlansFilesAreStaleAndTheNrtStillGoesOut) {
+  auto config = config_in("/nonexistent");
+  config.apiserver = apiserver::ApiServerConfig{};
+  config.kubelet_dropin_dir = "/nonexistent/kubelet.conf.d";
+  updater::CycleResult result;
+  result.report = *discover::discover_node(config.discover);
+  const auto rendered = updater::render(config, result);
+  EXPECT_FALSE(rendered.stale_hints.empty());
+  for (const auto& hint : rendered.hints) EXPECT_NE(hint.name, "plan.json");
+  EXPECT_TRUE(rendered.node_resource_topology.has_value());
+  EXPECT_TRUE(rendered.labels.has_value());
+  EXPECT_FALSE(rendered.kubelet_dropin.has_value());  // the drop-in needs a plan
+}
+
+// The loop's triggers. Signals go to this thread alone, with the mask put
+// back afterwards, so no other test sees them. (These belong in an
+// updater_test.cpp once tests/CMakeLists.txt lists one.)
+class Triggers : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    pthread_sigmask(SIG_SETMASK, nullptr, &saved_);
+    updater::block_signals();
+    dir_ = std::filesystem::temp_directory_path() / ("numaserve-triggers-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override {
+    std::filesystem::remove_all(dir_);
+    pthread_sigmask(SIG_SETMASK, &saved_, nullptr);
+  }
+  void touch(const std::string& name) const { std::ofstream(dir_ / name) << "x"; }
+
+  sigset_t saved_;
+  std::filesystem::path dir_;
+};
+
+TEST_F(Triggers, SighupRunsACycleAndSigtermStops) {
+  auto triggers = updater::Triggers::open({std::chrono::hours(1), 1, {}});
+  ASSERT_TRUE(triggers) << triggers.error().message;
+  pthread_kill(pthread_self(), SIGHUP);
+  auto next = triggers->next();
+  ASSERT_TRUE(next) << next.error().message;
+  EXPECT_EQ(next->kind, updater::Trigger::Kind::kSignal);
+  EXPECT_EQ(next->reason, "SIGHUP");
+  pthread_kill(pthread_self(), SIGTERM);
+  next = triggers->next();
+  ASSERT_TRUE(next) << next.error().message;
+  EXPECT_EQ(next->kind, updater::Trigger::Kind::kStop);
+  EXPECT_EQ(next->reason, "SIGTERM");
+}
+
+TEST_F(Triggers, AWatchedFileRunsACycleOtherFilesWaitForTheInterval) {
+  const updater::LoopConfig config{std::chrono::duration<double>(0.3), 1000, {{dir_, {"cpu_manager_state"}}}};
+  auto triggers = updater::Triggers::open(config);
+  ASSERT_TRUE(triggers) << triggers.error().message;
+  touch("unrelated");
+  touch("cpu_manager_state");
+  auto next = triggers->next();
+  ASSERT_TRUE(next) << next.error().message;
+  EXPECT_EQ(next->kind, updater::Trigger::Kind::kFileChanged);
+  EXPECT_EQ(next->reason, "changed " + (dir_ / "cpu_manager_state").string());
+
+  touch("unrelated");
+  const auto waited_from = std::chrono::steady_clock::now();
+  next = triggers->next();
+  ASSERT_TRUE(next) << next.error().message;
+  EXPECT_EQ(next->kind, updater::Trigger::Kind::kInterval);
+  EXPECT_EQ(next->reason, "interval");
+  EXPECT_GE(std::chrono::steady_clock::now() - waited_from, std::chrono::milliseconds(250));
 }
 
 }  // namespace

@@ -58,6 +58,7 @@ TEST(Batcher, WhatArrivedTogetherRunsAsOneForwardAndEachGetsItsScores) {
   const Turn turn = b.run_turn(0);
   ASSERT_EQ(f.calls.size(), 1u);
   EXPECT_EQ(f.calls[0], (std::pair<std::size_t, std::size_t>{6, 3}));
+  ASSERT_TRUE(a.outcome && c.outcome && d.outcome);
   EXPECT_EQ(a.outcome->scores.value(), (std::vector<float>{2, 4, 6}));
   EXPECT_EQ(c.outcome->scores.value(), (std::vector<float>{20}));
   EXPECT_EQ(d.outcome->scores.value(), (std::vector<float>{40, 60}));
@@ -87,11 +88,13 @@ TEST(Batcher, BatchesStopAtMaxItemsAndTheRestRunsNextTurn) {
   EXPECT_TRUE(b.run_turn(0).more_work);
   EXPECT_FALSE(s3.outcome);
   EXPECT_FALSE(b.run_turn(0).more_work);
+  ASSERT_TRUE(s3.outcome);
   EXPECT_EQ(s3.outcome->scores.value(), (std::vector<float>{10}));
   // A request larger than the limit runs, alone.
   b.submit(0, job(0, rows({1, 1, 1, 1, 1, 1}), big));
   b.run_turn(0);
   EXPECT_EQ(f.calls, (std::vector<std::pair<std::size_t, std::size_t>>{{4, 2}, {1, 1}, {6, 1}}));
+  ASSERT_TRUE(big.outcome);
   EXPECT_EQ(big.outcome->scores.value().size(), 6u);
 }
 
@@ -103,9 +106,10 @@ TEST(Batcher, ModelsAreNeverMixedInOneForward) {
   b.submit(0, job(1, rows({2}), other));
   b.submit(0, job(0, rows({3}), c));
   EXPECT_TRUE(b.run_turn(0).more_work);
-  EXPECT_TRUE(a.outcome && c.outcome);
+  ASSERT_TRUE(a.outcome && c.outcome);
   EXPECT_FALSE(other.outcome);
   b.run_turn(0);
+  ASSERT_TRUE(other.outcome);
   EXPECT_EQ(other.outcome->scores.value(), (std::vector<float>{4}));
   EXPECT_EQ(f.calls.size(), 2u);
 }
@@ -246,6 +250,9 @@ TEST(Batcher, AFailedForwardFailsEveryRequestOfItsBatch) {
   b.submit(0, job(0, rows({1}), a));
   b.submit(0, job(0, rows({2}), c));
   b.run_turn(0);
+  ASSERT_TRUE(a.outcome && c.outcome);
+  ASSERT_FALSE(a.outcome->scores.has_value());
+  ASSERT_FALSE(c.outcome->scores.has_value());
   EXPECT_EQ(a.outcome->scores.error().message, "the model failed");
   EXPECT_EQ(c.outcome->scores.error().code, Error::Code::kInternal);
 }
@@ -257,6 +264,8 @@ TEST(Batcher, AForwardReturningTheWrongNumberOfScoresIsAnInternalError) {
   Seen a;
   b.submit(0, job(0, rows({1, 2}), a));
   b.run_turn(0);
+  ASSERT_TRUE(a.outcome);
+  ASSERT_FALSE(a.outcome->scores.has_value());
   EXPECT_EQ(a.outcome->scores.error().code, Error::Code::kInternal);
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "fixture_paths.h"
+#include "numaserve/common/text_file.h"
 
 namespace numaserve {
 namespace {
@@ -47,9 +48,31 @@ TEST(KernelSettings, MalformedFileIsNamed) {
       << s.error().message;
 }
 
-TEST(KernelSettings, LiveSystemReads) {
+// The bracketed choice of a THP file ("always [madvise] never"), read
+// here by hand: the live values must be what the kernel's files say.
+std::string selected(const std::string& file) {
+  const auto text = read_text_file(file);
+  if (!text) return {};
+  const auto open = text->find('['), close = text->find(']');
+  return open == std::string::npos || close < open ? std::string() : text->substr(open + 1, close - open - 1);
+}
+
+TEST(KernelSettings, LiveSystemReadsWhatTheKernelFilesSay) {
   auto s = discover_kernel_settings();
   ASSERT_TRUE(s.has_value()) << s.error().message;
+  if (const auto balancing = read_text_file("/proc/sys/kernel/numa_balancing")) {
+    ASSERT_TRUE(s->numa_balancing.has_value());
+    EXPECT_EQ(*s->numa_balancing, std::stoi(*balancing));
+  } else {
+    EXPECT_FALSE(s->numa_balancing.has_value());
+  }
+  EXPECT_EQ(s->transparent_hugepage, selected("/sys/kernel/mm/transparent_hugepage/enabled"));
+  EXPECT_EQ(s->transparent_hugepage_defrag, selected("/sys/kernel/mm/transparent_hugepage/defrag"));
+  if (const auto isolated = read_text_file("/sys/devices/system/cpu/isolated")) {
+    const auto cpus = CpuSet::parse_list(*isolated);
+    ASSERT_TRUE(cpus.has_value()) << *isolated;
+    EXPECT_EQ(s->isolated_cpus, *cpus);
+  }
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 #include <iostream>
 #include <sstream>
 
+#include "numaserve/common/names.h"
+
 namespace numaserve {
 namespace {
 
@@ -63,6 +65,23 @@ TEST(Log, LevelsAndFormatsParseOrNameTheOption) {
   EXPECT_EQ(parse_log_format("json").value(), LogFormat::kJson);
   EXPECT_EQ(parse_log_level("loud").error().field, "log_level");
   EXPECT_EQ(parse_log_format("xml").error().field, "log_format");
+}
+
+// The one enum <-> string helper the log's names (and the agent's) go through.
+enum class Color { kRed, kGreen, kBlue };
+constexpr auto kColorNames = make_names<Color>({{Color::kRed, "red"}, {Color::kGreen, "green"}, {Color::kBlue, "blue"}});
+static_assert(kColorNames.name(Color::kGreen) == "green");
+static_assert(kColorNames.parse("blue") == Color::kBlue);
+
+TEST(Names, ParseAndNameReadOneTable) {
+  for (const auto& [color, name] : kColorNames.table) {
+    EXPECT_EQ(kColorNames.name(color), name);
+    EXPECT_EQ(kColorNames.parse(name), color);
+  }
+  EXPECT_EQ(kColorNames.parse("Red"), std::nullopt);  // exact
+  EXPECT_EQ(kColorNames.name(static_cast<Color>(7)), "");
+  EXPECT_EQ(kColorNames.choices(), "red, green or blue");
+  EXPECT_EQ(make_names<Color>({{Color::kRed, "red"}}).choices(), "red");
 }
 
 }  // namespace

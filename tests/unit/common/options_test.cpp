@@ -4,9 +4,12 @@
 
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+
+#include "numaserve/common/duration.h"
 
 namespace numaserve {
 namespace {
@@ -166,6 +169,15 @@ TEST(Options, MarkdownTableListsEveryRow) {
             std::string::npos)
       << md;
   EXPECT_NE(md.find("| `--oneshot` | `NUMASERVE_ONESHOT` | `oneshot` |"), std::string::npos) << md;
+}
+
+// Seconds <-> durations: truncated toward zero, as duration_cast does.
+TEST(Duration, SecondsConvertOneWayEverywhere) {
+  EXPECT_EQ(to_duration(1.5), std::chrono::milliseconds(1500));
+  EXPECT_EQ(to_duration<std::chrono::milliseconds>(0.0019), std::chrono::milliseconds(1));
+  EXPECT_EQ(to_duration<std::chrono::seconds>(-1.9), std::chrono::seconds(-1));
+  EXPECT_DOUBLE_EQ(to_seconds(std::chrono::milliseconds(250)), 0.25);
+  EXPECT_DOUBLE_EQ(to_seconds(to_duration(kMaxSeconds)), kMaxSeconds);
 }
 
 }  // namespace

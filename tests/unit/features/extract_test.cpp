@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "feature_store/embedded.h"
 #include "fixture_paths.h"
 #include "numaserve/common/text_file.h"
 
@@ -19,13 +20,18 @@ TEST(HashContract, Xxh64TestVectors) {
   EXPECT_EQ(bucket("abc", 0, 1000), static_cast<std::int64_t>(0x44BC2CF5AD770999ull % 1000));
 }
 
+// A model's cache of the embedded store's items, as the store builds it.
+Result<ItemCache> build_cache(const ModelSpec& spec, const feature_store::Entities& entities) {
+  return ItemCache::build(spec, [&](const EntityVisitor& visit) { entities.for_each_item(visit); });
+}
+
 class Extraction : public ::testing::Test {
  protected:
   void SetUp() override {
     auto spec = parse_model_spec(read_text_file(testing::fixtures_dir() / "features/model.yaml").value(), "model.yaml");
     ASSERT_TRUE(spec.has_value()) << spec.error().message;
     spec_ = *spec;
-    auto store = EmbeddedFeatureStore::load(testing::fixtures_dir() / "features/store.jsonl");
+    auto store = feature_store::Entities::load(testing::fixtures_dir() / "features/store.jsonl");
     ASSERT_TRUE(store.has_value()) << store.error().message;
     store_ = std::move(*store);
   }
@@ -42,11 +48,11 @@ class Extraction : public ::testing::Test {
   }
 
   ModelSpec spec_;
-  std::unique_ptr<EmbeddedFeatureStore> store_;
+  std::unique_ptr<feature_store::Entities> store_;
 };
 
 TEST_F(Extraction, BuildsDenseColumnsAndBagsFromTheStore) {
-  auto batch = extract(spec_, request({"i1", "i2", "i3"}), *store_);
+  auto batch = feature_store::extract(spec_, request({"i1", "i2", "i3"}), *store_);
   ASSERT_TRUE(batch.has_value()) << batch.error().message;
   ASSERT_EQ(batch->rows, 3u);
   ASSERT_EQ(batch->dense_width, 3u);  // age, price, hour
@@ -72,7 +78,7 @@ TEST_F(Extraction, InlineFeaturesOverrideTheStoreAndIntegerIdsHashAsText) {
   r.user.features["country"] = std::string("de");
   r.items[0].features["price"] = 0.0;
   r.context["hour"] = 23.0;
-  auto batch = extract(spec_, r, *store_);
+  auto batch = feature_store::extract(spec_, r, *store_);
   ASSERT_TRUE(batch.has_value()) << batch.error().message;
   EXPECT_FLOAT_EQ(batch->dense[0], 1.5f);  // age 55 from the store: (55 - 40) / 10
   EXPECT_FLOAT_EQ(batch->dense[1], 0.0f);
@@ -84,7 +90,7 @@ TEST_F(Extraction, InlineFeaturesOverrideTheStoreAndIntegerIdsHashAsText) {
 TEST_F(Extraction, UnknownEntitiesGetDefaults) {
   Request r = request({"nobody-knows"});
   r.user.id = "ghost";
-  auto batch = extract(spec_, r, *store_);
+  auto batch = feature_store::extract(spec_, r, *store_);
   ASSERT_TRUE(batch.has_value()) << batch.error().message;
   EXPECT_FLOAT_EQ(batch->dense[0], 0.0f);  // age default 40, standardized
   EXPECT_EQ(batch->bags[1].indices[0], row("unknown", "country"));
@@ -93,9 +99,9 @@ TEST_F(Extraction, UnknownEntitiesGetDefaults) {
 
 TEST_F(Extraction, ABatchOfNEqualsNSingleItemBatches) {
   const std::vector<std::string> ids = {"i1", "i2", "i3", "i9"};
-  auto all = extract(spec_, request(ids), *store_).value();
+  auto all = feature_store::extract(spec_, request(ids), *store_).value();
   for (std::size_t i = 0; i < ids.size(); ++i) {
-    auto one = extract(spec_, request({ids[i]}), *store_).value();
+    auto one = feature_store::extract(spec_, request({ids[i]}), *store_).value();
     for (std::size_t c = 0; c < all.dense_width; ++c) {
       EXPECT_EQ(one.dense[c], all.dense[i * all.dense_width + c]) << ids[i] << " column " << c;
     }
@@ -130,34 +136,16 @@ TEST_F(Extraction, BadInputNamesTheField) {
        }) {
     Request r = request({"i1", "i2"});
     c.change(r);
-    auto batch = extract(spec_, r, *store_);
+    auto batch = feature_store::extract(spec_, r, *store_);
     ASSERT_FALSE(batch.has_value()) << c.message;
     EXPECT_NE(batch.error().message.find(c.message), std::string::npos) << batch.error().message;
   }
 }
 
-TEST(FeatureStore, ErrorsNameFileAndLine) {
-  for (const auto& [text, expected] : std::vector<std::pair<std::string, std::string>>{
-           {"{\"kind\": \"user\", \"id\": \"u\"}\n{oops\n", "s.jsonl line 2: not a JSON object"},
-           {"{\"kind\": \"shop\", \"id\": \"u\"}\n", "s.jsonl line 1: kind must be \"user\" or \"item\""},
-           {"{\"kind\": 3, \"id\": \"u\"}\n", "kind must be"},
-           {"{\"kind\": \"item\", \"id\": [1]}\n", "id must be a string or an integer"},
-           {"{\"kind\": \"item\", \"id\": \"a\", \"features\": {\"x\": {\"y\": 1}}}\n", "feature 'x' must be"},
-           {"{\"kind\": \"item\", \"id\": \"a\"}\n{\"kind\": \"item\", \"id\": \"a\"}\n", "line 2: item 'a' appears twice"},
-       }) {
-    auto store = EmbeddedFeatureStore::parse(text, "s.jsonl");
-    ASSERT_FALSE(store.has_value()) << text;
-    EXPECT_NE(store.error().message.find(expected), std::string::npos) << store.error().message;
-  }
-  auto missing = EmbeddedFeatureStore::load("/no/such/store.jsonl");
-  ASSERT_FALSE(missing.has_value());
-  EXPECT_NE(missing.error().message.find("feature store: cannot read /no/such/store.jsonl"), std::string::npos);
-}
-
 TEST_F(Extraction, ConcatenatedBatchesEqualOneBatchOfAllItems) {
-  auto one = extract(spec_, request({"i1", "i2"}), *store_);
-  auto two = extract(spec_, request({"i3"}), *store_);
-  auto all = extract(spec_, request({"i1", "i2", "i3"}), *store_);
+  auto one = feature_store::extract(spec_, request({"i1", "i2"}), *store_);
+  auto two = feature_store::extract(spec_, request({"i3"}), *store_);
+  auto all = feature_store::extract(spec_, request({"i1", "i2", "i3"}), *store_);
   ASSERT_TRUE(one && two && all);
   const Batch joined = concat({&*one, &*two});
   EXPECT_EQ(joined.rows, all->rows);
@@ -170,15 +158,15 @@ TEST_F(Extraction, ConcatenatedBatchesEqualOneBatchOfAllItems) {
 }
 
 TEST_F(Extraction, TheItemCacheGivesWhatExtractionComputes) {
-  auto cache = ItemCache::build(spec_, *store_);
+  auto cache = build_cache(spec_, *store_);
   ASSERT_TRUE(cache.has_value()) << cache.error().message;
   EXPECT_EQ(cache->items(), 3u);
   // Store items, an item the store lacks, and one with an inline override.
   Request r = request({"i2", "i1", "not-stored", "i3", "i1"});
   r.items[4].features["price"] = 3.0;
   r.context["hour"] = 7.0;
-  auto computed = extract(spec_, r, query(r, *store_));
-  const auto stored = query(r, *store_, &*cache);
+  auto computed = extract(spec_, r, store_->query(r));
+  const auto stored = store_->query(r, &*cache);
   // One lookup per item: store items come from the cache, the rest from the store.
   const auto& rows = stored.cached_rows;
   ASSERT_EQ(rows.size(), 5u);
@@ -206,18 +194,18 @@ TEST_F(Extraction, TheItemCacheFindsEveryItemOfALargeStore) {
     jsonl += "\n{\"kind\": \"item\", \"id\": \"item-" + std::to_string(i) + "\", \"features\": {\"price\": " +
              std::to_string(i % 97) + ", \"tags\": [\"t" + std::to_string(i % 13) + "\", \"x" + std::to_string(i) + "\"]}}";
   }
-  auto store = EmbeddedFeatureStore::parse(jsonl, "big.jsonl");
+  auto store = feature_store::Entities::parse(jsonl, "big.jsonl");
   ASSERT_TRUE(store.has_value()) << store.error().message;
-  auto cache = ItemCache::build(spec_, **store);
+  auto cache = build_cache(spec_, **store);
   ASSERT_TRUE(cache.has_value()) << cache.error().message;
   EXPECT_EQ(cache->items(), 5000u);
   std::vector<std::string> ids;
   for (int i = 0; i < 300; ++i) ids.push_back(i % 7 == 3 ? "absent-" + std::to_string(i) : "item-" + std::to_string((i * 7919) % 5000));
   const Request r = request(ids);
-  const auto stored = query(r, **store, &*cache);
+  const auto stored = (*store)->query(r, &*cache);
   for (std::size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(stored.cached_rows[i] < 0, i % 7 == 3) << ids[i];
   auto cached = extract(spec_, r, stored, &*cache);
-  auto computed = extract(spec_, r, query(r, **store));
+  auto computed = extract(spec_, r, (*store)->query(r));
   ASSERT_TRUE(cached && computed);
   EXPECT_EQ(cached->dense, computed->dense);
   for (std::size_t k = 0; k < cached->bags.size(); ++k) EXPECT_EQ(cached->bags[k].indices, computed->bags[k].indices) << k;
@@ -230,7 +218,7 @@ TEST_F(Extraction, AFilledItemCacheGivesWhatWasExtractedUntilItExpires) {
   using Clock = ItemCache::Clock;
   ItemCache cache = ItemCache::empty(spec_, 40);
   const Request first = request({"i1", "i2", "not-stored"});
-  auto computed = extract(spec_, first, query(first, *store_));
+  auto computed = extract(spec_, first, store_->query(first));
   ASSERT_TRUE(computed);
   const auto t0 = Clock::now();
   for (std::size_t i = 0; i < first.items.size(); ++i) cache.put(first.items[i].id, *computed, i, t0 + std::chrono::seconds(10));
@@ -243,10 +231,10 @@ TEST_F(Extraction, AFilledItemCacheGivesWhatWasExtractedUntilItExpires) {
   EXPECT_GE(rows[1], 0);
   EXPECT_GE(rows[2], 0);
   EXPECT_EQ(rows[3], -1);
-  StoredFeatures stored = query(next, *store_);
+  StoredFeatures stored = store_->query(next);
   stored.cached_rows = rows;
   auto from_cache = extract(spec_, next, stored, &cache);
-  auto fresh = extract(spec_, next, query(next, *store_));
+  auto fresh = extract(spec_, next, store_->query(next));
   ASSERT_TRUE(from_cache && fresh);
   EXPECT_EQ(from_cache->dense, fresh->dense);
   for (std::size_t k = 0; k < fresh->bags.size(); ++k) EXPECT_EQ(from_cache->bags[k].indices, fresh->bags[k].indices) << k;
@@ -270,25 +258,25 @@ TEST_F(Extraction, AFilledItemCacheGivesWhatWasExtractedUntilItExpires) {
 }
 
 TEST_F(Extraction, CachedRowsWithoutTheirCacheAreRefused) {
-  auto cache = ItemCache::build(spec_, *store_);
+  auto cache = build_cache(spec_, *store_);
   ASSERT_TRUE(cache.has_value());
   const Request r = request({"i1"});
-  auto batch = extract(spec_, r, query(r, *store_, &*cache));
+  auto batch = extract(spec_, r, store_->query(r, &*cache));
   ASSERT_FALSE(batch.has_value());
   EXPECT_EQ(batch.error().code, Error::Code::kInternal);
 }
 
 TEST_F(Extraction, AStoreValueTheModelCannotReadFailsTheCacheBuild) {
-  auto bad = EmbeddedFeatureStore::parse(R"({"kind": "item", "id": "i9", "features": {"price": "cheap"}})", "s.jsonl");
+  auto bad = feature_store::Entities::parse(R"({"kind": "item", "id": "i9", "features": {"price": "cheap"}})", "s.jsonl");
   ASSERT_TRUE(bad.has_value());
-  auto cache = ItemCache::build(spec_, **bad);
+  auto cache = build_cache(spec_, **bad);
   ASSERT_FALSE(cache.has_value());
   EXPECT_NE(cache.error().message.find("feature store item 'i9' price: want a number"), std::string::npos)
       << cache.error().message;
 }
 
 TEST_F(Extraction, QueryIsTheStoreLookupAlone) {
-  const auto stored = query(request({"i1", "missing"}), *store_);
+  const auto stored = store_->query(request({"i1", "missing"}));
   EXPECT_EQ(stored.user, store_->user("u1"));
   ASSERT_EQ(stored.items.size(), 2u);
   EXPECT_EQ(stored.items[0], store_->item("i1"));
@@ -296,7 +284,7 @@ TEST_F(Extraction, QueryIsTheStoreLookupAlone) {
 }
 
 TEST(FeatureStore, LoadsUsersAndItems) {
-  auto store = EmbeddedFeatureStore::load(testing::fixtures_dir() / "features/store.jsonl");
+  auto store = feature_store::Entities::load(testing::fixtures_dir() / "features/store.jsonl");
   ASSERT_TRUE(store.has_value()) << store.error().message;
   EXPECT_EQ((*store)->users(), 2u);
   EXPECT_EQ((*store)->items(), 3u);

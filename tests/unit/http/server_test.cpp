@@ -8,10 +8,13 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "raw_http.h"
 
@@ -22,21 +25,22 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using testing::RawConnection;
 
-// /echo answers "<loop> <method> <path> <body>" at once; /turn answers in the
-// loop's next turn, with how many requests that turn answered; /thread from
-// another thread; /drop never (its responder is dropped); /hold when the
-// test releases it.
+// /echo answers "<worker> <method> <path> <body>" at once; /turn answers in
+// the worker's next turn, with how many requests that turn answered; /thread
+// from another thread; /drop never (its responder is dropped), /drop-thread
+// neither (dropped on another thread); /hold when the test releases it. Its
+// refusals have the service's error shape, {"error": ..., "field": ...}.
 class TestApp final : public Handler {
  public:
-  void on_loop_start(std::size_t loop) override {
+  void on_worker_start(std::size_t worker) override {
     std::lock_guard lock(mutex_);
-    started_.push_back(loop);
+    started_.push_back(worker);
   }
 
-  void on_request(std::size_t loop, Request&& request, Responder responder) override {
+  void on_request(std::size_t worker, Request&& request, Responder responder) override {
     if (request.path == "/turn") {
       if (block_next_turn_.exchange(false)) blocked_turn_ = true;
-      deferred_[loop].push_back(std::move(responder));
+      deferred_.at(worker).push_back(std::move(responder));
       return;
     }
     if (request.path == "/thread") {
@@ -49,6 +53,11 @@ class TestApp final : public Handler {
       return;
     }
     if (request.path == "/drop") return;
+    if (request.path == "/drop-thread") {
+      std::lock_guard lock(mutex_);
+      threads_.emplace_back([r = std::move(responder)]() mutable { auto gone = std::move(r); });
+      return;
+    }
     if (request.path == "/hold") {
       std::lock_guard lock(mutex_);
       held_.push_back(std::move(responder));
@@ -57,15 +66,15 @@ class TestApp final : public Handler {
     }
     Reply reply;
     reply.content_type = "text/plain";
-    reply.body = std::to_string(loop) + " " + request.method + " " + request.path + " " + request.body;
+    reply.body = std::to_string(worker) + " " + request.method + " " + request.path + " " + request.body;
     reply.headers.emplace_back("X-Test", "yes");
     responder.send(std::move(reply));
   }
 
-  Turn on_turn(std::size_t loop) override {
-    auto& waiting = deferred_[loop];
+  Turn on_turn(std::size_t worker) override {
+    auto& waiting = deferred_.at(worker);
     if (blocked_turn_) {
-      // Holds the loop as a long forward would, while more requests arrive.
+      // Holds the worker as a long forward would, while more requests arrive.
       blocked_turn_ = false;
       std::this_thread::sleep_for(100ms);
     }
@@ -77,6 +86,15 @@ class TestApp final : public Handler {
     }
     waiting.clear();
     return {};
+  }
+
+  Reply refusal(int status, const std::string& message, const std::string& field) const override {
+    nlohmann::json body = {{"error", message}};
+    if (!field.empty()) body["field"] = field;
+    Reply reply;
+    reply.status = status;
+    reply.body = body.dump();
+    return reply;
   }
 
   void release_held(std::size_t count) {
@@ -106,15 +124,17 @@ class TestApp final : public Handler {
   std::vector<std::thread> threads_;
   std::condition_variable held_cv_;
   std::vector<Responder> held_;
-  std::map<std::size_t, std::vector<Responder>> deferred_;  // per loop, its own thread's
+  // Per worker, each touched only on its own thread: a fixed slot apiece, as
+  // inserting into a shared map from two workers at once would race.
+  std::array<std::vector<Responder>, 4> deferred_;
   bool blocked_turn_ = false;
 };
 
-ServerConfig small(std::size_t loops = 1) {
+ServerConfig small(std::size_t workers = 1) {
   ServerConfig c;
   c.host = "127.0.0.1";
   c.port = 0;
-  c.loops = loops;
+  c.workers = workers;
   c.max_header_bytes = 1024;
   c.max_body_bytes = 64;
   c.header_timeout_seconds = 0.3;
@@ -154,7 +174,7 @@ TEST(Server, RequestsThatArriveTogetherAreAnsweredInOneTurn) {
   auto alone = r.connect();
   alone.send(testing::get("/turn"));
   EXPECT_EQ(alone.read_response()->body, "batch=1");
-  // Five more arrive while the loop is held in a turn: the next turn takes all five.
+  // Five more arrive while the worker is held in a turn: the next turn takes all five.
   r.app.block_next_turn_ = true;
   alone.send(testing::get("/turn"));
   std::this_thread::sleep_for(30ms);
@@ -287,6 +307,7 @@ TEST(Server, AConnectionBeyondTheLimitGets503AndIsClosed) {
   EXPECT_EQ(refused->status, 503);
   EXPECT_EQ(refused->header("connection"), "close");
   EXPECT_EQ(refused->header("retry-after"), "1");
+  EXPECT_EQ(refused->body, R"({"error":"too many connections: the limit is 2"})");
   EXPECT_TRUE(third.wait_closed(2s));
   EXPECT_EQ(r.server.refused_connections(), 1u);
   // A slot freed is a slot to take.
@@ -306,6 +327,12 @@ TEST(Server, RepliesFromOtherThreadsAndDroppedRequests) {
   auto dropped = c.read_response();
   ASSERT_TRUE(dropped);
   EXPECT_EQ(dropped->status, 500);
+  EXPECT_EQ(dropped->body, R"({"error":"internal error: the request was dropped without a reply"})");
+  c.send(testing::get("/drop-thread"));
+  auto dropped_elsewhere = c.read_response();
+  ASSERT_TRUE(dropped_elsewhere);
+  EXPECT_EQ(dropped_elsewhere->status, 500);
+  EXPECT_EQ(dropped_elsewhere->body, dropped->body);
   c.send(testing::get("/echo"));  // the connection goes on
   EXPECT_EQ(c.read_response()->status, 200);
 }
@@ -329,7 +356,7 @@ TEST(Server, HeadAndHttp10) {
   EXPECT_TRUE(c.wait_closed(2s));
 }
 
-TEST(Server, ConnectionsAreHandedToTheLoopsInTurn) {
+TEST(Server, ConnectionsAreHandedToTheWorkersInTurn) {
   Running r(small(2));
   std::vector<RawConnection> clients;
   for (int i = 0; i < 6; ++i) {
@@ -339,7 +366,7 @@ TEST(Server, ConnectionsAreHandedToTheLoopsInTurn) {
     ASSERT_TRUE(response);
     EXPECT_EQ(response->body.substr(0, 1), std::to_string(i % 2)) << i;
   }
-  for (const auto& loop : r.server.stats()) EXPECT_EQ(loop.accepted, 3u);
+  for (const auto& worker : r.server.stats()) EXPECT_EQ(worker.accepted, 3u);
 }
 
 TEST(Server, StopAnswersWhatWasReadClosesIdleConnectionsAndReturns) {
@@ -373,91 +400,6 @@ TEST(Server, APortInUseIsAClearError) {
   ASSERT_FALSE(started.has_value());
   EXPECT_NE(started.error().message.find("cannot listen on 127.0.0.1:" + std::to_string(config.port)), std::string::npos)
       << started.error().message;
-}
-
-}  // namespace
-}  // namespace numaserve::http
-
-namespace numaserve::http {
-namespace {
-
-// Every cut of the same bytes: one byte at a time, and every split in two.
-void expect_same_in_pieces(const std::string& bytes, const ServerConfig& config, const Framing& whole) {
-  std::vector<std::size_t> every_byte;
-  for (std::size_t i = 1; i < bytes.size(); ++i) every_byte.push_back(i);
-  std::vector<std::vector<std::size_t>> cuts{every_byte};
-  for (std::size_t i = 1; i < bytes.size(); ++i) cuts.push_back({i});
-  for (const auto& at : cuts) {
-    const Framing pieces = frame_requests(bytes, config, at);
-    ASSERT_EQ(pieces.requests.size(), whole.requests.size()) << "cut at " << at.front();
-    for (std::size_t i = 0; i < whole.requests.size(); ++i) EXPECT_EQ(pieces.requests[i].body, whole.requests[i].body);
-    EXPECT_EQ(pieces.refusal, whole.refusal) << "cut at " << at.front() << ", " << at.size() << " cut(s)";
-    EXPECT_EQ(pieces.incomplete, whole.incomplete);
-  }
-}
-
-TEST(Framing, BytesInPiecesFrameAsTheWholeAndStopWhereAConnectionStops) {
-  const std::string bytes = testing::post("/a%20b?x=1", "hello") +
-                            "POST /c HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n" +
-                            "GET /d HTTP/1.0\r\n\r\n" + testing::get("/never-read");
-  auto config = small();
-  const Framing whole = frame_requests(bytes, config);
-  ASSERT_EQ(whole.requests.size(), 3u);  // HTTP/1.0 without keep-alive: the connection closes after /d
-  EXPECT_EQ(whole.requests[0].path, "/a b");
-  EXPECT_EQ(whole.requests[0].body, "hello");
-  EXPECT_EQ(whole.requests[1].body, "abc");
-  EXPECT_EQ(whole.requests[2].method, "GET");
-  EXPECT_EQ(whole.refusal, 0);
-  expect_same_in_pieces(bytes, config, whole);
-
-  const Framing refused = frame_requests(testing::get("/ok") + "POST /big HTTP/1.1\r\nContent-Length: 100\r\n\r\n", config);
-  EXPECT_EQ(refused.requests.size(), 1u);
-  EXPECT_EQ(refused.refusal, 413);
-  EXPECT_EQ(refused.refusal_field, "body");
-  EXPECT_TRUE(frame_requests("GET /half HTTP/1.1\r\nHo", config).incomplete);
-}
-
-TEST(Framing, ChunkExtensionsAndTrailersFrameTheSameInPieces) {
-  const std::string head = "POST /c HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n";
-  const auto config = small();
-  // Extensions (a token, a quoted string with an escape and a CRLF-free
-  // quote inside), and a trailer field: the body is the chunks' data.
-  const std::string good = head + "3 ; a=b;c=\"x\\\"; y\"\r\nabc\r\n2;z\r\nde\r\n0;end=1\r\nX-Sum: 5\r\n\r\n" +
-                           testing::get("/next");
-  const Framing whole = frame_requests(good, config);
-  ASSERT_EQ(whole.requests.size(), 2u);
-  EXPECT_EQ(whole.requests[0].body, "abcde");
-  EXPECT_EQ(whole.refusal, 0);
-  expect_same_in_pieces(good, config, whole);
-
-  // A quoted extension not closed on its line is malformed however the
-  // bytes come; before the fix, in pieces, Beast took the chunk's size off
-  // the body limit at every retry and answered 413.
-  const std::string open_quote = head + "8;x=\"R\x1b\r\nabcdefgh\r\n\"\r\n0\r\n\r\n";
-  const Framing bad = frame_requests(open_quote, config);
-  EXPECT_EQ(bad.refusal, 400);
-  expect_same_in_pieces(open_quote, config, bad);
-
-  for (const char* line : {"x\r\n", "3;\r\n", "3;a=\r\n", "3 x\r\n", "3;a=\"\x01\"\r\n",
-                                  "11111111111111111\r\n"}) {
-    const Framing refused = frame_requests(head + line + "abc\r\n0\r\n\r\n", config);
-    EXPECT_EQ(refused.refusal, 400) << line;
-  }
-  // Chunk data longer than its size.
-  EXPECT_EQ(frame_requests(head + "2\r\nabc\r\n0\r\n\r\n", config).refusal, 400);
-  // A chunk line, and the last chunk's trailers, over the header limit.
-  const std::string long_line = head + "3;a=" + std::string(config.max_header_bytes, 'x') + "\r\nabc\r\n0\r\n\r\n";
-  const Framing too_long = frame_requests(long_line, config);
-  EXPECT_EQ(too_long.refusal, 400);
-  expect_same_in_pieces(long_line, config, too_long);
-  const std::string big_trailers = head + "0\r\nX: " + std::string(config.max_header_bytes, 'x') + "\r\n\r\n";
-  const Framing trailers = frame_requests(big_trailers, config);
-  EXPECT_EQ(trailers.refusal, 431);
-  EXPECT_EQ(trailers.refusal_field, "headers");
-  expect_same_in_pieces(big_trailers, config, trailers);
-  // Still waiting for the rest: incomplete, not refused.
-  EXPECT_TRUE(frame_requests(head + "3;a=\"op", config).incomplete);
-  EXPECT_TRUE(frame_requests(head + "0\r\nX: 1\r\n", config).incomplete);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "numaserve/common/duration.h"
 #include "numaserve/common/log.h"
 #include "numaserve/common/result.h"
 
@@ -142,12 +143,11 @@ OptionSpec count_option(std::string name, std::string value, std::string help, T
 
 template <class Rep, class Period>
 OptionSpec duration_option(std::string name, std::string help, std::chrono::duration<Rep, Period>& target) {
-  using Seconds = std::chrono::duration<double>;
-  std::string shown = format_seconds(std::chrono::duration_cast<Seconds>(target).count());
+  std::string shown = format_seconds(to_seconds(target));
   return {name, "DURATION", std::move(help), std::move(shown), [name, &target](const std::string& text) {
             double seconds = 0;
             auto set = set_seconds(name, text, seconds);
-            if (set) target = std::chrono::duration_cast<std::chrono::duration<Rep, Period>>(Seconds(seconds));
+            if (set) target = to_duration<std::chrono::duration<Rep, Period>>(seconds);
             return set;
           }};
 }

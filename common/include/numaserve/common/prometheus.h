@@ -26,6 +26,11 @@ class TextWriter {
   TextWriter& sample(std::string_view name, T value, std::string_view labels = {}) {
     return sample_text(name, std::to_string(value), labels);
   }
+  // A family of one unlabelled sample, the commonest kind: its name once.
+  template <class T>
+  TextWriter& single(std::string_view name, std::string_view type, std::string_view help, T value) {
+    return family(name, type, help).sample(name, value);
+  }
 
  private:
   TextWriter& sample_text(std::string_view name, const std::string& value, std::string_view labels);

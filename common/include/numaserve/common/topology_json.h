@@ -3,7 +3,7 @@
 // what /placement returns, and the canonical form of golden test files (keys
 // sorted by nlohmann::json, no versions or timestamps). The topology reads
 // back as well: an XML file's discovery runs in a child process, which sends
-// its model to the parent this way (topology.cpp). from_json throws
+// its model to the parent this way (topology_child.cpp). from_json throws
 // nlohmann's exceptions on a missing key or wrong type, and
 // std::invalid_argument on a bad CPU list.
 

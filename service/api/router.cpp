@@ -1,0 +1,133 @@
+// What a client can ask of the service, in one table, and the one error
+// boundary every request passes: a route's Error becomes its reply in
+// errors.cpp, an exception a 500, a path no route has a 404, a method the
+// path does not take a 405 with Allow.
+#include "api/router.h"
+
+#include <string_view>
+
+#include "api/errors.h"
+#include "api/handlers.h"
+
+namespace numaserve::api {
+namespace {
+
+// Which listener serves a route when the service has an admin port: data
+// on the main one, what operators read on the admin one, probes on both.
+// Without an admin port the main one serves every route.
+enum class Port { kData, kAdmin, kBoth };
+
+struct Route {
+  Port port;
+  std::string_view method;  // a GET route answers HEAD too
+  std::string_view path;    // {name} and {version} stand for one path segment each
+  std::string_view label;   // numaserve_requests_total{route=...}
+  Answer (*handle)(Service&, Call&);
+};
+
+constexpr Route kRoutes[] = {
+    {Port::kData, "POST", "/predict", "/predict", &predict},
+    {Port::kBoth, "GET", "/healthz", "/healthz", &healthz},
+    {Port::kBoth, "GET", "/readyz", "/readyz", &readyz},
+    {Port::kAdmin, "GET", "/metrics", "/metrics", &prometheus_metrics},
+    {Port::kAdmin, "GET", "/placement", "/placement", &placement},
+    // KServe Open Inference Protocol v2.
+    {Port::kData, "GET", "/v2", "/v2", &v2_server},
+    {Port::kBoth, "GET", "/v2/health/live", "/v2/health/live", &v2_live},
+    {Port::kBoth, "GET", "/v2/health/ready", "/v2/health/ready", &v2_ready},
+    {Port::kData, "GET", "/v2/models/{name}", "/v2/models/{name}", &v2_model},
+    {Port::kData, "GET", "/v2/models/{name}/versions/{version}", "/v2/models/{name}", &v2_model},
+    {Port::kData, "GET", "/v2/models/{name}/ready", "/v2/models/{name}/ready", &v2_model_ready},
+    {Port::kData, "GET", "/v2/models/{name}/versions/{version}/ready", "/v2/models/{name}/ready", &v2_model_ready},
+    {Port::kData, "POST", "/v2/models/{name}/infer", "/v2/models/{name}/infer", &v2_infer},
+    {Port::kData, "POST", "/v2/models/{name}/versions/{version}/infer", "/v2/models/{name}/infer", &v2_infer},
+};
+
+// The next "/segment" of `path` from `at`, without its slash.
+std::string_view next_segment(std::string_view path, std::size_t& at) {
+  if (at >= path.size() || path[at] != '/') return {};
+  const std::size_t start = at + 1;
+  at = std::min(path.find('/', start), path.size());
+  return path.substr(start, at - start);
+}
+
+bool matches(std::string_view pattern, std::string_view path, PathParams& params) {
+  std::size_t p = 0, q = 0;
+  while (p < pattern.size() && q < path.size()) {
+    const auto want = next_segment(pattern, p);
+    const auto got = next_segment(path, q);
+    if (want == "{name}" || want == "{version}") {
+      if (got.empty()) return false;
+      (want == "{name}" ? params.name : params.version) = std::string(got);
+    } else if (want != got) {
+      return false;
+    }
+  }
+  return p == pattern.size() && q == path.size();
+}
+
+bool serves(const Route& route, bool split, bool admin) {
+  if (!split || route.port == Port::kBoth) return true;
+  return (route.port == Port::kAdmin) == admin;
+}
+
+bool takes(const Route& route, std::string_view method) {
+  return method == route.method || (route.method == "GET" && method == "HEAD");
+}
+
+}  // namespace
+
+void respond(Service& service, Call& call, const std::function<Answer()>& handle) {
+  Answer answer = [&]() -> Answer {
+    try {
+      return handle();
+    } catch (const std::exception& e) {
+      return make_error(Error::Code::kInternal, std::string("internal error: ") + e.what());
+    }
+  }();
+  if (answer && !*answer) return;  // the route answers later, when its batch has run
+  service.finish(call.route, call.responder, answer ? std::move(**answer) : error_reply(answer.error()));
+}
+
+void Router::on_request(std::size_t worker, http::Request&& request, http::Responder responder) {
+  service_.begin_request();
+  Call call{std::move(request), {}, worker, "other", std::move(responder)};
+  std::string allow;  // methods of the routes the path matched, when none took the method
+  bool elsewhere = false;  // the path is served, on the other port
+  for (const Route& route : kRoutes) {
+    PathParams params;
+    if (!matches(route.path, call.request.path, params)) continue;
+    if (!serves(route, split_, call.request.admin)) {
+      elsewhere = true;
+      continue;
+    }
+    call.route = route.label;
+    if (!takes(route, call.request.method)) {
+      if (allow.find(route.method) == std::string::npos) allow += (allow.empty() ? "" : ", ") + std::string(route.method);
+      continue;
+    }
+    call.params = std::move(params);
+    respond(service_, call, [&] { return route.handle(service_, call); });
+    return;
+  }
+  if (allow.empty()) return no_route(call, elsewhere);
+  auto reply = error_reply(Error{Error::Code::kNotAllowed,
+                                 call.request.method + " not allowed on " + call.request.path + "; use " + allow, "method"});
+  reply.headers.emplace_back("Allow", allow);
+  service_.finish(call.route, call.responder, std::move(reply));
+}
+
+void Router::no_route(Call& call, bool elsewhere) {
+  call.route = "other";
+  const std::string where = !elsewhere             ? ""
+                            : call.request.admin ? " on the admin port; it is on the main port"
+                                                 : " on this port; it is on the admin port";
+  service_.finish(call.route, call.responder,
+                  error_reply(Error{Error::Code::kNotFound, "no route " + call.request.method + " " + call.request.path + where, "path"}));
+}
+
+http::Reply Router::refusal(int status, const std::string& message, const std::string& field) const {
+  return status_reply(status, Error{Error::Code::kInvalidArgument, message, field});
+}
+
+}  // namespace numaserve::api

@@ -1,0 +1,230 @@
+#include "feature_store/redis_store.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "numaserve/common/duration.h"
+
+namespace numaserve::feature_store {
+namespace {
+
+constexpr std::size_t kUnreadable = redis::kFailureKinds;  // errors_'s last slot
+
+std::string_view kind_name(std::size_t kind) {
+  return kind == kUnreadable ? "unreadable" : redis::kFailureNames.name(static_cast<redis::Failure>(kind));
+}
+
+redis::Command hmget(const std::string& key, const std::vector<std::string>& fields) {
+  redis::Command command;
+  command.reserve(fields.size() + 2);
+  command.push_back("HMGET");
+  command.push_back(key);
+  command.insert(command.end(), fields.begin(), fields.end());
+  return command;
+}
+
+}  // namespace
+
+struct RedisStore::Worker {
+  std::unique_ptr<redis::Client> client;  // made and used on the worker's thread
+  std::atomic<const redis::Client*> published{nullptr};  // the same, for stats() on other threads
+  std::vector<features::ItemCache> caches;  // per model; none when the cache is off
+};
+
+// One request's fetch while its pipeline is out. The request outlives it:
+// the caller keeps it until `done` has run.
+struct RedisStore::Asked {
+  std::size_t worker, model;
+  const features::Request& request;
+  Done done;
+  Found found;
+  bool user = false;                  // the first command is the user's
+  std::vector<std::size_t> items;     // request item of each following command
+  std::uint64_t generation = 0;       // the item cache's when its rows were found
+  bool asked_again = false;           // the cache was emptied while the first query was out
+};
+
+Result<std::unique_ptr<FeatureStore>> open_redis_store(const redis::Url& url,
+                                                       const std::vector<const features::ModelSpec*>& models,
+                                                       StoreConfig config, std::size_t workers,
+                                                       std::function<boost::asio::io_context&(std::size_t)> loop_of) {
+  auto layout = Layout::build(models);
+  if (!layout) return tl::unexpected(layout.error());
+  silence_protobuf_logs();
+  // A start-up check may take longer than a request's deadline.
+  auto checked = redis::Connection::open(url, std::max(1.0, config.client.timeout_seconds));
+  if (!checked) return tl::unexpected(checked.error());
+  if (auto ping = checked->pipeline({{"PING"}}); !ping || (*ping)[0].error) {
+    return make_error(Error::Code::kIo, "feature store " + url.redacted() + ": PING failed: " +
+                                            (!ping ? ping.error().message : *(*ping)[0].error));
+  }
+  return std::make_unique<RedisStore>(url, std::move(*layout), models, config, workers, std::move(loop_of));
+}
+
+RedisStore::RedisStore(redis::Url url, Layout layout, std::vector<const features::ModelSpec*> models, StoreConfig config,
+                       std::size_t workers, std::function<boost::asio::io_context&(std::size_t)> loop_of)
+    : url_(std::move(url)),
+      layout_(std::move(layout)),
+      config_(config),
+      user_fields_(layout_.user().hmget_fields()),
+      item_fields_(layout_.item().hmget_fields()),
+      loop_of_(std::move(loop_of)) {
+  for (std::size_t w = 0; w < workers; ++w) {
+    auto& worker = *workers_.emplace_back(std::make_unique<Worker>());
+    if (config_.item_cache_ttl_seconds <= 0) continue;
+    for (const auto* model : models) worker.caches.push_back(features::ItemCache::empty(*model, config_.item_cache_rows));
+  }
+}
+
+RedisStore::~RedisStore() = default;
+
+void RedisStore::start_worker(std::size_t worker) {
+  Worker& w = *workers_[worker];
+  w.client = std::make_unique<redis::Client>(loop_of_(worker), url_, config_.client);
+  w.published.store(w.client.get(), std::memory_order_release);
+}
+
+features::ItemCache* RedisStore::cache_of(std::size_t worker, std::size_t model) const {
+  auto& caches = workers_[worker]->caches;
+  return caches.empty() ? nullptr : &caches[model];
+}
+
+void RedisStore::fetch(std::size_t worker, std::size_t model, const features::Request& request, Done done) {
+  ask(std::make_shared<Asked>(Asked{worker, model, request, std::move(done), {}}));
+}
+
+// The items this worker's cache holds are found there; the rest, and the
+// user, are asked of Redis in one pipeline on this worker's loop.
+void RedisStore::ask(const std::shared_ptr<Asked>& asked) {
+  Asked& a = *asked;
+  const features::Request& request = a.request;
+  a.found = Found{};
+  a.found.stored.items.assign(request.items.size(), nullptr);
+  a.found.held.assign(request.items.size() + 1, nullptr);  // the user's, then the items'
+  a.user = false;
+  a.items.clear();
+  std::size_t hits = 0;
+  if (auto* cache = cache_of(a.worker, a.model)) {
+    a.found.cache = cache;
+    if (!a.asked_again) {
+      a.found.stored.cached_rows.assign(request.items.size(), -1);
+      cache->find_rows(request, a.found.stored.cached_rows, features::ItemCache::Clock::now());
+      a.generation = cache->generation();
+      hits = static_cast<std::size_t>(std::count_if(a.found.stored.cached_rows.begin(), a.found.stored.cached_rows.end(),
+                                                    [](auto row) { return row >= 0; }));
+    }
+  }
+  cache_hits_.fetch_add(hits, std::memory_order_relaxed);
+  cache_misses_.fetch_add(request.items.size() - hits, std::memory_order_relaxed);
+  std::vector<redis::Command> commands;
+  // An id the entity key cannot hold (not an int64 for an INT64 join key)
+  // cannot be stored: it is simply missing.
+  if (!request.user.id.empty()) {
+    if (auto key = layout_.user().redis_key(request.user.id)) {
+      commands.push_back(hmget(*key, user_fields_));
+      a.user = true;
+    }
+  }
+  const auto& cached = a.found.stored.cached_rows;
+  for (std::size_t i = 0; i < request.items.size(); ++i) {
+    if (!cached.empty() && cached[i] >= 0) continue;
+    auto key = layout_.item().redis_key(request.items[i].id);
+    if (!key) continue;
+    commands.push_back(hmget(*key, item_fields_));
+    a.items.push_back(i);
+  }
+  if (commands.empty()) {
+    a.done(std::move(a.found));
+    return;
+  }
+  workers_[a.worker]->client->pipeline(commands,
+                                       [this, asked](redis::Outcome&& outcome) { answer(asked, std::move(outcome)); });
+}
+
+Result<Found> RedisStore::fail(Found&& partial, const std::string& message) {
+  if (config_.fail_on_error) {
+    return make_error(Error::Code::kUnavailable, message + " (--on-feature-store-error fail)", "feature_store");
+  }
+  degraded_.fetch_add(1, std::memory_order_relaxed);
+  partial.degraded = true;
+  return std::move(partial);
+}
+
+void RedisStore::decode(Asked& a, redis::Outcome& outcome, std::optional<std::string>& unreadable) const {
+  const auto wall = std::chrono::system_clock::now();
+  auto decode_one = [&](const EntityLayout& entity, const std::string& id,
+                        const redis::Reply& reply) -> std::shared_ptr<const features::Features> {
+    Result<features::Features> features =
+        reply.error ? make_error(Error::Code::kInvalidArgument, "entity '" + id + "': " + *reply.error)
+                    : Layout::decode(entity, id, reply.elements, config_.max_age_seconds, wall);
+    if (!features) {
+      if (!unreadable) unreadable = "feature store " + url_.redacted() + ": " + features.error().message;
+      return nullptr;
+    }
+    return features->empty() ? nullptr : std::make_shared<const features::Features>(std::move(*features));
+  };
+  std::size_t next = 0;
+  if (a.user) {
+    a.found.held[0] = decode_one(layout_.user(), a.request.user.id, outcome.replies[next++]);
+    a.found.stored.user = a.found.held[0].get();
+  }
+  for (const std::size_t i : a.items) {
+    a.found.held[i + 1] = decode_one(layout_.item(), a.request.items[i].id, outcome.replies[next++]);
+    a.found.stored.items[i] = a.found.held[i + 1].get();
+  }
+}
+
+void RedisStore::answer(const std::shared_ptr<Asked>& asked, redis::Outcome&& outcome) {
+  Asked& a = *asked;
+  Result<Found> result = [&]() -> Result<Found> {
+    if (outcome.failure) {
+      errors_[static_cast<std::size_t>(*outcome.failure)].fetch_add(1, std::memory_order_relaxed);
+      return fail(std::move(a.found), outcome.message);
+    }
+    std::optional<std::string> unreadable;
+    decode(a, outcome, unreadable);
+    if (!unreadable) return std::move(a.found);
+    errors_[kUnreadable].fetch_add(1, std::memory_order_relaxed);
+    return fail(std::move(a.found), *unreadable);
+  }();
+  const auto* cache = cache_of(a.worker, a.model);
+  if (result && cache != nullptr && cache->generation() != a.generation && !a.asked_again) {
+    // The cache was emptied (full) while this request waited: the rows it
+    // found are gone, so its items are asked for too, once.
+    a.asked_again = true;
+    ask(asked);
+    return;
+  }
+  a.done(std::move(result));
+}
+
+void RedisStore::keep(std::size_t worker, std::size_t model, const features::Request& request, const Found& found,
+                      const features::Batch& batch) {
+  features::ItemCache* cache = cache_of(worker, model);
+  if (cache == nullptr || found.degraded) return;  // what the store failed to give is defaults, not worth keeping
+  const auto expires = features::ItemCache::Clock::now() + to_duration(config_.item_cache_ttl_seconds);
+  const auto& rows = found.stored.cached_rows;
+  for (std::size_t i = 0; i < request.items.size(); ++i) {
+    const bool fetched = rows.empty() || rows[i] < 0;
+    if (fetched && request.items[i].features.empty()) cache->put(request.items[i].id, batch, i, expires);
+  }
+}
+
+std::optional<StoreStats> RedisStore::stats() const {
+  StoreStats out;
+  out.store = url_.redacted();
+  for (std::size_t kind = 0; kind <= kUnreadable; ++kind) {
+    out.errors.emplace_back(std::string(kind_name(kind)), errors_[kind].load(std::memory_order_relaxed));
+  }
+  out.degraded = degraded_.load(std::memory_order_relaxed);
+  out.cache_hits = cache_hits_.load(std::memory_order_relaxed);
+  out.cache_misses = cache_misses_.load(std::memory_order_relaxed);
+  for (const auto& worker : workers_) {
+    const redis::Client* client = worker->published.load(std::memory_order_acquire);
+    out.breakers.emplace_back(redis::kBreakerStateNames.name(client ? client->breaker() : redis::BreakerState::kClosed));
+    out.connected.push_back(client != nullptr && client->connected());
+  }
+  return out;
+}
+
+}  // namespace numaserve::feature_store

@@ -1,0 +1,64 @@
+#pragma once
+// Feast's Redis online store: Feast's format (feast_format.h) read through
+// one asynchronous client per worker (redis/), one pipelined HMGET batch per
+// request — the user's hash and every item's the worker's item cache does
+// not hold — with a deadline and a failure policy. Each worker keeps the
+// items it fetched, extracted, for a while (StoreConfig::item_cache_ttl_seconds),
+// so the next request asks Redis for its user only.
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "feature_store/feast_format.h"
+#include "feature_store/store.h"
+#include "redis/redis.h"
+
+namespace numaserve::feature_store {
+
+class RedisStore final : public FeatureStore {
+ public:
+  // After the start-up check (open_store). `loop_of(w)` is worker w's event
+  // loop, asked for on that loop's thread.
+  RedisStore(redis::Url url, Layout layout, std::vector<const features::ModelSpec*> models, StoreConfig config,
+             std::size_t workers, std::function<boost::asio::io_context&(std::size_t)> loop_of);
+  ~RedisStore() override;
+
+  void start_worker(std::size_t worker) override;
+  void fetch(std::size_t worker, std::size_t model, const features::Request& request, Done done) override;
+  void keep(std::size_t worker, std::size_t model, const features::Request& request, const Found& found,
+            const features::Batch& batch) override;
+  std::optional<StoreStats> stats() const override;
+  bool networked() const override { return true; }
+
+ private:
+  struct Worker;
+  struct Asked;
+  void ask(const std::shared_ptr<Asked>& asked);
+  void answer(const std::shared_ptr<Asked>& asked, redis::Outcome&& outcome);
+  void decode(Asked& asked, redis::Outcome& outcome, std::optional<std::string>& unreadable) const;
+  // The failure policy: what could be fetched with defaults for the rest, or a 503.
+  Result<Found> fail(Found&& partial, const std::string& message);
+  // This worker's cache of fetched items for a model; null when off.
+  features::ItemCache* cache_of(std::size_t worker, std::size_t model) const;
+
+  const redis::Url url_;
+  const Layout layout_;
+  const StoreConfig config_;
+  const std::vector<std::string> user_fields_, item_fields_;
+  std::function<boost::asio::io_context&(std::size_t)> loop_of_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::atomic<std::uint64_t> errors_[redis::kFailureKinds + 1] = {};  // + unreadable
+  std::atomic<std::uint64_t> degraded_{0}, cache_hits_{0}, cache_misses_{0};
+};
+
+// Connects once (PING) so that a wrong address, password or db is an error
+// at start naming the URL (never the password), not a stream of 503s.
+Result<std::unique_ptr<FeatureStore>> open_redis_store(const redis::Url& url,
+                                                       const std::vector<const features::ModelSpec*>& models,
+                                                       StoreConfig config, std::size_t workers,
+                                                       std::function<boost::asio::io_context&(std::size_t)> loop_of);
+
+}  // namespace numaserve::feature_store

@@ -1,0 +1,45 @@
+// The one place the service's feature store is chosen: what --feature-store
+// names decides it.
+#include "feature_store/store.h"
+
+#include "feature_store/embedded.h"
+#include "feature_store/redis_store.h"
+#include "numaserve/common/log.h"
+
+namespace numaserve::feature_store {
+namespace {
+
+Result<std::unique_ptr<FeatureStore>> open_embedded(const OpenConfig& c, const std::vector<const features::ModelSpec*>& models) {
+  // No store: every feature comes with the request, or is a default.
+  auto entities = c.feature_store.empty() ? Entities::parse("", "no store") : Entities::load(c.feature_store);
+  if (!entities) return tl::unexpected(entities.error());
+  if (!c.feature_store.empty()) {
+    log(LogLevel::kInfo, "feature store loaded",
+        {{"file", c.feature_store}, {"users", std::to_string((*entities)->users())},
+         {"items", std::to_string((*entities)->items())}});
+  }
+  auto store = EmbeddedStore::open(std::move(*entities), models);
+  if (!store) return tl::unexpected(store.error());
+  return std::unique_ptr<FeatureStore>(std::move(*store));
+}
+
+// Feast's Redis online store, one client per worker on its event loop.
+Result<std::unique_ptr<FeatureStore>> open_redis(const OpenConfig& c, const std::vector<const features::ModelSpec*>& models) {
+  auto url = redis::parse_url(c.feature_store, c.password_file);
+  if (!url) return tl::unexpected(url.error());
+  auto store = open_redis_store(*url, models, c.store, c.workers, c.loop_of);
+  if (!store) return tl::unexpected(store.error());
+  log(LogLevel::kInfo, "feature store: Feast's Redis online store",
+      {{"store", url->redacted()}, {"project", models.front()->store.project},
+       {"timeout", std::to_string(c.store.client.timeout_seconds) + "s"},
+       {"on_error", c.store.fail_on_error ? "fail" : "default"}});
+  return store;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<FeatureStore>> open_store(const OpenConfig& config, const std::vector<const features::ModelSpec*>& models) {
+  return redis::is_url(config.feature_store) ? open_redis(config, models) : open_embedded(config, models);
+}
+
+}  // namespace numaserve::feature_store

@@ -1,0 +1,90 @@
+#pragma once
+// Where a request's stored features come from: one asynchronous interface
+// for every store, so /predict has one path. The embedded store (a JSON
+// Lines file in memory, embedded.h) answers at once, inside fetch(); Feast's
+// Redis online store (redis_store.h) answers on the worker's event loop when
+// its replies or its deadline come, and the worker serves its other
+// connections meanwhile. Each worker calls only on its own thread: no locks
+// between workers.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "feature_store/config.h"
+#include "features/extract.h"
+#include "numaserve/common/result.h"
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace numaserve::feature_store {
+
+// What a fetch found for one request: what extraction reads. `stored`
+// points into the store's own tables or into `held`; rows of
+// stored.cached_rows point into `cache`.
+struct Found {
+  features::StoredFeatures stored;
+  const features::ItemCache* cache = nullptr;
+  std::vector<std::shared_ptr<const features::Features>> held;  // fetched values, alive while read
+  bool degraded = false;  // the store failed; what it could not give is the model's defaults
+};
+
+using Done = std::function<void(Result<Found>&&)>;
+
+// A networked store's counters, read at scrape time from any thread.
+struct StoreStats {
+  std::string store;  // where, without secrets
+  std::vector<std::pair<std::string, std::uint64_t>> errors;  // by kind
+  std::uint64_t degraded = 0;  // requests answered with defaults for what failed
+  std::uint64_t cache_hits = 0;    // items found in a worker's item cache
+  std::uint64_t cache_misses = 0;  // items asked of the store
+  std::vector<std::string> breakers;  // per worker: closed, open, half_open
+  std::vector<bool> connected;        // per worker
+};
+
+class FeatureStore {
+ public:
+  virtual ~FeatureStore() = default;
+  // On worker `worker`'s thread, before its first fetch (a networked store
+  // connects; readiness does not wait for it).
+  virtual void start_worker(std::size_t worker) { (void)worker; }
+  // What the store holds for the request's user and items, for the
+  // `model`-th model it was opened with. `done` runs exactly once, on the
+  // worker's thread; an error is the 503 the failure policy asks for.
+  virtual void fetch(std::size_t worker, std::size_t model, const features::Request& request, Done done) = 0;
+  // After extraction: the rows of `batch` the store may keep for the next
+  // requests on this worker (a networked store's item cache); `found` is
+  // what this request's fetch gave.
+  virtual void keep(std::size_t worker, std::size_t model, const features::Request& request, const Found& found,
+                    const features::Batch& batch) {
+    (void)worker, (void)model, (void)request, (void)found, (void)batch;
+  }
+  // Counters for /metrics; none for a store in memory.
+  virtual std::optional<StoreStats> stats() const { return std::nullopt; }
+  // A store across the network, whose wait is timed apart (numaserve_feature_store_seconds).
+  virtual bool networked() const { return false; }
+};
+
+// The store `--feature-store` names: a JSON Lines file (or nothing: every
+// feature comes with the request or is a default) or a redis:// / unix://
+// URL, checked by connecting once now so a wrong address is an error at
+// start naming it. `loop_of(w)` is worker w's event loop, asked for on its
+// thread, where a networked store's client waits.
+struct OpenConfig {
+  std::string feature_store;  // a file, a URL or empty
+  std::string password_file;
+  StoreConfig store;
+  std::size_t workers = 1;
+  std::function<boost::asio::io_context&(std::size_t)> loop_of;
+};
+Result<std::unique_ptr<FeatureStore>> open_store(const OpenConfig& config,
+                                                 const std::vector<const features::ModelSpec*>& models);
+
+}  // namespace numaserve::feature_store

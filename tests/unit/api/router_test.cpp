@@ -1,0 +1,292 @@
+// The service's routes without a socket or LibTorch: the real router,
+// handlers, batcher and embedded store around a fake model, driven as a
+// worker drives them (a request, then turns), each reply caught by a test
+// ReplySink. What a client relies on: statuses, bodies, headers, the order
+// of the checks, readiness.
+#include "api/router.h"
+
+#include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
+
+#include <nlohmann/json.hpp>
+
+#include "api/predict_json.h"
+#include "feature_store/embedded.h"
+#include "fixture_paths.h"
+#include "numaserve/common/text_file.h"
+
+namespace numaserve::api {
+namespace {
+
+using nlohmann::json;
+
+features::ModelSpec fixture_spec() {
+  const auto file = testing::fixtures_dir() / "features/model.yaml";
+  return features::parse_model_spec(read_text_file(file).value(), file.string()).value();
+}
+
+// Scores each row by what extraction gave it, so a wrong row, order or
+// batch shows in the scores: the sum of its dense values and its ids.
+class FakeModel final : public Model {
+ public:
+  explicit FakeModel(features::ModelSpec spec) : spec_(std::move(spec)) {}
+  const features::ModelSpec& spec() const override { return spec_; }
+  Result<std::vector<float>> forward(const features::Batch& batch) const override {
+    ++forwards;
+    if (fail) return make_error(Error::Code::kInternal, "forward failed: fake");
+    return scores(batch);
+  }
+  Status warm_up(std::size_t, unsigned) const override { return {}; }
+  std::vector<numa::MemoryRange> weights() const override { return {}; }
+  std::size_t weight_bytes() const override { return 0; }
+
+  static std::vector<float> scores(const features::Batch& batch) {
+    std::vector<float> out(batch.rows, 0.f);
+    for (std::size_t r = 0; r < batch.rows; ++r) {
+      for (std::size_t c = 0; c < batch.dense_width; ++c) out[r] += batch.dense[r * batch.dense_width + c];
+      for (const auto& bag : batch.bags) {
+        const auto end = r + 1 < batch.rows ? bag.offsets[r + 1] : static_cast<std::int64_t>(bag.indices.size());
+        for (auto i = bag.offsets[r]; i < end; ++i) out[r] += static_cast<float>(bag.indices[static_cast<std::size_t>(i)] % 97);
+      }
+    }
+    return out;
+  }
+
+  mutable std::size_t forwards = 0;
+  bool fail = false;
+
+ private:
+  features::ModelSpec spec_;
+};
+
+struct Caught {
+  std::optional<http::Reply> reply;
+  bool dropped = false;
+};
+
+class Sink final : public http::ReplySink {
+ public:
+  explicit Sink(std::shared_ptr<Caught> caught) : caught_(std::move(caught)) {}
+  void send(http::Reply reply) override { caught_->reply = std::move(reply); }
+  void dropped() override { caught_->dropped = true; }
+
+ private:
+  std::shared_ptr<Caught> caught_;
+};
+
+struct Setup {
+  std::size_t queue_capacity = 64;
+  bool admin_port = false;
+  bool warm = true;
+};
+
+// A one-worker service on this thread's own CPUs (so pinning changes nothing).
+class Harness {
+ public:
+  explicit Harness(const Setup& s = {}) {
+    cpu_set_t mask;
+    EXPECT_EQ(pthread_getaffinity_np(pthread_self(), sizeof mask, &mask), 0);
+    CpuSet own;
+    for (unsigned c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &mask)) own.insert(c);
+    }
+    Parts parts;
+    parts.config.batching.queue_capacity = s.queue_capacity;
+    parts.config.warmup_rounds = 1;
+    parts.config.version = "test";
+    parts.placement.plan.cpus = own;
+    parts.placement.plan.workers.push_back({own});
+    auto model = std::make_unique<FakeModel>(fixture_spec());
+    model_ = model.get();
+    const auto store = testing::fixtures_dir() / "features/store.jsonl";
+    entities_ = feature_store::Entities::load(store).value();  // what the test computes expected scores from
+    parts.store = feature_store::EmbeddedStore::open(feature_store::Entities::load(store).value(), {&model->spec()}).value();
+    parts.models.push_back(std::move(model));
+    service_ = std::make_unique<Service>(std::move(parts));
+    router_ = std::make_unique<Router>(*service_, s.admin_port);
+    router_->on_worker_start(0);
+    router_->on_turn(0);  // the one warm-up forward
+    if (s.warm) EXPECT_TRUE(service_->readiness().wait_until_warm().has_value());
+  }
+
+  // Hands a request to the router; the reply, once the worker has run the turns it needs.
+  std::shared_ptr<Caught> send(std::string method, std::string path, std::string body = {}, bool admin = false) {
+    auto caught = std::make_shared<Caught>();
+    router_->on_request(0, http::Request{std::move(method), std::move(path), std::move(body), admin},
+                        http::Responder(std::make_shared<Sink>(caught)));
+    return caught;
+  }
+  http::Reply ask(std::string method, std::string path, std::string body = {}, bool admin = false) {
+    auto caught = send(std::move(method), std::move(path), std::move(body), admin);
+    for (int turn = 0; turn < 10 && !caught->reply; ++turn) router_->on_turn(0);
+    EXPECT_TRUE(caught->reply.has_value()) << "no reply after 10 turns";
+    return caught->reply.value_or(http::Reply{});
+  }
+  void run_turns() {
+    for (int turn = 0; turn < 10; ++turn) router_->on_turn(0);
+  }
+
+  Service& service() { return *service_; }
+  Router& router() { return *router_; }
+  FakeModel& model() { return *model_; }
+  const feature_store::Entities& entities() const { return *entities_; }
+
+ private:
+  FakeModel* model_ = nullptr;
+  std::unique_ptr<feature_store::Entities> entities_;
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<Router> router_;
+};
+
+const char* kPredict = R"({"request_id": "r-1", "user": {"id": "u1"}, "context": {"hour": 3},
+  "items": [{"id": "i1"}, {"id": "i2", "features": {"price": 2.5}}, {"id": "nowhere"}]})";
+
+void expect_error(const http::Reply& reply, int status, const std::string& field) {
+  EXPECT_EQ(reply.status, status) << reply.body;
+  EXPECT_EQ(reply.content_type, "application/json");
+  const json body = json::parse(reply.body, nullptr, false);
+  ASSERT_TRUE(body.is_object()) << reply.body;
+  EXPECT_TRUE(body.contains("error")) << reply.body;
+  EXPECT_EQ(body.value("field", ""), field) << reply.body;
+}
+
+bool has_header(const http::Reply& reply, const std::string& name, const std::string& value) {
+  for (const auto& [n, v] : reply.headers) {
+    if (n == name && v == value) return true;
+  }
+  return false;
+}
+
+TEST(Router, PredictScoresTheRowsExtractionBuildsInRequestOrder) {
+  Harness h;
+  const auto reply = h.ask("POST", "/predict", kPredict);
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const json body = json::parse(reply.body);
+  EXPECT_EQ(body["model"], h.model().spec().name);
+  EXPECT_EQ(body["version"], h.model().spec().version);
+  EXPECT_EQ(body["request_id"], "r-1");
+  const auto request = parse_predict_request(kPredict, {}).value();
+  const auto expected = FakeModel::scores(feature_store::extract(h.model().spec(), request.features, h.entities()).value());
+  EXPECT_EQ(body["scores"].get<std::vector<float>>(), expected);
+}
+
+TEST(Router, ARequestWithoutAnIdGetsOneOfItsOwn) {
+  Harness h;
+  const auto a = json::parse(h.ask("POST", "/predict", R"({"user": {"id": "u1"}, "items": [{"id": "i1"}]})").body);
+  const auto b = json::parse(h.ask("POST", "/predict", R"({"user": {"id": "u1"}, "items": [{"id": "i1"}]})").body);
+  EXPECT_EQ(a["request_id"].get<std::string>().rfind("ns-", 0), 0u) << a;
+  EXPECT_NE(a["request_id"], b["request_id"]);
+}
+
+TEST(Router, RequestsThatArriveTogetherShareOneForward) {
+  Harness h;
+  auto first = h.send("POST", "/predict", kPredict);
+  auto second = h.send("POST", "/predict", R"({"user": {"id": "u2"}, "items": [{"id": "i3"}]})");
+  const std::size_t before = h.model().forwards;
+  h.run_turns();
+  ASSERT_TRUE(first->reply && second->reply);
+  EXPECT_EQ(first->reply->status, 200) << first->reply->body;
+  EXPECT_EQ(second->reply->status, 200) << second->reply->body;
+  EXPECT_EQ(h.model().forwards - before, 1u);
+  EXPECT_EQ(json::parse(first->reply->body)["scores"].size(), 3u);
+  EXPECT_EQ(json::parse(second->reply->body)["scores"].size(), 1u);
+}
+
+TEST(Router, BadBodiesAndUnknownModelsNameTheirField) {
+  Harness h;
+  expect_error(h.ask("POST", "/predict", "{"), 400, "body");
+  expect_error(h.ask("POST", "/predict", R"({"user": {"id": "u1"}, "items": [{"id": "i1", "features": {"price": [1]}}]})"),
+               400, "items[0].features.price");
+  expect_error(h.ask("POST", "/predict", R"({"model": "nope", "user": {"id": "u1"}, "items": [{"id": "i1"}]})"), 404,
+               "model");
+  expect_error(h.ask("POST", "/v2/models/nope/infer", "{}"), 404, "model");
+  expect_error(h.ask("GET", "/v2/models/" + h.model().spec().name + "/versions/999"), 404, "version");
+}
+
+// Both inference routes admit before anything else: a full queue is a 503
+// whatever the request names.
+TEST(Router, AFullQueueRefusesBothRoutesBeforeTheModelIsLookedUp) {
+  Harness h({.queue_capacity = 1});
+  auto queued = h.send("POST", "/predict", kPredict);  // waits for the turn that never came
+  for (const auto& [path, body] : std::vector<std::pair<std::string, std::string>>{
+           {"/predict", R"({"model": "nope", "user": {"id": "u1"}, "items": [{"id": "i1"}]})"},
+           {"/v2/models/nope/infer", "{}"}}) {
+    auto refused = h.send("POST", path, body);
+    ASSERT_TRUE(refused->reply.has_value()) << path;
+    expect_error(*refused->reply, 503, "");
+    EXPECT_TRUE(has_header(*refused->reply, "Retry-After", "1")) << path;
+  }
+  h.run_turns();
+  ASSERT_TRUE(queued->reply.has_value());
+  EXPECT_EQ(queued->reply->status, 200);
+}
+
+TEST(Router, AFailedForwardIsA500WithTheReason) {
+  Harness h;
+  h.model().fail = true;
+  const auto reply = h.ask("POST", "/predict", kPredict);
+  expect_error(reply, 500, "");
+  EXPECT_NE(reply.body.find("forward failed: fake"), std::string::npos) << reply.body;
+}
+
+TEST(Router, ReadinessFollowsWarmUpAndTheDrain) {
+  Harness h({.warm = false});
+  EXPECT_EQ(h.ask("GET", "/healthz").status, 200);
+  const auto cold = h.ask("GET", "/readyz");
+  expect_error(cold, 503, "");
+  EXPECT_NE(cold.body.find("warming up"), std::string::npos) << cold.body;
+  expect_error(h.ask("POST", "/predict", kPredict), 503, "");
+  EXPECT_EQ(h.ask("GET", "/v2/health/ready").status, 503);
+
+  ASSERT_TRUE(h.service().readiness().wait_until_warm().has_value());
+  EXPECT_EQ(h.ask("GET", "/readyz").status, 200);
+  EXPECT_EQ(h.ask("GET", "/v2/health/ready").body, R"({"ready":true})");
+
+  h.service().readiness().begin_drain();
+  const auto draining = h.ask("GET", "/readyz");
+  EXPECT_NE(draining.body.find("draining"), std::string::npos) << draining.body;
+  EXPECT_EQ(h.ask("POST", "/predict", kPredict).status, 200);  // still served while draining
+}
+
+TEST(Router, UnknownPathsAndMethodsAreRefusedByName) {
+  Harness h;
+  expect_error(h.ask("GET", "/nowhere"), 404, "path");
+  const auto wrong = h.ask("GET", "/predict");
+  expect_error(wrong, 405, "method");
+  EXPECT_TRUE(has_header(wrong, "Allow", "POST"));
+  EXPECT_EQ(h.ask("HEAD", "/healthz").status, 200);  // a GET route answers HEAD
+}
+
+TEST(Router, WithAnAdminPortEachRouteAnswersOnItsOwnPort) {
+  Harness h({.admin_port = true});
+  const auto metrics_on_main = h.ask("GET", "/metrics");
+  expect_error(metrics_on_main, 404, "path");
+  EXPECT_NE(metrics_on_main.body.find("it is on the admin port"), std::string::npos) << metrics_on_main.body;
+  expect_error(h.ask("POST", "/predict", kPredict, true), 404, "path");
+  EXPECT_EQ(h.ask("GET", "/metrics", {}, true).status, 200);
+  EXPECT_EQ(h.ask("GET", "/healthz", {}, true).status, 200);
+  EXPECT_EQ(h.ask("GET", "/healthz").status, 200);
+}
+
+TEST(Router, MetricsCountEveryReplyByRouteAndStatus) {
+  Harness h;
+  h.ask("POST", "/predict", kPredict);
+  h.ask("POST", "/predict", "{");
+  h.ask("GET", "/nowhere");
+  const auto text = h.ask("GET", "/metrics").body;
+  EXPECT_NE(text.find(R"(numaserve_requests_total{route="/predict",code="200"} 1)"), std::string::npos) << text;
+  EXPECT_NE(text.find(R"(numaserve_requests_total{route="/predict",code="400"} 1)"), std::string::npos) << text;
+  EXPECT_NE(text.find(R"(numaserve_requests_total{route="other",code="404"} 1)"), std::string::npos) << text;
+}
+
+TEST(Router, TheTransportsRefusalsHaveTheServicesErrorShape) {
+  Harness h;
+  const auto reply = h.router().refusal(431, "header too large", "header");
+  EXPECT_EQ(reply.status, 431);
+  EXPECT_EQ(reply.body, R"({"error":"header too large","field":"header"})");
+  EXPECT_EQ(h.router().refusal(408, "too slow", "").body, R"({"error":"too slow"})");
+}
+
+}  // namespace
+}  // namespace numaserve::api
