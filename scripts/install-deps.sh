@@ -38,6 +38,9 @@ TEST_PACKAGES=(
   # The Redis feature store's tests: a real server, and the Python writer of
   # Feast's format (tests/service/feast_writer.py).
   redis-server redis-tools python3-redis python3-protobuf
+  # The training side's copy of the feature contract (python/) and the test
+  # that proves it equal to the service's, run by Debian's /usr/bin/python3.
+  python3-torch python3-numpy python3-yaml python3-xxhash python3-pytest python3-setuptools
 )
 
 # The fuzz targets (scripts/fuzz.sh, and the fuzz smoke of the tests):

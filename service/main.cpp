@@ -2,12 +2,13 @@
 // tables of options/ (and model/'s demo_options); what each subcommand does
 // lives in its part: startup/ (serve, supervise), model/ (make-demo-models,
 // and the LibTorch runtime handed to start-up), http/probe (health),
-// feature_store/loader (feature-store load).
+// feature_store/loader (feature-store load), api/extraction (extract).
 #include <CLI/CLI.hpp>
 
 #include <csignal>
 #include <iostream>
 
+#include "api/extraction.h"
 #include "feature_store/loader.h"
 #include "http/probe.h"
 #include "model/demo_models.h"
@@ -51,6 +52,14 @@ int load_feature_store(const numaserve::feature_store::LoadConfig& config) {
   return 0;
 }
 
+int extract(const numaserve::api::ExtractConfig& config) {
+  if (auto done = numaserve::api::run_extract(config, std::cin, std::cout); !done) {
+    std::cerr << kProgram << ": " << done.error().message << "\n";
+    return 1;
+  }
+  return 0;
+}
+
 // The service on LibTorch: the only place start-up meets model/.
 int serve(const numaserve::serve::ServeOptions& options) {
   namespace model = numaserve::model;
@@ -77,11 +86,15 @@ struct Cli {
   numaserve::OptionTable health_table{numaserve::serve::health_options(probe)};
   numaserve::feature_store::LoadConfig load;
   numaserve::OptionTable load_table{numaserve::feature_store::load_options(load)};
+  numaserve::api::ExtractConfig extract;
+  numaserve::OptionTable extract_table{numaserve::api::extract_options(extract)};
   CLI::App* serve_cmd = app.add_subcommand("serve", "Serve models over HTTP: POST /predict, KServe v2, /placement, /metrics");
   CLI::App* demo_cmd = app.add_subcommand("make-demo-models", "Write DIR/ranker_a, DIR/ranker_b and DIR/store.jsonl");
   CLI::App* health_cmd = app.add_subcommand("health", "GET a path of the running service on loopback; exit 0 on 200");
   CLI::App* store_cmd = app.add_subcommand("feature-store", "Work with a Redis feature store");
   CLI::App* load_cmd = store_cmd->add_subcommand("load", "Write a JSON Lines store into Redis in Feast's online format");
+  CLI::App* extract_cmd = app.add_subcommand(
+      "extract", "Print the tensors /predict would feed the model for each request on stdin (one JSON body per line)");
   CLI::App* options_cmd =
       app.add_subcommand("options", "Print every subcommand's options as Markdown tables (for docs/reference/options.md)");
 
@@ -94,17 +107,23 @@ struct Cli {
     store_cmd->require_subcommand(1);
     load_cmd->add_option("file", load.file, "The JSON Lines store")->required();
     load_table.add_to(*load_cmd);
+    extract_table.add_to(*extract_cmd);
   }
 
   void print_options() const {
     std::cout << serve_table.markdown() << "\n`numaserve make-demo-models DIR`:\n\n"
               << demo_table.markdown() << "\n`numaserve health`:\n\n"
               << health_table.markdown() << "\n`numaserve feature-store load FILE`:\n\n"
-              << load_table.markdown();
+              << load_table.markdown() << "\n`numaserve extract`:\n\n"
+              << extract_table.markdown();
   }
 
   numaserve::OptionTable& parsed_table() {
-    return serve_cmd->parsed() ? serve_table : demo_cmd->parsed() ? demo_table : load_cmd->parsed() ? load_table : health_table;
+    return serve_cmd->parsed()     ? serve_table
+           : demo_cmd->parsed()    ? demo_table
+           : load_cmd->parsed()    ? load_table
+           : extract_cmd->parsed() ? extract_table
+                                   : health_table;
   }
 };
 
@@ -131,6 +150,7 @@ int main(int argc, char** argv) {
   if (cli.health_cmd->parsed()) return health(cli.probe);
   if (cli.demo_cmd->parsed()) return make_demo_models(cli.demo_dir, cli.demo);
   if (cli.load_cmd->parsed()) return load_feature_store(cli.load);
+  if (cli.extract_cmd->parsed()) return extract(cli.extract);
   if (cli.options.replicated() && !numaserve::supervisor::supervised()) {
     // Each replica runs this same command line and knows it is one from its
     // environment.

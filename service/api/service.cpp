@@ -41,7 +41,9 @@ Service::Service(Parts parts)
                  return models_[model]->forward(batch);
                }),
       readiness_(placement_.plan.workers.size(), config_.wait_for_group),
-      warmup_left_(placement_.plan.workers.size(), 0) {}
+      warmup_left_(placement_.plan.workers.size(), 0) {
+  for (const auto& m : models_) specs_.push_back(&m->spec());
+}
 
 void Service::start_worker(std::size_t worker) {
   // Pin first: the runtime's thread pool the first forward creates inherits
@@ -84,18 +86,23 @@ Status Service::admit(std::size_t worker) {
   return batcher_.admit(worker);
 }
 
-Result<std::size_t> Service::find_model(const std::optional<std::string>& name, const std::string& version) const {
+Result<std::size_t> find_model(const std::vector<const features::ModelSpec*>& models, const std::optional<std::string>& name,
+                               const std::string& version) {
   std::size_t index = 0;  // the first model is the default
   if (name) {
-    while (index < models_.size() && models_[index]->spec().name != *name) ++index;
-    if (index == models_.size()) return make_error(Error::Code::kNotFound, "model '" + *name + "' is not served here", "model");
+    while (index < models.size() && models[index]->name != *name) ++index;
+    if (index == models.size()) return make_error(Error::Code::kNotFound, "model '" + *name + "' is not served here", "model");
   }
-  const auto& spec = models_[index]->spec();
+  const auto& spec = *models[index];
   if (!version.empty() && version != spec.version) {
     return make_error(Error::Code::kNotFound,
                       "model " + spec.name + " has version " + spec.version + ", not " + version, "version");
   }
   return index;
+}
+
+Result<std::size_t> Service::find_model(const std::optional<std::string>& name, const std::string& version) const {
+  return api::find_model(specs_, name, version);
 }
 
 std::string Service::request_id(std::string given) {

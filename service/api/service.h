@@ -60,6 +60,11 @@ struct Parts {
   std::function<void(metrics::Gauges&)> transport_gauges;
 };
 
+// The model a request or a path names (and the version it asks for), or
+// the default: the first one. 404 naming `model` or `version` otherwise.
+Result<std::size_t> find_model(const std::vector<const features::ModelSpec*>& models, const std::optional<std::string>& name,
+                               const std::string& version = {});
+
 class Service {
  public:
   explicit Service(Parts parts);
@@ -82,8 +87,7 @@ class Service {
   // Before a request is parsed: a service still warming up, or a worker
   // whose queue is full or stale, refuses it (503).
   Status admit(std::size_t worker);
-  // The model a request or a path names (and the version it asks for), or
-  // the default: the first one.
+  // api::find_model over the models served.
   Result<std::size_t> find_model(const std::optional<std::string>& name, const std::string& version = {}) const;
   // The request's own id, or one made: "ns-<pid>-<n>".
   std::string request_id(std::string given);
@@ -111,6 +115,7 @@ class Service {
   const ServiceConfig config_;
   const PlacementReport placement_;
   const std::vector<std::unique_ptr<Model>> models_;
+  std::vector<const features::ModelSpec*> specs_;  // models_'s, in order
   const std::unique_ptr<feature_store::FeatureStore> store_;
   const std::function<void(unsigned)> prepare_worker_thread_;
   const std::function<void(metrics::Gauges&)> transport_gauges_;

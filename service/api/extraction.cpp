@@ -1,0 +1,81 @@
+#include "api/extraction.h"
+
+#include <istream>
+#include <ostream>
+
+#include <nlohmann/json.hpp>
+
+#include "api/errors.h"
+#include "api/predict_json.h"
+#include "api/service.h"
+#include "feature_store/embedded.h"
+#include "numaserve/common/text_file.h"
+
+namespace numaserve::api {
+namespace {
+
+using nlohmann::json;
+
+json batch_json(const features::Batch& batch) {
+  // A float32 widened to double prints (shortest round trip of the double)
+  // as a decimal that narrows back to the same float32.
+  json dense = json::array();
+  for (float v : batch.dense) dense.push_back(static_cast<double>(v));
+  json bags = json::array();
+  for (const auto& bag : batch.bags) bags.push_back({{"indices", bag.indices}, {"offsets", bag.offsets}});
+  return {{"rows", batch.rows}, {"dense_width", batch.dense_width}, {"dense", std::move(dense)}, {"bags", std::move(bags)}};
+}
+
+json refusal_json(const Error& error) {
+  json out = {{"status", http_status(error.code)}, {"error", error.message}};
+  if (!error.field.empty()) out["field"] = error.field;
+  return out;
+}
+
+// One request the way /predict takes it up to its forward.
+Result<features::Batch> extract_one(const std::string& body, const features::ModelSpec& spec,
+                                    feature_store::FeatureStore& store) {
+  auto parsed = parse_predict_request(body, RequestLimits{});
+  if (!parsed) return tl::unexpected(parsed.error());
+  if (auto model = find_model({&spec}, parsed->model); !model) return tl::unexpected(model.error());
+  std::optional<Result<features::Batch>> batch;
+  store.fetch(0, 0, parsed->features, [&](Result<feature_store::Found>&& found) {
+    if (!found) {
+      batch = tl::unexpected(found.error());
+      return;
+    }
+    batch = features::extract(spec, parsed->features, found->stored, found->cache);
+  });
+  return std::move(*batch);  // the embedded store answers inside fetch()
+}
+
+}  // namespace
+
+std::vector<OptionSpec> extract_options(ExtractConfig& c) {
+  return command_line_only({
+      text_option("model_dir", "DIR", "The model whose model.yaml defines the features (model.pt is not read)", c.model_dir),
+      text_option("feature_store", "FILE", "The JSON Lines store the requests' ids are looked up in", c.feature_store),
+  });
+}
+
+Status run_extract(const ExtractConfig& c, std::istream& in, std::ostream& out) {
+  if (c.model_dir.empty()) return make_error(Error::Code::kInvalidArgument, "--model-dir: give a model directory", "model_dir");
+  const std::string file = c.model_dir + "/model.yaml";
+  auto text = read_text_file(file);
+  if (!text) return tl::unexpected(text.error());
+  auto spec = features::parse_model_spec(*text, file);
+  if (!spec) return tl::unexpected(spec.error());
+  auto entities = c.feature_store.empty() ? feature_store::Entities::parse("", "no store")
+                                          : feature_store::Entities::load(c.feature_store);
+  if (!entities) return tl::unexpected(entities.error());
+  auto store = feature_store::EmbeddedStore::open(std::move(*entities), {&*spec});
+  if (!store) return tl::unexpected(store.error());
+  for (std::string line; std::getline(in, line);) {
+    const auto batch = extract_one(line, *spec, **store);
+    out << (batch ? batch_json(*batch) : refusal_json(batch.error())).dump() << '\n';
+  }
+  out.flush();
+  return {};
+}
+
+}  // namespace numaserve::api
