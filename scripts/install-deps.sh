@@ -41,6 +41,7 @@ TEST_PACKAGES=(
   # The training side's copy of the feature contract (python/) and the test
   # that proves it equal to the service's, run by Debian's /usr/bin/python3.
   python3-torch python3-numpy python3-yaml python3-xxhash python3-pytest python3-setuptools
+  python3-venv python3-pip python3-wheel
 )
 
 # The fuzz targets (scripts/fuzz.sh, and the fuzz smoke of the tests):

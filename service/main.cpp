@@ -60,6 +60,23 @@ int extract(const numaserve::api::ExtractConfig& config) {
   return 0;
 }
 
+// Exit 0: servable; 1: what is wrong, naming the file and field.
+int check_model(const std::string& dir) {
+  const auto checked = numaserve::model::check_model(dir);
+  if (!checked) {
+    const auto& e = checked.error();
+    const bool named = e.field.empty() || e.message.find(e.field) != std::string::npos;
+    std::cerr << kProgram << ": " << e.message << (named ? "" : " (field " + e.field + ")") << "\n";
+    return 1;
+  }
+  auto mib = [](std::size_t bytes) { return std::to_string((bytes + (1u << 19)) >> 20) + " MiB"; };
+  std::cout << dir << ": " << checked->name << " version " << checked->version << " is servable\n"
+            << "  " << checked->signature << "; " << checked->rows << " default rows scored, all finite\n"
+            << "  weights " << mib(checked->weight_bytes) << ", resident after loading and one forward "
+            << mib(checked->resident_bytes) << " (each replica holds one copy; its memory request must cover it)\n";
+  return 0;
+}
+
 // The service on LibTorch: the only place start-up meets model/.
 int serve(const numaserve::serve::ServeOptions& options) {
   namespace model = numaserve::model;
@@ -86,6 +103,7 @@ struct Cli {
   numaserve::OptionTable health_table{numaserve::serve::health_options(probe)};
   numaserve::feature_store::LoadConfig load;
   numaserve::OptionTable load_table{numaserve::feature_store::load_options(load)};
+  std::string check_dir;
   numaserve::api::ExtractConfig extract;
   numaserve::OptionTable extract_table{numaserve::api::extract_options(extract)};
   CLI::App* serve_cmd = app.add_subcommand("serve", "Serve models over HTTP: POST /predict, KServe v2, /placement, /metrics");
@@ -93,6 +111,8 @@ struct Cli {
   CLI::App* health_cmd = app.add_subcommand("health", "GET a path of the running service on loopback; exit 0 on 200");
   CLI::App* store_cmd = app.add_subcommand("feature-store", "Work with a Redis feature store");
   CLI::App* load_cmd = store_cmd->add_subcommand("load", "Write a JSON Lines store into Redis in Feast's online format");
+  CLI::App* check_cmd = app.add_subcommand(
+      "check-model", "Load DIR as serve would, run one forward on default rows, report what is wrong and what it costs");
   CLI::App* extract_cmd = app.add_subcommand(
       "extract", "Print the tensors /predict would feed the model for each request on stdin (one JSON body per line)");
   CLI::App* options_cmd =
@@ -108,6 +128,7 @@ struct Cli {
     load_cmd->add_option("file", load.file, "The JSON Lines store")->required();
     load_table.add_to(*load_cmd);
     extract_table.add_to(*extract_cmd);
+    check_cmd->add_option("dir", check_dir, "A model directory: model.pt and model.yaml")->required();
   }
 
   void print_options() const {
@@ -143,6 +164,7 @@ int main(int argc, char** argv) {
     cli.print_options();
     return 0;
   }
+  if (cli.check_cmd->parsed()) return check_model(cli.check_dir);  // no options of its own
   if (auto applied = cli.parsed_table().apply(); !applied) {
     std::cerr << kProgram << ": " << applied.error().message << "\n";
     return 2;

@@ -6,6 +6,8 @@
 #include <ATen/Parallel.h>
 #include <torch/version.h>
 
+#include <unistd.h>
+
 #include <fstream>
 
 #include "numaserve/common/text_file.h"
@@ -16,8 +18,18 @@ namespace {
 Error torch_error(const std::string& what, const std::exception& e) {
   // c10 messages carry a C++ backtrace after the first line; the first line
   // is what a user can act on.
-  std::string message = e.what();
-  if (auto eol = message.find('\n'); eol != std::string::npos) message.resize(eol);
+  // The TorchScript interpreter's own failures open with a generic line and
+  // end with the model's exception ("RuntimeError: offsets must be int32").
+  const std::string text = e.what();
+  std::string message = text.substr(0, text.find('\n'));
+  if (message.rfind("The following operation failed in the TorchScript interpreter", 0) == 0) {
+    for (std::size_t start = 0; start < text.size();) {
+      const std::size_t end = std::min(text.find('\n', start), text.size());
+      const std::string line = text.substr(start, end - start);
+      if (line.find("Error: ") != std::string::npos) message = line;
+      start = end + 1;
+    }
+  }
   return Error{Error::Code::kInvalidArgument, what + ": " + message, ""};
 }
 
@@ -27,6 +39,53 @@ at::Tensor borrow(const std::vector<std::int64_t>& values) {
   return torch::from_blob(const_cast<std::int64_t*>(values.data()), {static_cast<std::int64_t>(values.size())},
                           torch::kLong);
 }
+
+// forward's arguments for `batch`: dense [N, D], then the bags' indices
+// and offsets, borrowing the batch's memory.
+std::vector<c10::IValue> inputs_of(const features::Batch& batch) {
+  c10::List<at::Tensor> indices;
+  c10::List<at::Tensor> offsets;
+  for (const auto& bag : batch.bags) {
+    indices.push_back(borrow(bag.indices));
+    offsets.push_back(borrow(bag.offsets));
+  }
+  const at::Tensor dense = torch::from_blob(const_cast<float*>(batch.dense.data()),
+                                            {static_cast<std::int64_t>(batch.rows), static_cast<std::int64_t>(batch.dense_width)},
+                                            torch::kFloat);
+  return {dense, indices, offsets};
+}
+
+// `rows` rows at every feature's declared default: the shapes a request
+// makes, without one.
+Result<features::Batch> default_rows(const features::ModelSpec& spec, std::size_t rows) {
+  features::Request request;
+  request.items.resize(rows);
+  features::StoredFeatures nothing_stored;
+  nothing_stored.items.resize(rows);
+  return features::extract(spec, request, nothing_stored);
+}
+
+// The process's resident set, from /proc/self/statm (pages); 0 if unreadable.
+std::size_t resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  std::size_t size = 0, resident = 0;
+  if (!(statm >> size >> resident)) return 0;
+  return resident * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+}
+
+// "(dense: Tensor, indices: List[Tensor], offsets: List[Tensor]) -> Tensor", without self.
+std::string signature_of(const c10::FunctionSchema& schema) {
+  std::string out = "(";
+  for (std::size_t i = 1; i < schema.arguments().size(); ++i) {
+    const auto& a = schema.arguments()[i];
+    out += (i > 1 ? ", " : "") + a.name() + ": " + a.type()->annotation_str();
+  }
+  out += ") -> ";
+  for (std::size_t i = 0; i < schema.returns().size(); ++i) out += (i > 0 ? ", " : "") + schema.returns()[i].type()->annotation_str();
+  return out;
+}
+
+constexpr const char* kForward = "(dense: Tensor, indices: List[Tensor], offsets: List[Tensor]) -> Tensor";
 
 }  // namespace
 
@@ -80,17 +139,8 @@ Result<std::vector<float>> TorchModel::forward(const features::Batch& batch) con
   const auto rows = static_cast<std::int64_t>(batch.rows);
   try {
     c10::InferenceMode inference;
-    const at::Tensor dense =
-        torch::from_blob(const_cast<float*>(batch.dense.data()), {rows, static_cast<std::int64_t>(batch.dense_width)},
-                         torch::kFloat);
-    c10::List<at::Tensor> indices;
-    c10::List<at::Tensor> offsets;
-    for (const auto& bag : batch.bags) {
-      indices.push_back(borrow(bag.indices));
-      offsets.push_back(borrow(bag.offsets));
-    }
     torch::jit::Module module = impl_->module;  // a handle: shares the weights
-    const at::Tensor out = module.forward({dense, indices, offsets}).toTensor().to(torch::kFloat).reshape({-1}).contiguous();
+    const at::Tensor out = module.forward(inputs_of(batch)).toTensor().to(torch::kFloat).reshape({-1}).contiguous();
     if (out.numel() != rows) {
       return make_error(Error::Code::kInternal, spec_.name + ": forward returned " + std::to_string(out.numel()) +
                                                     " scores for " + std::to_string(rows) + " rows");
@@ -103,18 +153,59 @@ Result<std::vector<float>> TorchModel::forward(const features::Batch& batch) con
 }
 
 Status TorchModel::warm_up(std::size_t rows, unsigned rounds) const {
-  // Every row at its declared defaults: the same shapes a request produces.
-  features::Request request;
-  request.items.resize(rows);
-  features::StoredFeatures nothing_stored;
-  nothing_stored.items.resize(rows);
-  auto batch = features::extract(spec_, request, nothing_stored);
+  auto batch = default_rows(spec_, rows);
   if (!batch) return tl::unexpected(batch.error());
   for (unsigned i = 0; i < rounds; ++i) {
     auto scores = forward(*batch);
     if (!scores) return tl::unexpected(std::move(scores.error()).with_context("warm-up"));
   }
   return {};
+}
+
+Status TorchModel::check(std::size_t rows) const {
+  const std::string pt = (dir_ / "model.pt").string();
+  const std::string signature = signature_of(impl_->module.get_method("forward").function().getSchema());
+  if (signature != kForward) {
+    return make_error(Error::Code::kInvalidArgument, pt + ": forward" + signature + ", want forward" + kForward, "forward");
+  }
+  auto batch = default_rows(spec_, rows);
+  if (!batch) return tl::unexpected(batch.error());
+  at::Tensor out;
+  try {
+    c10::InferenceMode inference;
+    torch::jit::Module module = impl_->module;
+    out = module.forward(inputs_of(*batch)).toTensor();
+  } catch (const std::exception& e) {
+    Error failed = torch_error(pt + ": forward failed on " + std::to_string(rows) + " default rows", e);
+    failed.field = "forward";
+    return tl::unexpected(std::move(failed));
+  }
+  const auto n = static_cast<std::int64_t>(rows);
+  if (!(out.dim() == 1 && out.size(0) == n) && !(out.dim() == 2 && out.size(0) == n && out.size(1) == 1)) {
+    return make_error(Error::Code::kInvalidArgument,
+                      pt + ": forward returned " + c10::str(out.sizes()) + " for " + std::to_string(rows) +
+                          " rows, want [" + std::to_string(rows) + "] or [" + std::to_string(rows) + ", 1]",
+                      "output");
+  }
+  if (!out.is_floating_point()) {
+    return make_error(Error::Code::kInvalidArgument, pt + ": forward returned " + std::string(c10::toString(out.scalar_type())) +
+                                                         " scores, want floating point", "output");
+  }
+  if (!at::isfinite(out).all().item<bool>()) {
+    return make_error(Error::Code::kInvalidArgument, pt + ": forward returned NaN or infinite scores on default rows", "output");
+  }
+  return {};
+}
+
+Result<ModelCheck> check_model(const std::filesystem::path& dir, std::size_t rows) {
+  const std::size_t before = resident_bytes();
+  auto model = TorchModel::load(dir);
+  if (!model) return tl::unexpected(model.error());
+  if (auto checked = (*model)->check(rows); !checked) return tl::unexpected(checked.error());
+  const std::size_t after = resident_bytes();
+  const auto& spec = (*model)->spec();
+  return ModelCheck{spec.name, spec.version, std::string("forward") + kForward, rows, (*model)->weight_bytes(),
+                    after > before ? after - before : 0};
 }
 
 std::vector<numa::MemoryRange> TorchModel::weights() const {

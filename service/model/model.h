@@ -46,6 +46,12 @@ class TorchModel final : public api::Model {
   std::vector<numa::MemoryRange> weights() const override;
   std::size_t weight_bytes() const override;
 
+  // What serve would only find per request: forward's signature (field
+  // "forward") and, on `rows` default rows, that it runs and returns one
+  // finite float score per row ([N] or [N, 1]; field "output"). Errors name
+  // model.pt.
+  Status check(std::size_t rows) const;
+
  private:
   struct Impl;
   TorchModel(std::filesystem::path dir, features::ModelSpec spec, std::unique_ptr<Impl> impl);
@@ -53,6 +59,17 @@ class TorchModel final : public api::Model {
   features::ModelSpec spec_;
   std::unique_ptr<Impl> impl_;
 };
+
+// `numaserve check-model DIR`: the directory loaded as serve loads it, then
+// check()ed, and what it costs a replica.
+struct ModelCheck {
+  std::string name, version;
+  std::string signature;          // forward's, as TorchScript prints it
+  std::size_t rows = 0;           // of the synthetic forward
+  std::size_t weight_bytes = 0;   // parameters and buffers
+  std::size_t resident_bytes = 0; // the process's resident memory grown by the load and the forward
+};
+Result<ModelCheck> check_model(const std::filesystem::path& dir, std::size_t rows = 16);
 
 // The intra-op thread count of the calling thread's LibTorch (OpenMP) pool.
 // Each inference worker calls it once, after pinning itself, so its OpenMP
