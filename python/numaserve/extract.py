@@ -10,8 +10,8 @@ The contract, each point of which silently costs accuracy when training
 and serving disagree:
   * An id's row is XXH64(utf8(id), hash_seed) % rows(table). An integer id
     is its decimal text (42 and "42" are one id). A number given for an id
-    feature is a double, written as the integer it holds (the service
-    truncates it to 64 bits first; see _id_text).
+    feature is a double, written as the whole number it holds; from 2^53 on
+    it is refused, since the JSON number may no longer hold the client's digits.
   * A numeric value is transformed (log1p, or (x - mean) / std), then
     clipped, in double precision, then rounded to float32 once.
   * A value comes from the request's inline features, else the store's
@@ -43,15 +43,6 @@ def bucket(id_text: str, seed: int, rows: int) -> int:
     # surrogateescape: model.yaml's bytes that are not UTF-8 hash as those bytes.
     row = xxhash.xxh64_intdigest(id_text.encode("utf-8", "surrogateescape"), seed) % rows
     return row - 2**64 if row >= 2**63 else row
-
-
-def _id_text(number: float) -> str:
-    """A whole double as the service writes it: std::to_string((long long)n).
-    Outside the int64 range the conversion is undefined in C++; x86-64 gives
-    INT64_MIN, which this copies."""
-    if -(2.0**63) <= number < 2.0**63:
-        return str(int(number))
-    return str(-(2**63))
 
 
 def _type_name(value):
@@ -122,7 +113,10 @@ def _ids(spec: FeatureSpec, found, source, item, seed, rows) -> List[int]:
         if isinstance(value, str):
             return [bucket(value, seed, rows)]
         if isinstance(value, float) and math.isfinite(value) and value == math.floor(value):
-            return [bucket(_id_text(value), seed, rows)]  # 42 hashes as "42"
+            if abs(value) >= 2.0**53:  # the service's rule: from 2^53 on a JSON number may have lost digits
+                raise _refuse(spec, found, source, item,
+                              "want an id: a whole number of 2^53 or more loses digits as a JSON number; send it as a string")
+            return [bucket(str(int(value)), seed, rows)]  # 42 hashes as "42"
         raise _refuse(spec, found, source, item, f"want an id, got {_type_name(value)}")
     if not isinstance(value, list):
         raise _refuse(spec, found, source, item, f"want a list of ids, got {_type_name(value)}")

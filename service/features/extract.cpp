@@ -85,6 +85,10 @@ Result<float> numeric(const FeatureSpec& spec, const Found& found, const Where& 
 }
 
 // Appends the feature's embedding rows to `out`.
+// 2^53: every whole number below it is a double exactly, and a JSON integer
+// at or above it may have been rounded to another on its way in.
+constexpr double kExactIdLimit = 9007199254740992.0;
+
 Status append_ids(const FeatureSpec& spec, const Found& found, const Where& where, std::uint64_t seed,
                   std::uint64_t rows, std::vector<std::int64_t>& out) {
   if (found.origin == Origin::kEntityId) {
@@ -96,6 +100,12 @@ Status append_ids(const FeatureSpec& spec, const Found& found, const Where& wher
     if (const auto* id = std::get_if<std::string>(&value)) {
       out.push_back(bucket(*id, seed, rows));
     } else if (const auto* n = std::get_if<double>(&value); n && *n == std::floor(*n) && std::isfinite(*n)) {
+      // A JSON number arrives as a double, which from 2^53 on may not hold
+      // the digits the client sent (and past 2^63 has no int64): such an id
+      // would hash as some other id, so it must come as a string.
+      if (std::fabs(*n) >= kExactIdLimit) {
+        return bad_value(spec, found, where, "want an id: a whole number of 2^53 or more loses digits as a JSON number; send it as a string");
+      }
       out.push_back(bucket(std::to_string(static_cast<long long>(*n)), seed, rows));  // 42 hashes as "42"
     } else {
       return bad_value(spec, found, where, std::string("want an id, got ") + type_name(value));

@@ -131,6 +131,11 @@ TEST_F(Extraction, BadInputNamesTheField) {
             "items[0].features.tags: want a list of ids, got a string"},
            {[](Request& r) { r.user.features["country"] = std::vector<std::string>{"fr"}; },
             "user.features.country: want an id, got a list"},
+           // 2^53: what 9007199254740993 in JSON becomes, so not the client's id.
+           {[](Request& r) { r.user.features["country"] = 9007199254740992.0; },
+            "user.features.country: want an id: a whole number of 2^53 or more loses digits as a JSON number; send it as a string"},
+           {[](Request& r) { r.user.features["country"] = -1e19; },  // no int64 holds it
+            "user.features.country: want an id: a whole number of 2^53 or more loses digits as a JSON number; send it as a string"},
            {[](Request& r) { r.context["weather"] = std::string("rain"); },
             "context.weather: model tiny_ranker has no context feature of that name"},
        }) {
