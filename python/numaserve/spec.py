@@ -243,12 +243,7 @@ def _parse_default(node, kind, file, field):
 
 
 def _parse_feature(node, tables, file, field):
-    if not node.is_map():
-        raise _bad(file, node, field, "want a map")
-    for key, _ in node.entries():
-        name = _key(file, key)
-        if name not in _FEATURE_KEYS:
-            raise _bad(file, key, f"{field}.{name}", "unknown key")
+    _check_keys(node, file, field, _FEATURE_KEYS)
     if not node["name"].is_scalar() or not node["name"].text():
         raise _bad(file, node, field + ".name", "required")
     f = FeatureSpec(name=node["name"].text())

@@ -48,6 +48,17 @@ Result<FeatureValue> default_for(const YamlNode& node, Kind kind, const std::str
   return tl::unexpected(bad(file, node, field, kind == Kind::kId ? "want an id" : "want a list of ids"));
 }
 
+Status check_keys(const YamlNode& node, const std::string& file, const std::string& field,
+                  const std::set<std::string>& allowed) {
+  if (!node.is_map()) return tl::unexpected(bad(file, node, field, "want a map"));
+  for (const auto& entry : node.entries()) {
+    auto key = yaml_key(file, entry.first);
+    if (!key) return tl::unexpected(key.error());
+    if (!allowed.contains(*key)) return tl::unexpected(bad(file, entry.first, field + "." + *key, "unknown key"));
+  }
+  return {};
+}
+
 // A numeric feature's transform, mean/std and clip.
 Status parse_numeric(const YamlNode& node, const std::string& file, const std::string& field, FeatureSpec& f) {
   if (node["table"]) return tl::unexpected(bad(file, node["table"], field + ".table", "numeric features have no table"));
@@ -106,12 +117,7 @@ Result<FeatureSpec> parse_feature(const YamlNode& node, const ModelSpec& model, 
                                   const std::string& field) {
   static const std::set<std::string> kKeys = {"name", "source", "kind", "table", "max_len", "transform",
                                               "mean", "std", "clip", "default", "view", "store_name"};
-  if (!node.is_map()) return tl::unexpected(bad(file, node, field, "want a map"));
-  for (const auto& entry : node.entries()) {
-    auto key = yaml_key(file, entry.first);
-    if (!key) return tl::unexpected(key.error());
-    if (!kKeys.contains(*key)) return tl::unexpected(bad(file, entry.first, field + "." + *key, "unknown key"));
-  }
+  if (auto checked = check_keys(node, file, field, kKeys); !checked) return tl::unexpected(checked.error());
   FeatureSpec f;
   if (!node["name"] || !node["name"].is_scalar() || node["name"].text().value_or("").empty()) {
     return tl::unexpected(bad(file, node, field + ".name", "required"));
@@ -141,17 +147,6 @@ Result<FeatureSpec> parse_feature(const YamlNode& node, const ModelSpec& model, 
     f.default_value = *d;
   }
   return f;
-}
-
-Status check_keys(const YamlNode& node, const std::string& file, const std::string& field,
-                  const std::set<std::string>& allowed) {
-  if (!node.is_map()) return tl::unexpected(bad(file, node, field, "want a map"));
-  for (const auto& entry : node.entries()) {
-    auto key = yaml_key(file, entry.first);
-    if (!key) return tl::unexpected(key.error());
-    if (!allowed.contains(*key)) return tl::unexpected(bad(file, entry.first, field + "." + *key, "unknown key"));
-  }
-  return {};
 }
 
 Result<std::string> name_at(const YamlNode& node, const std::string& file, const std::string& field,
