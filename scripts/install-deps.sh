@@ -99,7 +99,21 @@ build_control_plane() {
   fi
   "$here/tests/k8s/cluster/control-plane.sh" build >/dev/null
 }
-test_tools() { install_node_modules; build_control_plane; }
+# The real-client tests' Python packages (tests/clients: Feast, Triton's and
+# KServe's clients) from PyPI, into their own venv: they need numpy 2, which
+# Debian's torch does not take. Reinstalled only when the pins change.
+install_client_venv() {
+  local dir venv
+  dir=$(cd "$(dirname "$0")/../tests/clients" && pwd)
+  venv=$dir/.venv
+  [[ $venv/.installed -nt $dir/requirements.txt && $venv/.installed -nt $dir/constraints.txt ]] && return 0
+  echo "installing the client tests' Python packages into tests/clients/.venv" >&2
+  rm -rf "$venv"
+  /usr/bin/python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check -r "$dir/requirements.txt" -c "$dir/constraints.txt" >&2
+  touch "$venv/.installed"
+}
+test_tools() { install_node_modules; build_control_plane; install_client_venv; }
 
 missing=()
 for pkg in "${wanted[@]}"; do

@@ -19,19 +19,40 @@ tests/python/test_differential.py (against `numaserve extract`).
 Also: spec.extract_rows(user, context, items, store) for training rows
 without /predict's limits, numaserve.collate(batches) to join batches as
 the service's batcher does, numaserve.RequestDataset over JSON Lines of
-requests with labels. Refusals raise RequestError (SpecError, StoreError
+requests with labels, numaserve.LocalServer(model_dir, feature_store) to
+serve an exported directory on loopback and compare its scores. Refusals raise RequestError (SpecError, StoreError
 for model.yaml and the store) with the service's .field and .message.
 """
-from .errors import NumaserveError, RequestError, SpecError, StoreError
-from .spec import FeatureSpec, ModelSpec
-from .store import FeatureStore
-from .request import Entity, Request, RequestLimits, parse_request
-from .extract import bucket, collate
-from .data import RequestDataset
-from .export import ExportError, export
+import importlib
 
-__all__ = [
-    "ModelSpec", "FeatureSpec", "FeatureStore", "RequestLimits", "Request", "Entity", "parse_request",
-    "bucket", "collate", "RequestDataset", "export", "NumaserveError", "RequestError", "SpecError",
-    "StoreError", "ExportError",
-]
+# The names and the module each lives in. Imported on first use, so that
+# the torch-free parts (numaserve.local, numaserve.errors) also work where
+# torch is not installed, e.g. beside clients that want another numpy.
+_HOMES = {
+    "NumaserveError": "errors", "RequestError": "errors", "SpecError": "errors", "StoreError": "errors",
+    "ModelSpec": "spec", "FeatureSpec": "spec", "FeatureStore": "store",
+    "Entity": "request", "Request": "request", "RequestLimits": "request", "parse_request": "request",
+    "bucket": "extract", "collate": "extract", "RequestDataset": "data",
+    "ExportError": "export", "export": "export", "LocalServer": "local", "ServedError": "local",
+}
+# extract.py gives ModelSpec its extract(), check_store() and extract_rows():
+# a ModelSpec without them would be half a class.
+_WITH = {"spec": ("extract",)}
+
+__all__ = list(_HOMES)
+
+
+def __getattr__(name):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'numaserve' has no attribute {name!r}")
+    module = importlib.import_module(f".{home}", __name__)
+    for also in _WITH.get(home, ()):
+        importlib.import_module(f".{also}", __name__)
+    value = getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_HOMES))

@@ -14,6 +14,9 @@ tl::unexpected<Error> bad(const std::string& field, const std::string& message) 
   return make_error(Error::Code::kInvalidArgument, field + ": " + message, field);
 }
 
+constexpr const char* kNoBinaryData =
+    "tensor data must be JSON: the binary tensor data extension is not supported (tritonclient: binary_data=False)";
+
 std::string input_name(const features::FeatureSpec& f, const char* part) {
   return std::string(features::to_string(f.source)) + "_" + f.name + "_" + part;
 }
@@ -47,6 +50,9 @@ Result<Tensor> tensor(const json& input, const std::string& field, const char* d
     if (key != "name" && key != "shape" && key != "datatype" && key != "data" && key != "parameters") {
       return bad(member_field(field, key), "unknown field");
     }
+  }
+  if (input.contains("parameters") && input["parameters"].is_object() && input["parameters"].contains("binary_data_size")) {
+    return bad(field + ".parameters.binary_data_size", kNoBinaryData);
   }
   if (!input.contains("datatype") || input["datatype"] != datatype) return bad(field + ".datatype", std::string("want ") + datatype);
   if (!input.contains("shape") || !input["shape"].is_array() || input["shape"].size() != rank) {
@@ -187,11 +193,28 @@ Result<features::Bag> read_bag(const Tensor& ti, const Tensor& to, std::size_t r
 
 Result<InferRequest> parse_infer_request(std::string_view body, const features::ModelSpec& model,
                                          const RequestLimits& limits) {
-  const json root = json::parse(body, nullptr, false);
-  if (root.is_discarded()) return bad("body", "not valid JSON");
+  // nlohmann stops at a NUL byte and ignores what follows, so a JSON header
+  // with raw tensor bytes after it would parse; no JSON text holds a NUL.
+  // Triton's clients send such bodies by default (binary tensor data): say
+  // what to change rather than only that it does not parse.
+  const bool nul = body.find('\0') != std::string_view::npos;
+  const json root = nul ? json(json::value_t::discarded) : json::parse(body, nullptr, false);
+  if (root.is_discarded()) {
+    return bad("body", std::string("not valid JSON (") + kNoBinaryData + ")");
+  }
   if (!root.is_object()) return bad("body", "want a JSON object");
   for (const auto& [key, v] : root.items()) {
-    if (key != "id" && key != "inputs" && key != "outputs" && key != "parameters") return bad(member_field("", key), "unknown field");
+    if (key != "id" && key != "inputs" && key != "outputs" && key != "parameters" && key != "model_name" &&
+        key != "model_version") {
+      return bad(member_field("", key), "unknown field");
+    }
+  }
+  // KServe's client repeats the path's model in the body: it must agree.
+  for (const auto& [key, want] : {std::pair{"model_name", &model.name}, std::pair{"model_version", &model.version}}) {
+    if (!root.contains(key)) continue;
+    if (!root[key].is_string() || root[key].get<std::string>() != *want) {
+      return bad(key, "this is model '" + model.name + "' version '" + model.version + "' (the path's): want '" + *want + "'");
+    }
   }
   InferRequest out;
   if (root.contains("id")) {

@@ -9,6 +9,9 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "numaserve/common/text_file.h"
 
@@ -85,6 +88,23 @@ std::string signature_of(const c10::FunctionSchema& schema) {
   return out;
 }
 
+// The module's embedding tables and their rows: a parameter emb_<table>, or
+// the weight of a submodule emb_<table> (an nn.EmbeddingBag), as the Python
+// package's export() reads them.
+std::vector<std::pair<std::string, std::int64_t>> embedding_tables(const torch::jit::Module& module) {
+  std::vector<std::pair<std::string, std::int64_t>> out;
+  auto add = [&out](const std::string& name, const at::Tensor& weight) {
+    if (name.rfind("emb_", 0) == 0) out.emplace_back(name.substr(4), weight.dim() > 0 ? weight.size(0) : 0);
+  };
+  for (const auto& param : module.named_parameters(/*recurse=*/false)) add(param.name, param.value);
+  for (const auto& child : module.named_children()) {
+    if (child.value.hasattr("weight") && child.value.attr("weight").isTensor()) {
+      add(child.name, child.value.attr("weight").toTensor());
+    }
+  }
+  return out;
+}
+
 constexpr const char* kForward = "(dense: Tensor, indices: List[Tensor], offsets: List[Tensor]) -> Tensor";
 
 }  // namespace
@@ -119,12 +139,10 @@ Result<std::unique_ptr<TorchModel>> TorchModel::load(const std::filesystem::path
   if (!impl->module.find_method("forward")) {
     return make_error(Error::Code::kInvalidArgument, pt_path.string() + ": has no forward method");
   }
-  for (const auto& param : impl->module.named_parameters(/*recurse=*/false)) {
-    if (param.name.rfind("emb_", 0) != 0) continue;
-    const std::string table = param.name.substr(4);
+  for (const auto& [table, size] : embedding_tables(impl->module)) {
     const auto declared = spec->tables.find(table);
     if (declared == spec->tables.end()) continue;
-    const auto rows = static_cast<std::uint64_t>(param.value.size(0));
+    const auto rows = static_cast<std::uint64_t>(size);
     if (rows != declared->second) {
       return make_error(Error::Code::kInvalidArgument,
                         dir.string() + ": table '" + table + "' has " + std::to_string(declared->second) +

@@ -29,7 +29,7 @@ import sys
 import unicodedata
 
 TOP_LEVEL = ("service", "topology-agent", "common", "tests", "charts", "docs", "bench",
-             "scripts", "docker", "manifests", "cmake", ".ci")
+             "scripts", "docker", "manifests", "cmake", ".ci", "python", "examples")
 # The generated tables, and the file that holds them.
 OPTION_TABLES = ("service-options", "agent-options")
 SHELL_FENCES = ("", "sh", "bash", "shell", "console")

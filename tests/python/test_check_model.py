@@ -64,6 +64,19 @@ class WithItemTable(torch.nn.Module):
         return self.inner(dense, indices, offsets)
 
 
+class WithItemBag(torch.nn.Module):
+    """`inner` with an nn.EmbeddingBag named emb_item: its weight is the
+    table, as the reference DLRM's modules hold theirs."""
+
+    def __init__(self, inner: torch.nn.Module, rows: int):
+        super().__init__()
+        self.inner = inner
+        self.emb_item = torch.nn.EmbeddingBag(rows, 4, mode="sum")
+
+    def forward(self, dense: torch.Tensor, indices: List[torch.Tensor], offsets: List[torch.Tensor]) -> torch.Tensor:
+        return self.inner(dense, indices, offsets)
+
+
 def model_dir(tmp_path: Path, module: torch.nn.Module, item_rows: int = 0) -> Path:
     directory = tmp_path / "model"
     directory.mkdir()
@@ -117,3 +130,13 @@ def test_the_demo_models_are_servable(tmp_path):
         result = check(tmp_path / "demo" / name)
         assert result.returncode == 0, f"{name}: {result.stderr}"
     shutil.rmtree(tmp_path / "demo")
+
+
+def test_a_table_held_by_an_embedding_bag_module_is_checked_too(tmp_path):
+    directory = tmp_path / "model"
+    directory.mkdir()
+    torch.jit.script(WithItemBag(Ranker(MAX_ROWS, cols=1), 10)).save(str(directory / "model.pt"))
+    shutil.copy(SPEC, directory / "model.yaml")
+    result = check(directory)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "tables.item" in result.stderr and "10 in model.pt" in result.stderr, result.stderr

@@ -44,8 +44,11 @@ TEST(V2, MetadataNamesEveryInput) {
 }
 
 TEST(V2, InferRequestBecomesABatch) {
-  // Nested data is accepted as well as flat.
-  auto parsed = parse_infer_request(request({{1.5}, {2.5}}, {3, 4, 9}, {0, 1}).dump(), spec(), {});
+  // Nested data is accepted as well as flat; the body may name its model.
+  json body = request({{1.5}, {2.5}}, {3, 4, 9}, {0, 1});
+  body["model_name"] = "m";
+  body["model_version"] = "2";
+  auto parsed = parse_infer_request(body.dump(), spec(), {});
   ASSERT_TRUE(parsed.has_value()) << parsed.error().message;
   EXPECT_EQ(parsed->id, "q");
   EXPECT_EQ(parsed->batch.rows, 2u);
@@ -77,12 +80,35 @@ TEST(V2, BadTensorsNameTheField) {
       {json{{"inputs", json::array()}, {"", 1}}, R"([""])"},
       {json{{"inputs", {json{{"name", "dense"}, {"a.b", 1}}}}}, R"(inputs[0]["a.b"])"},
       {json::array(), "body"},
+      // The body may repeat the path's model (KServe's client does), but not another.
+      {json{{"model_name", "other"}, {"inputs", json::array()}}, "model_name"},
+      {json{{"model_version", "1"}, {"inputs", json::array()}}, "model_version"},
+      {json{{"model_name", 7}, {"inputs", json::array()}}, "model_name"},
   };
   for (const auto& c : cases) {
     auto parsed = parse_infer_request(c.body.dump(), spec(), {});
     ASSERT_FALSE(parsed.has_value()) << c.body.dump();
     EXPECT_EQ(parsed.error().field, c.field) << c.body.dump() << ": " << parsed.error().message;
   }
+}
+
+// What Triton's clients send by default: a JSON header whose inputs say
+// binary_data_size, then the raw bytes. Refused saying what to change, and
+// the bytes after a NUL are not silently ignored (nlohmann stops at a NUL).
+TEST(V2, BinaryTensorDataIsRefusedSayingWhatToDo) {
+  json header = request({1, 2}, {3}, {0, 0});
+  header["inputs"][0].erase("data");
+  header["inputs"][0]["parameters"] = {{"binary_data_size", 8}};
+  auto parsed = parse_infer_request(header.dump(), spec(), {});
+  ASSERT_FALSE(parsed.has_value());
+  EXPECT_EQ(parsed.error().field, "inputs[0].parameters.binary_data_size");
+  EXPECT_NE(parsed.error().message.find("binary_data=False"), std::string::npos) << parsed.error().message;
+
+  const std::string trailing = request({1, 2}, {3}, {0, 0}).dump() + std::string("\0\0\0\x01", 4);
+  parsed = parse_infer_request(trailing, spec(), {});
+  ASSERT_FALSE(parsed.has_value());
+  EXPECT_EQ(parsed.error().field, "body");
+  EXPECT_NE(parsed.error().message.find("not valid JSON"), std::string::npos) << parsed.error().message;
 }
 
 TEST(V2, ElementCountsAreBoundedBeforeAllocating) {

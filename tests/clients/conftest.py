@@ -1,0 +1,101 @@
+"""Shared by the real-client tests: the built service, a small demo model
+directory and store, a redis-server on loopback, and numaserve serving.
+
+Runs on tests/clients/.venv's Python (Feast, Triton's and KServe's clients
+need numpy 2, Debian's torch numpy 1), so nothing here imports torch: the
+tensors come from the service itself (`numaserve extract`), and the server
+from numaserve.local, the package's torch-free launcher.
+"""
+import json
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "python"))
+from numaserve.local import LocalServer  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def binary():
+    path = os.environ.get("NUMASERVE_BINARY")
+    if not path or not os.access(path, os.X_OK):
+        pytest.fail(f"NUMASERVE_BINARY={path!r}: point it at the built service; these tests do not skip")
+    return path
+
+
+@pytest.fixture(scope="session")
+def demo(binary, tmp_path_factory):
+    """make-demo-models, small: ranker_a, ranker_b, store.jsonl."""
+    out = tmp_path_factory.mktemp("demo")
+    subprocess.run([binary, "make-demo-models", str(out), "--embedding-mb", "4", "--users", "60", "--items", "200"],
+                   check=True, capture_output=True, timeout=120)
+    return out
+
+
+def store_lines(path):
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def redis_port(tmp_path):
+    """A real redis-server on 127.0.0.1 (Feast's connection string is
+    host:port), without persistence, stopped after the test."""
+    server = shutil.which("redis-server") or "/usr/bin/redis-server"
+    for _ in range(5):  # the port is free when picked, another process may take it first
+        port = free_port()
+        process = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                    "--appendonly", "no", "--dir", str(tmp_path)],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        yield port
+                        process.terminate()
+                        process.wait(10)
+                        return
+            except OSError:
+                time.sleep(0.05)
+        process.kill()
+        process.wait()
+    pytest.fail("redis-server did not start on a loopback port")
+
+
+@pytest.fixture
+def serve(binary):
+    """serve(model_dirs, feature_store=None, args=()) -> a started LocalServer, stopped after the test."""
+    started = []
+
+    def start(model_dirs, feature_store=None, args=()):
+        server = LocalServer(model_dirs, feature_store=feature_store, binary=binary,
+                             args=["--workers", "1", *args], start_timeout=60).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def extract(binary, model_dir, store, bodies):
+    """The tensors the service builds for each body (`numaserve extract`)."""
+    lines = "".join(json.dumps(b) + "\n" for b in bodies)
+    result = subprocess.run([binary, "extract", "--model-dir", str(model_dir), "--feature-store", str(store)],
+                            input=lines, capture_output=True, text=True, timeout=60, check=True)
+    return [json.loads(line) for line in result.stdout.splitlines()]

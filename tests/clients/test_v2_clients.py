@@ -1,0 +1,109 @@
+"""The KServe v2 routes driven by real clients: Triton's (tritonclient.http)
+and KServe's own (kserve.InferenceRESTClient).
+
+Each checks server and model metadata and readiness, then sends the tensors
+the service itself extracts for a /predict request (`numaserve extract`) as
+an infer request; the scores must equal /predict's for that request. A bad
+input must come back as the client's error carrying the field, not a hang.
+"""
+import asyncio
+
+import numpy as np
+import pytest
+import tritonclient.http as triton
+from tritonclient.utils import InferenceServerException
+
+from conftest import extract, store_lines
+
+BODIES = [
+    {"user": {"id": "u3"}, "context": {"hour": 9, "device": "app"}, "items": [{"id": "i1"}, {"id": "i7"}, {"id": "i12"}]},
+    {"user": {"id": "u9"}, "items": [{"id": "i4"}]},
+    {"user": {"id": "nobody"}, "items": [{"id": f"i{k}"} for k in range(30)]},
+]
+
+
+def v2_inputs(metadata, tensors):
+    """name -> numpy array, in the metadata's input order."""
+    out = {}
+    bags = iter(tensors["bags"])
+    for spec in metadata["inputs"]:
+        if spec["name"] == "dense":
+            out["dense"] = np.array(tensors["dense"], dtype=np.float32).reshape(tensors["rows"], tensors["dense_width"])
+        elif spec["name"].endswith("_indices"):
+            bag = next(bags)
+            out[spec["name"]] = np.array(bag["indices"], dtype=np.int64)
+            out[spec["name"][:-len("_indices")] + "_offsets"] = np.array(bag["offsets"], dtype=np.int64)
+    return out
+
+
+@pytest.fixture
+def served(demo, serve):
+    server = serve([demo / "ranker_a", demo / "ranker_b"], feature_store=demo / "store.jsonl")
+    expected = [server.predict(dict(b, model="ranker_a"))["scores"] for b in BODIES]
+    return server, expected
+
+
+def test_tritons_client(demo, binary, served):
+    server, expected = served
+    client = triton.InferenceServerClient(url=f"127.0.0.1:{server.port}")
+    assert client.is_server_live() and client.is_server_ready()
+    assert client.get_server_metadata()["name"] == "numaserve"
+    assert client.is_model_ready("ranker_a") and client.is_model_ready("ranker_b")
+    metadata = client.get_model_metadata("ranker_a")
+    assert metadata["name"] == "ranker_a" and metadata["outputs"][0]["name"] == "score"
+    for body, want, tensors in zip(BODIES, expected, extract(binary, demo / "ranker_a", demo / "store.jsonl", BODIES)):
+        inputs = []
+        for name, array in v2_inputs(metadata, tensors).items():
+            one = triton.InferInput(name, list(array.shape), "FP32" if array.dtype == np.float32 else "INT64")
+            one.set_data_from_numpy(array, binary_data=False)
+            inputs.append(one)
+        result = client.infer("ranker_a", inputs, request_id="r1",
+                              outputs=[triton.InferRequestedOutput("score", binary_data=False)])
+        assert result.get_response()["id"] == "r1"
+        assert result.as_numpy("score").tolist() == pytest.approx(want, rel=1e-6, abs=1e-7)
+
+    with pytest.raises(InferenceServerException) as refused:
+        client.get_model_metadata("no_such_model")
+    assert "no_such_model" in str(refused.value)
+    bad = triton.InferInput("dense", [1, 2], "FP32")
+    bad.set_data_from_numpy(np.zeros((1, 2), dtype=np.float32), binary_data=False)
+    with pytest.raises(InferenceServerException) as refused:
+        client.infer("ranker_a", [bad], outputs=[triton.InferRequestedOutput("score", binary_data=False)])
+    assert refused.value.status() == "400" and "inputs" in str(refused.value)
+    # The client's default, binary tensor data, is refused saying what to change.
+    binary_default = triton.InferInput("dense", [1, 6], "FP32")
+    binary_default.set_data_from_numpy(np.zeros((1, 6), dtype=np.float32))
+    with pytest.raises(InferenceServerException) as refused:
+        client.infer("ranker_a", [binary_default])
+    assert refused.value.status() == "400" and "binary_data=False" in str(refused.value)
+
+
+def test_kserves_client(demo, binary, served):
+    from kserve import InferInput, InferRequest, InferenceRESTClient, RESTConfig
+
+    server, expected = served
+
+    async def calls():
+        client = InferenceRESTClient(RESTConfig(protocol="v2", timeout=30))
+        try:
+            assert await client.is_server_live(server.url)
+            assert await client.is_server_ready(server.url)
+            assert await client.is_model_ready(server.url, "ranker_a")
+            metadata = server.request("GET", "/v2/models/ranker_a")[1]
+            scores = []
+            for tensors in extract(binary, demo / "ranker_a", demo / "store.jsonl", BODIES):
+                inputs = []
+                for name, array in v2_inputs(metadata, tensors).items():
+                    one = InferInput(name, list(array.shape), "FP32" if array.dtype == np.float32 else "INT64")
+                    one.set_data_from_numpy(array, binary_data=False)
+                    inputs.append(one)
+                reply = await client.infer(server.url, InferRequest(model_name="ranker_a", infer_inputs=inputs),
+                                           model_name="ranker_a")
+                scores.append(reply.outputs[0].as_numpy().tolist())
+            return scores
+        finally:
+            await client.close()
+
+    got = asyncio.run(calls())
+    for g, want in zip(got, expected):
+        assert g == pytest.approx(want, rel=1e-6, abs=1e-7)
