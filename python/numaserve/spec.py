@@ -139,10 +139,16 @@ def _one_of(node, file, field, names):
     raise _bad(file, node, field, "want one of " + ", ".join(names))
 
 
-def _number(node, file, field):
+def _number(node, file, field, infinity_allowed=False):
+    """The service's number(): NaN never (it would make every value it
+    touches NaN), an infinity only where allowed (an open clip bound)."""
     value = node.number()
     if value is None:
         raise _bad(file, node, field, "want a number")
+    if math.isnan(value):
+        raise _bad(file, node, field, "want a number, not NaN")
+    if math.isinf(value) and not infinity_allowed:
+        raise _bad(file, node, field, "want a finite number")
     return value
 
 
@@ -201,11 +207,8 @@ def _parse_numeric(node, file, field, f):
     if clip:
         if not clip.is_sequence() or clip.size() != 2:
             raise _bad(file, clip, field + ".clip", "want [low, high]")
-        low, high = clip[0].number(), clip[1].number()
-        if low is None:
-            raise _bad(file, clip[0], field + ".clip", "want a number")
-        if high is None:
-            raise _bad(file, clip[1], field + ".clip", "want a number")
+        low = _number(clip[0], file, field + ".clip", infinity_allowed=True)
+        high = _number(clip[1], file, field + ".clip", infinity_allowed=True)
         if low > high:
             raise _bad(file, clip, field + ".clip", "low is above high")
         f.clip = (low, high)

@@ -1,6 +1,7 @@
 #include "features/model_spec.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "numaserve/common/yaml_file.h"
@@ -23,9 +24,16 @@ Result<T> one_of(const YamlNode& node, const std::string& file, const std::strin
   return tl::unexpected(bad(file, node, field, "want one of " + allowed));
 }
 
-Result<double> number(const YamlNode& node, const std::string& file, const std::string& field) {
-  if (const auto value = node.number()) return *value;
-  return tl::unexpected(bad(file, node, field, "want a number"));
+// A NaN in model.yaml (.nan) would make every value it touches NaN, and the
+// model's scores with it, silently; an infinity only makes sense as an open
+// clip bound (clip: [-.inf, 10]).
+Result<double> number(const YamlNode& node, const std::string& file, const std::string& field,
+                      bool infinity_allowed = false) {
+  const auto value = node.number();
+  if (!value) return tl::unexpected(bad(file, node, field, "want a number"));
+  if (std::isnan(*value)) return tl::unexpected(bad(file, node, field, "want a number, not NaN"));
+  if (std::isinf(*value) && !infinity_allowed) return tl::unexpected(bad(file, node, field, "want a finite number"));
+  return *value;
 }
 
 Result<FeatureValue> default_for(const YamlNode& node, Kind kind, const std::string& file,
@@ -80,8 +88,8 @@ Status parse_numeric(const YamlNode& node, const std::string& file, const std::s
     if (!clip.is_sequence() || clip.size() != 2) {
       return tl::unexpected(bad(file, clip, field + ".clip", "want [low, high]"));
     }
-    auto low = number(clip[0], file, field + ".clip");
-    auto high = number(clip[1], file, field + ".clip");
+    auto low = number(clip[0], file, field + ".clip", /*infinity_allowed=*/true);
+    auto high = number(clip[1], file, field + ".clip", /*infinity_allowed=*/true);
     if (!low || !high) return tl::unexpected(low ? high.error() : low.error());
     if (*low > *high) return tl::unexpected(bad(file, clip, field + ".clip", "low is above high"));
     f.clip_low = *low;

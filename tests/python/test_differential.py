@@ -411,7 +411,6 @@ features:
   - {name: id, source: item, kind: numeric}
   - {name: tag, source: item, kind: id, table: t}
   - {name: edge, source: item, kind: numeric, transform: standardize, mean: +.5, std: 2., clip: [-1e-400, .Inf], default: 1E2}
-  - {name: nan_clip, source: context, kind: numeric, clip: [.nan, 1], default: -5}
   - {name: quoted, source: user, kind: numeric, transform: standardize, mean: "1e-3", std: '3', default: "7"}
 """,
     "ids": """name: ids
@@ -438,9 +437,7 @@ tables: {t: 5}
 features:
   - {name: a, source: item, kind: numeric, transform: log1p, default: -1}
   - {name: b, source: user, kind: id, table: t, default: 7}
-  - {name: c, source: context, kind: numeric, default: .inf}
-  - {name: d, source: context, kind: numeric, default: -.inf}
-  - {name: e, source: context, kind: numeric, default: .nan}
+  - {name: c, source: context, kind: numeric, transform: log1p, default: -2}
 """,
 }
 STORELESS = {"bad_default"}
@@ -520,6 +517,12 @@ BAD_MODELS = {
     "clip_one": GOOD + "  - {name: x, source: item, kind: numeric, clip: [1]}\n",
     "clip_text": GOOD + "  - {name: x, source: item, kind: numeric, clip: [a, b]}\n",
     "clip_order": GOOD + "  - {name: x, source: item, kind: numeric, clip: [2, 1]}\n",
+    "clip_nan": GOOD + "  - {name: x, source: item, kind: numeric, clip: [.nan, 1]}\n",
+    "clip_nan_high": GOOD + "  - {name: x, source: item, kind: numeric, clip: [0, .NAN]}\n",
+    "mean_inf": GOOD + "  - {name: x, source: item, kind: numeric, mean: -.inf}\n",
+    "std_inf": GOOD + "  - {name: x, source: item, kind: numeric, transform: standardize, std: .inf}\n",
+    "default_nan": GOOD + "  - {name: x, source: item, kind: numeric, default: .nan}\n",
+    "default_inf": GOOD + "  - {name: x, source: item, kind: numeric, default: .Inf}\n",
     "no_table": GOOD + "  - {name: x, source: item, kind: id}\n",
     "unknown_table": GOOD + "  - {name: x, source: item, kind: id_list, table: brand}\n",
     "max_len_id": GOOD + "  - {name: x, source: item, kind: id, table: tag, max_len: 2}\n",

@@ -46,11 +46,19 @@ TEST(ModelSpec, ErrorsNameLineAndField) {
            {"  - {name: a, source: item, kind: numeric}\n  - {name: a, source: item, kind: numeric}\n",
             "model.yaml line 6: features[1].name: 'a' is declared twice for source item"},
            {"  - {name: a, source: item, kind: numeric, default: lots}\n", "features[0].default: want a number"},
+           // A NaN anywhere, an infinity but as a clip bound: every value would be NaN or infinite.
+           {"  - {name: a, source: item, kind: numeric, clip: [.nan, 1]}\n", "features[0].clip: want a number, not NaN"},
+           {"  - {name: a, source: item, kind: numeric, mean: .inf}\n", "features[0].mean: want a finite number"},
+           {"  - {name: a, source: item, kind: numeric, default: .NaN}\n", "features[0].default: want a number, not NaN"},
+           {"  - {name: a, source: item, kind: id_list, table: t, max_len: .nan}\n", "features[0].max_len: want a whole number >= 1"},
        }) {
     auto spec = parse(head + c.features);
     ASSERT_FALSE(spec.has_value()) << c.features;
     EXPECT_NE(spec.error().message.find(c.expected), std::string::npos) << spec.error().message;
   }
+  const auto open = parse(head + "  - {name: a, source: item, kind: numeric, clip: [-.inf, 10]}\n");
+  ASSERT_TRUE(open.has_value()) << open.error().message;
+  EXPECT_EQ(open->features[0].clip_high, 10.0);
   EXPECT_FALSE(parse("name: m\nfeatures: []\n").has_value());
   EXPECT_NE(parse("version: 1\n").error().message.find("name: required"), std::string::npos);
   EXPECT_NE(parse("name: m\nversion: 1\nfeatures: [\n").error().message.find("model.yaml line"), std::string::npos);
