@@ -165,9 +165,9 @@ def serve_and_compare(binary, model_dir, store_path, spec, store, model, held_ou
             scores = server.predict(dict(request, model=spec.name))["scores"]
             with torch.no_grad():
                 expected = model(*spec.extract(request, store)).tolist()
-            worst = max([worst] + [abs(a - b) for a, b in zip(scores, expected)])
             if len(scores) != len(expected):
                 raise AssertionError(f"{len(scores)} scores served for {len(expected)} items")
+            worst = max([worst] + [abs(a - b) for a, b in zip(scores, expected)])
             served += scores
             labels += body["labels"]
     return worst, served, labels

@@ -20,8 +20,9 @@ Also: spec.extract_rows(user, context, items, store) for training rows
 without /predict's limits, numaserve.collate(batches) to join batches as
 the service's batcher does, numaserve.RequestDataset over JSON Lines of
 requests with labels, numaserve.LocalServer(model_dir, feature_store) to
-serve an exported directory on loopback and compare its scores. Refusals raise RequestError (SpecError, StoreError
-for model.yaml and the store) with the service's .field and .message.
+serve an exported directory on loopback and compare its scores. Refusals
+raise RequestError (SpecError, StoreError for model.yaml and the store)
+with the service's .field and .message.
 """
 import importlib
 
