@@ -18,6 +18,7 @@
 #include <chrono>
 #include <functional>
 #include <iostream>
+#include <random>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -77,64 +78,169 @@ struct ForwardOptions {
   double seconds = 10, warmup = 2;
   double rate = 0;  // calls/s, each due at its time (the thread sleeps between); 0: back to back
   bool with_extraction = false;
+  std::string graph_optimizations = "on";  // on, off, or both side by side
+  bool roofline = false;
+};
+
+// The Fortran BLAS entry point, from the library the alternatives system
+// names for libblas.so.3 — the one LibTorch itself calls.
+using SgemmFn = void (*)(const char*, const char*, const int*, const int*, const int*, const float*, const float*,
+                         const int*, const float*, const int*, const float*, float*, const int*);
+
+// GFLOP/s of n x n sgemm calls for `seconds` on the calling thread; 0
+// without a BLAS.
+double sgemm_gflops(int n, double seconds, std::size_t* calls_out = nullptr) {
+  void* blas = dlopen("libblas.so.3", RTLD_NOW);
+  auto sgemm = blas ? reinterpret_cast<SgemmFn>(dlsym(blas, "sgemm_")) : nullptr;
+  if (sgemm == nullptr) return 0;
+  std::vector<float> a(static_cast<std::size_t>(n) * n, 0.5f), b(a.size(), 0.25f), c(a.size());
+  const float alpha = 1, beta = 0;
+  std::size_t calls = 0;
+  const auto start = Clock::now();
+  const auto end = start + numaserve::to_duration(seconds);
+  while (Clock::now() < end) {
+    sgemm("N", "N", &n, &n, &n, &alpha, a.data(), &n, b.data(), &n, &beta, c.data(), &n);
+    ++calls;
+  }
+  const double took = std::chrono::duration<double>(Clock::now() - start).count();
+  if (calls_out != nullptr) *calls_out = calls;
+  return 2.0 * n * n * static_cast<double>(n) * static_cast<double>(calls) / took / 1e9;
+}
+
+// Bytes/s of summing 128-byte rows read at random from 512 MiB, as
+// embedding bags read their tables (rows independent, so many misses are in
+// flight at once): the memory side of the roofline.
+double gather_bytes_per_s(double seconds) {
+  constexpr std::size_t kRow = 32;  // floats: 128 bytes
+  const std::size_t rows = (512u << 20) / (kRow * sizeof(float));
+  std::vector<float> table(rows * kRow, 1.f);
+  std::mt19937_64 rng(5);
+  std::vector<std::uint32_t> order(1 << 20);
+  for (auto& i : order) i = static_cast<std::uint32_t>(rng() % rows);
+  float sum[kRow] = {};
+  std::size_t gathered = 0;
+  const auto start = Clock::now();
+  while (Clock::now() - start < numaserve::to_duration(seconds)) {
+    for (const auto i : order) {
+      const float* row = table.data() + static_cast<std::size_t>(i) * kRow;
+      for (std::size_t d = 0; d < kRow; ++d) sum[d] += row[d];
+    }
+    gathered += order.size();
+  }
+  const double took = std::chrono::duration<double>(Clock::now() - start).count();
+  volatile float keep = sum[0];  // the sums are the point of the loop: keep them
+  (void)keep;
+  return static_cast<double>(gathered * kRow * sizeof(float)) / took;
+}
+
+// One side of `forward`: a model loaded with or without graph rewrites, and
+// what its calls measured.
+struct ForwardSide {
+  bool optimized = true;
+  std::unique_ptr<numaserve::model::TorchModel> model;
+  std::vector<double> ms;
+  double seconds = 0;
 };
 
 int run_forward(const ForwardOptions& o) {
-  auto model = numaserve::model::TorchModel::load(o.model_dir);
-  if (!model) return fail(model.error().message);
+  std::vector<ForwardSide> sides;
+  for (bool optimized : {true, false}) {
+    if (o.graph_optimizations != "both" && (o.graph_optimizations == "on") != optimized) continue;
+    auto model = numaserve::model::TorchModel::load(o.model_dir, {optimized});
+    if (!model) return fail(model.error().message);
+    sides.push_back({optimized, std::move(*model), {}, 0});
+  }
+  const auto& spec = sides.front().model->spec();
   auto store = numaserve::feature_store::Entities::load(o.store);
   if (!store) return fail(store.error().message);
   auto set = numaserve::bench::make_requests(o.store, 64, o.items, 1);
   if (!set) return fail(set.error().message);
   std::vector<numaserve::features::Batch> batches;
-  for (const auto& r : set->requests) batches.push_back(*numaserve::feature_store::extract((*model)->spec(), r, **store));
+  for (const auto& r : set->requests) batches.push_back(*numaserve::feature_store::extract(spec, r, **store));
 
   return print(on_pinned_thread(o.cpus, [&]() -> json {
     numaserve::model::set_intra_op_threads(o.threads);
-    std::vector<double> ms;
-    std::size_t calls = 0;
-    const auto start = Clock::now();
-    const auto measure = start + numaserve::to_duration(o.warmup);
-    const auto end = measure + numaserve::to_duration(o.seconds);
-    const auto interval = o.rate > 0 ? numaserve::to_duration(1 / o.rate)
-                                     : Clock::duration{};
-    for (std::size_t i = 0;; ++i) {
-      // Paced, a call's latency counts from when it was due, as a server's
-      // does from when its request came: the thread's wake-up included.
-      auto t0 = Clock::now();
-      if (o.rate > 0) {
-        t0 = start + interval * static_cast<long>(i);
-        std::this_thread::sleep_until(t0);
+    // Calls of `side` for `seconds` after `warmup`, their latencies kept.
+    auto measure = [&](ForwardSide& side, double warmup, double seconds) {
+      const auto start = Clock::now();
+      const auto from = start + numaserve::to_duration(warmup);
+      const auto end = from + numaserve::to_duration(seconds);
+      const auto interval = o.rate > 0 ? numaserve::to_duration(1 / o.rate) : Clock::duration{};
+      for (std::size_t i = 0;; ++i) {
+        // Paced, a call's latency counts from when it was due, as a server's
+        // does from when its request came: the thread's wake-up included.
+        auto t0 = Clock::now();
+        if (o.rate > 0) {
+          t0 = start + interval * static_cast<long>(i);
+          std::this_thread::sleep_until(t0);
+        }
+        if (t0 >= end) break;
+        if (o.with_extraction) {
+          const auto& request = set->requests[i % set->requests.size()];
+          auto batch = numaserve::feature_store::extract(spec, request, **store);
+          (void)side.model->forward(*batch);
+        } else {
+          (void)side.model->forward(batches[i % batches.size()]);
+        }
+        const auto t1 = Clock::now();
+        if (t0 >= from) side.ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
       }
-      if (t0 >= end) break;
-      if (o.with_extraction) {
-        const auto& request = set->requests[i % set->requests.size()];
-        auto batch = numaserve::feature_store::extract((*model)->spec(), request, **store);
-        (void)(*model)->forward(*batch);
-      } else {
-        (void)(*model)->forward(batches[i % batches.size()]);
-      }
-      const auto t1 = Clock::now();
-      if (t0 >= measure) {
-        ++calls;
-        ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-      }
+      side.seconds += seconds;
+    };
+    // Side by side: alternating rounds, so drift on a noisy machine falls on both.
+    const int rounds = sides.size() > 1 ? 5 : 1;
+    for (auto& side : sides) measure(side, o.warmup, 0);
+    for (int r = 0; r < rounds; ++r) {
+      for (auto& side : sides) measure(side, 0, o.seconds / rounds);
     }
-    std::sort(ms.begin(), ms.end());
-    const double seconds = o.seconds;
-    return {{"what", o.with_extraction ? "extract+forward" : "forward"},
-           {"rate", o.rate},
-           {"model", (*model)->spec().name},
-           {"cpus", o.cpus},
-           {"intra_op_threads", o.threads},
-           {"items_per_call", o.items},
-           {"calls", calls},
-           {"seconds", seconds},
-           {"calls_per_s", static_cast<double>(calls) / seconds},
-           {"items_per_s", static_cast<double>(calls * o.items) / seconds},
-           {"p50_ms", ms.empty() ? 0 : ms[ms.size() / 2]},
-           {"p99_ms", ms.empty() ? 0 : ms[std::min(ms.size() - 1, ms.size() * 99 / 100)]},
-           {"runtime", numaserve::model::runtime_summary()}};
+    json roofline = nullptr;
+    double roofline_items_per_s = 0;
+    if (o.roofline) {
+      std::size_t calls = 0;
+      const double gflops = sgemm_gflops(1024, 1, &calls);
+      const double gather = gather_bytes_per_s(1);
+      auto work = sides.front().model->workload(batches.front());
+      if (!work) return {{"error", work.error().message}};
+      const double seconds = 2 * work->multiply_adds / (gflops * 1e9) + work->gathered_bytes / gather;
+      roofline_items_per_s = static_cast<double>(o.items) / seconds;
+      roofline = {{"sgemm_gflops", gflops},
+                  {"gather_gb_per_s", gather / 1e9},
+                  {"multiply_adds_per_call", work->multiply_adds},
+                  {"gathered_bytes_per_call", work->gathered_bytes},
+                  {"compute_us", 2e6 * work->multiply_adds / (gflops * 1e9)},
+                  {"memory_us", 1e6 * work->gathered_bytes / gather},
+                  {"items_per_s", roofline_items_per_s}};
+    }
+    auto stats = [&](ForwardSide& side) {
+      std::sort(side.ms.begin(), side.ms.end());
+      const auto& ms = side.ms;
+      const double items_per_s = static_cast<double>(ms.size() * o.items) / side.seconds;
+      json out = {{"graph_optimizations", side.optimized ? "on" : "off"},
+                  {"graph", side.model->graph_report().state},
+                  {"calls", ms.size()},
+                  {"seconds", side.seconds},
+                  {"calls_per_s", static_cast<double>(ms.size()) / side.seconds},
+                  {"items_per_s", items_per_s},
+                  {"p50_ms", ms.empty() ? 0 : ms[ms.size() / 2]},
+                  {"p99_ms", ms.empty() ? 0 : ms[std::min(ms.size() - 1, ms.size() * 99 / 100)]}};
+      if (roofline_items_per_s > 0) out["of_roofline"] = items_per_s / roofline_items_per_s;
+      return out;
+    };
+    json out = stats(sides.front());
+    out.update(json{{"what", o.with_extraction ? "extract+forward" : "forward"},
+                    {"rate", o.rate},
+                    {"model", spec.name},
+                    {"cpus", o.cpus},
+                    {"intra_op_threads", o.threads},
+                    {"items_per_call", o.items},
+                    {"kernels", numaserve::model::kernel_isa()},
+                    {"runtime", numaserve::model::runtime_summary()}});
+    if (!roofline.is_null()) out["roofline"] = roofline;
+    if (sides.size() > 1) {
+      out["off"] = stats(sides.back());
+      out["speedup"] = out["items_per_s"].get<double>() / out["off"]["items_per_s"].get<double>();
+    }
+    return out;
   }));
 }
 
@@ -144,29 +250,13 @@ struct SgemmOptions {
   double seconds = 5;
 };
 
-// The Fortran BLAS entry point, from the library the alternatives system
-// names for libblas.so.3 — the one LibTorch itself calls.
-using SgemmFn = void (*)(const char*, const char*, const int*, const int*, const int*, const float*, const float*,
-                         const int*, const float*, const int*, const float*, float*, const int*);
-
 int run_sgemm(const SgemmOptions& o) {
-  void* blas = dlopen("libblas.so.3", RTLD_NOW);
-  auto sgemm = blas ? reinterpret_cast<SgemmFn>(dlsym(blas, "sgemm_")) : nullptr;
-  if (sgemm == nullptr) return fail("cannot find sgemm_ in libblas.so.3");
   return print(on_pinned_thread(o.cpus, [&]() -> json {
-    const int n = o.size;
-    std::vector<float> a(static_cast<std::size_t>(n) * n, 0.5f), b(a.size(), 0.25f), c(a.size());
-    const float alpha = 1, beta = 0;
     std::size_t calls = 0;
-    const auto start = Clock::now();
-    const auto end = start + numaserve::to_duration(o.seconds);
-    while (Clock::now() < end) {
-      sgemm("N", "N", &n, &n, &n, &alpha, a.data(), &n, b.data(), &n, &beta, c.data(), &n);
-      ++calls;
-    }
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    return {{"what", "sgemm"}, {"cpus", o.cpus}, {"size", n}, {"calls", calls}, {"seconds", seconds},
-            {"gflops", 2.0 * n * n * static_cast<double>(n) * static_cast<double>(calls) / seconds / 1e9}};
+    const double gflops = sgemm_gflops(o.size, o.seconds, &calls);
+    if (gflops == 0) return {{"error", "cannot find sgemm_ in libblas.so.3"}};
+    return {{"what", "sgemm"}, {"cpus", o.cpus}, {"size", o.size}, {"calls", calls}, {"seconds", o.seconds},
+            {"gflops", gflops}};
   }));
 }
 
@@ -310,6 +400,12 @@ int main(int argc, char** argv) {
   forward->add_option("--seconds", f.seconds)->capture_default_str();
   forward->add_option("--warmup", f.warmup)->capture_default_str();
   forward->add_flag("--with-extraction", f.with_extraction, "Extract features from the store on each call too");
+  forward->add_option("--graph-optimizations", f.graph_optimizations,
+                      "on, off (as serve's option), or both side by side in alternating rounds")
+      ->check(CLI::IsMember({"on", "off", "both"}))
+      ->capture_default_str();
+  forward->add_flag("--roofline", f.roofline,
+                    "Also measure sgemm GFLOP/s and random-gather bandwidth here and report the model's roofline");
   forward->add_option("--rate", f.rate, "Calls per second, each at its due time (latency from then); 0: back to back")
       ->capture_default_str();
 

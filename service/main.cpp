@@ -60,9 +60,19 @@ int extract(const numaserve::api::ExtractConfig& config) {
   return 0;
 }
 
+// "dot_interaction: 1 applied; embedding_bags: ..." and, indented, each site.
+std::string graph_lines(const numaserve::api::GraphReport& report) {
+  std::string out = "  graph optimizations: " + report.state + (report.reason.empty() ? "" : " (" + report.reason + ")") + "\n";
+  for (const auto& rewrite : report.rewrites) {
+    for (const auto& line : rewrite.applied) out += "    " + rewrite.name + ": " + line + "\n";
+    for (const auto& line : rewrite.not_applied) out += "    " + rewrite.name + " not applied: " + line + "\n";
+  }
+  return out;
+}
+
 // Exit 0: servable; 1: what is wrong, naming the file and field.
-int check_model(const std::string& dir) {
-  const auto checked = numaserve::model::check_model(dir);
+int check_model(const std::string& dir, bool graph_optimizations) {
+  const auto checked = numaserve::model::check_model(dir, {graph_optimizations});
   if (!checked) {
     const auto& e = checked.error();
     const bool named = e.field.empty() || e.message.find(e.field) != std::string::npos;
@@ -73,7 +83,8 @@ int check_model(const std::string& dir) {
   std::cout << dir << ": " << checked->name << " version " << checked->version << " is servable\n"
             << "  " << checked->signature << "; " << checked->rows << " default rows scored, all finite\n"
             << "  weights " << mib(checked->weight_bytes) << ", resident after loading and one forward "
-            << mib(checked->resident_bytes) << " (each replica holds one copy; its memory request must cover it)\n";
+            << mib(checked->resident_bytes) << " (each replica holds one copy; its memory request must cover it)\n"
+            << graph_lines(checked->graph);
   return 0;
 }
 
@@ -81,8 +92,9 @@ int check_model(const std::string& dir) {
 int serve(const numaserve::serve::ServeOptions& options) {
   namespace model = numaserve::model;
   numaserve::startup::Runtime runtime;
-  runtime.load = [](const std::filesystem::path& dir) -> numaserve::Result<std::unique_ptr<numaserve::api::Model>> {
-    auto loaded = model::TorchModel::load(dir);
+  const model::LoadOptions load{options.graph_optimizations};
+  runtime.load = [load](const std::filesystem::path& dir) -> numaserve::Result<std::unique_ptr<numaserve::api::Model>> {
+    auto loaded = model::TorchModel::load(dir, load);
     if (!loaded) return tl::unexpected(loaded.error());
     return std::unique_ptr<numaserve::api::Model>(std::move(*loaded));
   };
@@ -104,6 +116,8 @@ struct Cli {
   numaserve::feature_store::LoadConfig load;
   numaserve::OptionTable load_table{numaserve::feature_store::load_options(load)};
   std::string check_dir;
+  bool check_graph_optimizations = true;
+  numaserve::OptionTable check_table{numaserve::serve::check_model_options(check_graph_optimizations)};
   numaserve::api::ExtractConfig extract;
   numaserve::OptionTable extract_table{numaserve::api::extract_options(extract)};
   CLI::App* serve_cmd = app.add_subcommand("serve", "Serve models over HTTP: POST /predict, KServe v2, /placement, /metrics");
@@ -129,6 +143,7 @@ struct Cli {
     load_table.add_to(*load_cmd);
     extract_table.add_to(*extract_cmd);
     check_cmd->add_option("dir", check_dir, "A model directory: model.pt and model.yaml")->required();
+    check_table.add_to(*check_cmd);
   }
 
   void print_options() const {
@@ -136,7 +151,8 @@ struct Cli {
               << demo_table.markdown() << "\n`numaserve health`:\n\n"
               << health_table.markdown() << "\n`numaserve feature-store load FILE`:\n\n"
               << load_table.markdown() << "\n`numaserve extract`:\n\n"
-              << extract_table.markdown();
+              << extract_table.markdown() << "\n`numaserve check-model DIR`:\n\n"
+              << check_table.markdown();
   }
 
   numaserve::OptionTable& parsed_table() {
@@ -144,6 +160,7 @@ struct Cli {
            : demo_cmd->parsed()    ? demo_table
            : load_cmd->parsed()    ? load_table
            : extract_cmd->parsed() ? extract_table
+           : check_cmd->parsed()   ? check_table
                                    : health_table;
   }
 };
@@ -164,11 +181,11 @@ int main(int argc, char** argv) {
     cli.print_options();
     return 0;
   }
-  if (cli.check_cmd->parsed()) return check_model(cli.check_dir);  // no options of its own
   if (auto applied = cli.parsed_table().apply(); !applied) {
     std::cerr << kProgram << ": " << applied.error().message << "\n";
     return 2;
   }
+  if (cli.check_cmd->parsed()) return check_model(cli.check_dir, cli.check_graph_optimizations);
   if (cli.health_cmd->parsed()) return health(cli.probe);
   if (cli.demo_cmd->parsed()) return make_demo_models(cli.demo_dir, cli.demo);
   if (cli.load_cmd->parsed()) return load_feature_store(cli.load);

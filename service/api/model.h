@@ -5,6 +5,7 @@
 // status codes, readiness and the handlers are tested without torch.
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "features/extract.h"
@@ -13,6 +14,24 @@
 #include "numaserve/common/result.h"
 
 namespace numaserve::api {
+
+// What the load did to a model's graph (service/model/graph.cpp): each
+// rewrite, where it applied and why each candidate it left alone did not
+// match, so a user whose model was not sped up can see why.
+struct GraphRewrite {
+  std::string name;                      // "dot_interaction", "embedding_bags"
+  std::vector<std::string> applied;      // one line per site rewritten
+  std::vector<std::string> not_applied;  // one line per candidate left alone, with the reason
+};
+struct GraphReport {
+  // "off" (--graph-optimizations off), "optimized" (at least one rewrite
+  // runs), "unchanged" (nothing matched: the model runs as written) or
+  // "failed" (the rewritten graph could not be made or did not match the
+  // original's scores: the model runs as written; `reason` says why).
+  std::string state = "off";
+  std::string reason;
+  std::vector<GraphRewrite> rewrites;
+};
 
 class Model {
  public:
@@ -26,6 +45,7 @@ class Model {
   // Where the weights live, for the page-locality report.
   virtual std::vector<numa::MemoryRange> weights() const = 0;
   virtual std::size_t weight_bytes() const = 0;
+  virtual GraphReport graph_report() const = 0;
 };
 
 }  // namespace numaserve::api

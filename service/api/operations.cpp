@@ -109,7 +109,13 @@ std::string Service::placement_json() const {
   }
   json models = json::array();
   for (const auto& m : models_) {
-    json entry = {{"name", m->spec().name}, {"version", m->spec().version}, {"weight_bytes", m->weight_bytes()}};
+    const auto graph = m->graph_report();
+    json rewrites = json::array();
+    for (const auto& r : graph.rewrites) rewrites.push_back({{"name", r.name}, {"applied", r.applied}, {"not_applied", r.not_applied}});
+    json entry = {{"name", m->spec().name},
+                  {"version", m->spec().version},
+                  {"weight_bytes", m->weight_bytes()},
+                  {"graph_optimizations", {{"state", graph.state}, {"reason", graph.reason}, {"rewrites", rewrites}}}};
     if (auto pages = numa::locate_pages(m->weights())) {
       entry["pages_per_node"] = pages_json(pages->pages_per_node);
       entry["pages_not_resident"] = pages->not_resident;

@@ -1,18 +1,23 @@
-// The only place (with demo_models.cpp) that includes LibTorch.
+// The only place (with demo_models.cpp and graph.cpp) that includes LibTorch.
 #include "model/model.h"
 
 #include <torch/script.h>
 
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 #include <torch/version.h>
 
 #include <unistd.h>
 
+#include <array>
+#include <cmath>
 #include <fstream>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "model/graph.h"
 #include "numaserve/common/text_file.h"
 
 namespace numaserve::model {
@@ -110,15 +115,75 @@ constexpr const char* kForward = "(dense: Tensor, indices: List[Tensor], offsets
 }  // namespace
 
 struct TorchModel::Impl {
-  torch::jit::Module module;
+  torch::jit::Module module;                    // as written; its parameters are the weights
+  std::optional<torch::jit::Module> optimized;  // sharing them, when a rewrite applied and checked out
+  api::GraphReport report;
+
+  const torch::jit::Module& running() const { return optimized ? *optimized : module; }
 };
+
+namespace {
+
+Result<at::Tensor> run(const torch::jit::Module& m, const features::Batch& batch, const std::string& what) {
+  try {
+    c10::InferenceMode inference;
+    torch::jit::Module module = m;  // a handle: shares the weights
+    return module.forward(inputs_of(batch)).toTensor();
+  } catch (const std::exception& e) {
+    return tl::unexpected(torch_error(what, e));
+  }
+}
+
+// The largest difference of two score tensors in units of kScoreTolerance's
+// bound (relative, absolute below 1): at most 1 passes.
+double score_distance(const at::Tensor& a, const at::Tensor& b) {
+  const at::Tensor x = a.to(torch::kDouble).reshape({-1}), y = b.to(torch::kDouble).reshape({-1});
+  if (x.numel() != y.numel()) return INFINITY;
+  if (x.numel() == 0) return 0;
+  const at::Tensor scale = at::clamp_min(at::maximum(x.abs(), y.abs()), 1.0) * kScoreTolerance;
+  const at::Tensor distance = ((x - y).abs() / scale).nan_to_num(INFINITY, INFINITY, INFINITY);
+  // Both NaN (or both the same infinity) is equal.
+  const at::Tensor same = (x == y) | (at::isnan(x) & at::isnan(y));
+  return at::where(same, at::zeros_like(distance), distance).max().item<double>();
+}
+
+// Optimizes `module`, and keeps the result only if its forward gives the
+// original's scores on random rows of several sizes.
+Optimized optimize_checked(const torch::jit::Module& module, const features::ModelSpec& spec) {
+  Optimized optimized = optimize(module);
+  if (!optimized.module) return optimized;
+  std::uint64_t seed = 1;
+  for (std::size_t rows : {1, 7, 64}) {
+    const features::Batch batch = random_rows(spec, rows, seed++);
+    auto want = run(module, batch, "forward");
+    // A model whose own forward fails on random rows cannot be checked: it
+    // runs as written, and fails (or not) per request as before.
+    auto got = want ? run(*optimized.module, batch, "optimized forward") : want;
+    const double distance = want && got ? score_distance(*want, *got) : INFINITY;
+    if (!(distance <= 1)) {
+      auto& report = optimized.report;
+      report.state = "failed";
+      report.reason = !want ? "the model's forward failed on random rows (" + want.error().message + ")"
+                      : !got ? got.error().message
+                             : "the optimized forward's scores differed from the original's by " +
+                                   std::to_string(distance * kScoreTolerance) + " on " + std::to_string(rows) +
+                                   " random rows";
+      report.reason += "; running as written";
+      optimized.module.reset();
+      return optimized;
+    }
+  }
+  return optimized;
+}
+
+}  // namespace
 
 TorchModel::TorchModel(std::filesystem::path dir, features::ModelSpec spec, std::unique_ptr<Impl> impl)
     : dir_(std::move(dir)), spec_(std::move(spec)), impl_(std::move(impl)) {}
 
 TorchModel::~TorchModel() = default;
 
-Result<std::unique_ptr<TorchModel>> TorchModel::load(const std::filesystem::path& dir) {
+Result<std::unique_ptr<TorchModel>> TorchModel::load(const std::filesystem::path& dir, const LoadOptions& options) {
   const auto yaml_path = dir / "model.yaml";
   auto yaml = read_text_file(yaml_path);
   if (!yaml) return tl::unexpected(yaml.error());
@@ -150,24 +215,147 @@ Result<std::unique_ptr<TorchModel>> TorchModel::load(const std::filesystem::path
                         "tables." + table);
     }
   }
+  if (options.graph_optimizations) {
+    Optimized optimized = optimize_checked(impl->module, *spec);
+    impl->optimized = std::move(optimized.module);
+    impl->report = std::move(optimized.report);
+  }
   return std::unique_ptr<TorchModel>(new TorchModel(dir, std::move(*spec), std::move(impl)));
 }
 
-Result<std::vector<float>> TorchModel::forward(const features::Batch& batch) const {
+namespace {
+
+Result<std::vector<float>> scores_of(const torch::jit::Module& module, const features::Batch& batch, const std::string& name) {
+  auto out = run(module, batch, name + ": forward failed");
+  if (!out) return tl::unexpected(out.error());
   const auto rows = static_cast<std::int64_t>(batch.rows);
   try {
-    c10::InferenceMode inference;
-    torch::jit::Module module = impl_->module;  // a handle: shares the weights
-    const at::Tensor out = module.forward(inputs_of(batch)).toTensor().to(torch::kFloat).reshape({-1}).contiguous();
-    if (out.numel() != rows) {
-      return make_error(Error::Code::kInternal, spec_.name + ": forward returned " + std::to_string(out.numel()) +
+    const at::Tensor scores = out->to(torch::kFloat).reshape({-1}).contiguous();
+    if (scores.numel() != rows) {
+      return make_error(Error::Code::kInternal, name + ": forward returned " + std::to_string(scores.numel()) +
                                                     " scores for " + std::to_string(rows) + " rows");
     }
-    const float* data = out.data_ptr<float>();
+    const float* data = scores.data_ptr<float>();
     return std::vector<float>(data, data + rows);
   } catch (const std::exception& e) {
-    return tl::unexpected(torch_error(spec_.name + ": forward failed", e));
+    return tl::unexpected(torch_error(name + ": forward failed", e));
   }
+}
+
+}  // namespace
+
+Result<std::vector<float>> TorchModel::forward(const features::Batch& batch) const {
+  return scores_of(impl_->running(), batch, spec_.name);
+}
+
+Result<std::vector<float>> TorchModel::forward_as_written(const features::Batch& batch) const {
+  return scores_of(impl_->module, batch, spec_.name);
+}
+
+api::GraphReport TorchModel::graph_report() const { return impl_->report; }
+
+namespace {
+
+// RecordFunction takes plain function pointers: the count in progress is
+// the calling thread's.
+thread_local TorchModel::Workload* counting = nullptr;
+thread_local int counted_depth = 0;  // inside a counted op, its own inner ops are not counted again
+
+struct Counted : at::ObserverContext {};
+
+double numel(const c10::IValue& v) { return v.isTensor() ? static_cast<double>(v.toTensor().numel()) : 0; }
+std::int64_t size(const c10::IValue& v, std::int64_t dim) {
+  if (!v.isTensor() || v.toTensor().dim() == 0) return 0;
+  const at::Tensor& t = v.toTensor();
+  return t.size(dim < 0 ? dim + t.dim() : dim);
+}
+
+// The work of one op from its inputs; false if it is not one that counts.
+bool count(std::string_view op, c10::ArrayRef<const c10::IValue> in, TorchModel::Workload& w) {
+  // LibTorch 1.13 hands a custom op's observers one value more than its
+  // arguments, in front (measured): its arguments are the last ones.
+  if (op.substr(0, 11) == "numaserve::") {
+    const std::size_t arity = op == "numaserve::dot_interaction" ? 3 : op == "numaserve::dot_interaction_flat" ? 2 : 6;
+    if (in.size() < arity) return false;
+    in = in.slice(in.size() - arity);
+  }
+  auto arg = [&in](std::size_t k) -> const c10::IValue& { return in[k]; };
+  if (op == "aten::linear" && in.size() >= 2) {
+    w.multiply_adds += numel(arg(0)) * static_cast<double>(size(arg(1), 0));
+  } else if ((op == "aten::addmm" && in.size() >= 3) || ((op == "aten::mm" || op == "aten::matmul") && in.size() >= 2)) {
+    const std::size_t a = op == "aten::addmm" ? 1 : 0;
+    w.multiply_adds += numel(arg(a)) * static_cast<double>(size(arg(a + 1), -1));
+  } else if (op == "aten::bmm" && in.size() >= 2) {
+    w.multiply_adds += numel(arg(0)) * static_cast<double>(size(arg(1), -1));
+  } else if ((op == "numaserve::dot_interaction" || op == "numaserve::dot_interaction_flat") && in.size() >= 2) {
+    w.multiply_adds += static_cast<double>(size(arg(0), 0) * size(arg(0), 2)) * numel(arg(1));
+  } else if (op == "aten::embedding_bag" && in.size() >= 2) {
+    w.gathered_bytes += numel(arg(1)) * static_cast<double>(size(arg(0), 1)) * sizeof(float);
+  } else if (op == "numaserve::embedding_bags" && in.size() >= 2 && arg(0).isTensorList() && arg(1).isTensorList()) {
+    const auto tables = arg(0).toTensorVector(), indices = arg(1).toTensorVector();
+    for (std::size_t k = 0; k < tables.size() && k < indices.size(); ++k) {
+      w.gathered_bytes += static_cast<double>(indices[k].numel() * tables[k].size(1)) * sizeof(float);
+    }
+  } else {
+    return false;
+  }
+  return true;
+}
+
+std::unique_ptr<at::ObserverContext> count_start(const at::RecordFunction& fn) {
+  if (counting == nullptr) return nullptr;
+  TorchModel::Workload inner;
+  if (!count(fn.name(), fn.inputs(), inner)) return nullptr;
+  if (counted_depth++ == 0) {
+    counting->multiply_adds += inner.multiply_adds;
+    counting->gathered_bytes += inner.gathered_bytes;
+  }
+  return std::make_unique<Counted>();
+}
+
+void count_end(const at::RecordFunction&, at::ObserverContext* counted) {
+  if (counted != nullptr) --counted_depth;
+}
+
+}  // namespace
+
+Result<TorchModel::Workload> TorchModel::workload(const features::Batch& batch) const {
+  Workload w;
+  counting = &w;
+  counted_depth = 0;
+  const auto handle = at::addThreadLocalCallback(at::RecordFunctionCallback(count_start, count_end).needsInputs(true));
+  auto ran = run(impl_->running(), batch, spec_.name + ": forward failed");
+  at::removeCallback(handle);
+  counting = nullptr;
+  if (!ran) return tl::unexpected(ran.error());
+  return w;
+}
+
+std::map<std::string, int> TorchModel::fused_ops() const {
+  return impl_->optimized ? model::fused_ops(*impl_->optimized) : std::map<std::string, int>{};
+}
+
+features::Batch random_rows(const features::ModelSpec& spec, std::size_t rows, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dense(0.f, 2.f);
+  features::Batch batch;
+  batch.rows = rows;
+  batch.dense_width = spec.dense_features().size();
+  for (std::size_t i = 0; i < rows * batch.dense_width; ++i) batch.dense.push_back(dense(rng));
+  for (const auto* feature : spec.sparse_features()) {
+    const auto table = spec.tables.find(feature->table);
+    const std::uint64_t table_rows = table == spec.tables.end() || table->second == 0 ? 1 : table->second;
+    const std::uint64_t longest = feature->kind == features::Kind::kId ? 1 : feature->max_len == 0 ? 100 : feature->max_len;
+    features::Bag bag;
+    for (std::size_t r = 0; r < rows; ++r) {
+      bag.offsets.push_back(static_cast<std::int64_t>(bag.indices.size()));
+      // The edges in turn: empty, one id, the longest, then any length.
+      const std::uint64_t length = std::array<std::uint64_t, 4>{0, 1, longest, rng() % (longest + 1)}[(r + seed) % 4];
+      for (std::uint64_t k = 0; k < length; ++k) bag.indices.push_back(static_cast<std::int64_t>(rng() % table_rows));
+    }
+    batch.bags.push_back(std::move(bag));
+  }
+  return batch;
 }
 
 Status TorchModel::warm_up(std::size_t rows, unsigned rounds) const {
@@ -188,16 +376,13 @@ Status TorchModel::check(std::size_t rows) const {
   }
   auto batch = default_rows(spec_, rows);
   if (!batch) return tl::unexpected(batch.error());
-  at::Tensor out;
-  try {
-    c10::InferenceMode inference;
-    torch::jit::Module module = impl_->module;
-    out = module.forward(inputs_of(*batch)).toTensor();
-  } catch (const std::exception& e) {
-    Error failed = torch_error(pt + ": forward failed on " + std::to_string(rows) + " default rows", e);
+  auto ran = run(impl_->running(), *batch, pt + ": forward failed on " + std::to_string(rows) + " default rows");
+  if (!ran) {
+    Error failed = ran.error();
     failed.field = "forward";
     return tl::unexpected(std::move(failed));
   }
+  const at::Tensor out = *ran;
   const auto n = static_cast<std::int64_t>(rows);
   if (!(out.dim() == 1 && out.size(0) == n) && !(out.dim() == 2 && out.size(0) == n && out.size(1) == 1)) {
     return make_error(Error::Code::kInvalidArgument,
@@ -215,15 +400,15 @@ Status TorchModel::check(std::size_t rows) const {
   return {};
 }
 
-Result<ModelCheck> check_model(const std::filesystem::path& dir, std::size_t rows) {
+Result<ModelCheck> check_model(const std::filesystem::path& dir, const LoadOptions& options, std::size_t rows) {
   const std::size_t before = resident_bytes();
-  auto model = TorchModel::load(dir);
+  auto model = TorchModel::load(dir, options);
   if (!model) return tl::unexpected(model.error());
   if (auto checked = (*model)->check(rows); !checked) return tl::unexpected(checked.error());
   const std::size_t after = resident_bytes();
   const auto& spec = (*model)->spec();
-  return ModelCheck{spec.name, spec.version, std::string("forward") + kForward, rows, (*model)->weight_bytes(),
-                    after > before ? after - before : 0};
+  return ModelCheck{spec.name, spec.version, (*model)->graph_report(), std::string("forward") + kForward, rows,
+                    (*model)->weight_bytes(), after > before ? after - before : 0};
 }
 
 std::vector<numa::MemoryRange> TorchModel::weights() const {
@@ -260,7 +445,8 @@ std::string runtime_summary() {
     }
   }
   return std::string("LibTorch ") + TORCH_VERSION + " (" +
-         (at::get_parallel_info().find("OpenMP") != std::string::npos ? "OpenMP" : "native") + "), BLAS " + blas;
+         (at::get_parallel_info().find("OpenMP") != std::string::npos ? "OpenMP" : "native") + "), BLAS " + blas +
+         ", fused kernels " + kernel_isa();
 }
 
 }  // namespace numaserve::model

@@ -13,9 +13,15 @@
 // ([N] or [N, 1]). A parameter named emb_<table>, when present, must have
 // as many rows as model.yaml's tables.<table> — checked at load, since a
 // mismatch would send hashed ids past the end of the table.
+//
+// With graph optimizations (the default) the forward that runs is a frozen
+// copy whose hot patterns are fused ops (graph.h), sharing the weights; it
+// is used only after it gave the original's scores on random rows
+// (kScoreTolerance), and the report says what was rewritten and what not.
 
 #include <cstddef>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +34,16 @@
 
 namespace numaserve::model {
 
+struct LoadOptions {
+  bool graph_optimizations = true;
+};
+
+// How far an optimized forward's scores may stray from the original's: the
+// fused ops sum in another order than ATen's BLAS calls, so scores may
+// differ in their last bits; beyond this, the load keeps the original.
+// Relative to the score, and absolute below a magnitude of 1.
+constexpr double kScoreTolerance = 1e-6;
+
 class TorchModel final : public api::Model {
  public:
   ~TorchModel() override;
@@ -36,7 +52,7 @@ class TorchModel final : public api::Model {
 
   // Reads dir/model.yaml and dir/model.pt. The calling thread's CPU and
   // memory binding decide where the weights land (they are written by it).
-  static Result<std::unique_ptr<TorchModel>> load(const std::filesystem::path& dir);
+  static Result<std::unique_ptr<TorchModel>> load(const std::filesystem::path& dir, const LoadOptions& options = {});
 
   const features::ModelSpec& spec() const override { return spec_; }
   const std::filesystem::path& dir() const { return dir_; }
@@ -45,6 +61,24 @@ class TorchModel final : public api::Model {
   Status warm_up(std::size_t rows, unsigned rounds) const override;
   std::vector<numa::MemoryRange> weights() const override;
   std::size_t weight_bytes() const override;
+  api::GraphReport graph_report() const override;
+
+  // The scores of the model as written, not optimized: for the tests and
+  // the benchmark's comparison.
+  Result<std::vector<float>> forward_as_written(const features::Batch& batch) const;
+  // The running forward's fused ops by kind ("numaserve::embedding_bags" -> 1).
+  std::map<std::string, int> fused_ops() const;
+
+  // The work one forward of `batch` asks of the machine, counted from the
+  // ops the running forward calls, for the benchmark's roofline: the
+  // multiply-adds of its matrix products and of the dot products it keeps
+  // (a fused interaction computes only its pairs; a bmm all of them), and
+  // the bytes its embedding bags gather.
+  struct Workload {
+    double multiply_adds = 0;
+    double gathered_bytes = 0;
+  };
+  Result<Workload> workload(const features::Batch& batch) const;
 
   // What serve would only find per request: forward's signature (field
   // "forward") and, on `rows` default rows, that it runs and returns one
@@ -64,17 +98,27 @@ class TorchModel final : public api::Model {
 // check()ed, and what it costs a replica.
 struct ModelCheck {
   std::string name, version;
+  api::GraphReport graph;
   std::string signature;          // forward's, as TorchScript prints it
   std::size_t rows = 0;           // of the synthetic forward
   std::size_t weight_bytes = 0;   // parameters and buffers
   std::size_t resident_bytes = 0; // the process's resident memory grown by the load and the forward
 };
-Result<ModelCheck> check_model(const std::filesystem::path& dir, std::size_t rows = 16);
+Result<ModelCheck> check_model(const std::filesystem::path& dir, const LoadOptions& options = {}, std::size_t rows = 16);
+
+// Random rows in the shapes `spec` makes: dense values around zero, and
+// bags anywhere in their tables that are in turn empty, of one id, of
+// max_len ids (100 if it has none; an id's bag is at most 1) and of any
+// length in between. Seeded.
+features::Batch random_rows(const features::ModelSpec& spec, std::size_t rows, std::uint64_t seed);
 
 // The intra-op thread count of the calling thread's LibTorch (OpenMP) pool.
 // Each inference worker calls it once, after pinning itself, so its OpenMP
 // team is created inside its CPUs.
 void set_intra_op_threads(unsigned threads);
+
+// The fused ops' kernel path on this CPU: "avx512", "avx2" or "portable".
+std::string kernel_isa();
 
 // What LibTorch was built with, for the startup summary: "OpenMP, 2 threads".
 std::string runtime_summary();

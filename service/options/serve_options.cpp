@@ -32,16 +32,13 @@ OptionSpec bind_option(supervisor::Bind& target) {
           }};
 }
 
-OptionSpec store_error_option(bool& fail) {
-  return {"on_feature_store_error", "default|fail",
-          "When the Redis store times out, fails or holds an unreadable value: answer with model.yaml's defaults "
-          "for what is missing (counted), or refuse with 503 + Retry-After",
-          fail ? "fail" : "default", [&fail](const std::string& text) {
-            if (text != "default" && text != "fail") {
-              return Status(make_error(Error::Code::kInvalidArgument,
-                                       "on_feature_store_error: '" + text + "' is not default or fail", "on_feature_store_error"));
+// A setting of two named values: `target` is whether it is `yes`.
+OptionSpec either_option(std::string name, const std::string& no, const std::string& yes, std::string help, bool& target) {
+  return {name, no + "|" + yes, std::move(help), target ? yes : no, [name, no, yes, &target](const std::string& text) {
+            if (text != no && text != yes) {
+              return Status(make_error(Error::Code::kInvalidArgument, name + ": '" + text + "' is not " + no + " or " + yes, name));
             }
-            fail = text == "fail";
+            target = text == yes;
             return Status();
           }};
 }
@@ -58,7 +55,10 @@ std::vector<OptionSpec> store_options(ServeOptions& o) {
                   "The Redis password, the file's first line (a mounted secret); never logged", o.feature_store_password_file),
       seconds_option("feature_query_timeout", "Deadline of a request's Redis query; then --on-feature-store-error applies",
                      c.client.timeout_seconds),
-      store_error_option(c.fail_on_error),
+      either_option("on_feature_store_error", "default", "fail",
+                    "When the Redis store times out, fails or holds an unreadable value: answer with model.yaml's "
+                    "defaults for what is missing (counted), or refuse with 503 + Retry-After",
+                    c.fail_on_error),
       seconds_option("max_feature_age",
                      "Redis values whose feature view's timestamp (_ts:<view>) is older count as missing; 0: any age",
                      c.max_age_seconds),
@@ -125,6 +125,7 @@ std::vector<OptionSpec> serve_options(ServeOptions& o) {
   std::vector<OptionSpec> rows = {
       list_option("model_dir", "DIR", "A model directory (model.pt + model.yaml); the first is the default model",
                   o.model_dirs),
+      graph_optimizations_option(o.graph_optimizations),
       count_option("workers", "N", "Inference workers; 0: one per physical core of the cpuset", o.threads.workers),
       count_option("intra_op_threads", "N",
                    "LibTorch threads per worker; 0: the worker's CPUs (workers x threads <= cpuset)",
@@ -150,6 +151,18 @@ std::vector<OptionSpec> serve_options(ServeOptions& o) {
   for (auto& row : serving_options(o.service)) rows.push_back(std::move(row));
   for (auto& row : log_options(o.log)) rows.push_back(std::move(row));
   return rows;
+}
+
+OptionSpec graph_optimizations_option(bool& target) {
+  return either_option("graph_optimizations", "off", "on",
+                       "Rewrite each model's forward at load to run its DLRM dot interaction and embedding bags as fused "
+                       "CPU kernels (kept only if its scores match the model's on random rows; the log and /placement "
+                       "say what applied)",
+                       target);
+}
+
+std::vector<OptionSpec> check_model_options(bool& graph_optimizations) {
+  return command_line_only({graph_optimizations_option(graph_optimizations)});
 }
 
 unsigned HealthOptions::default_port() {

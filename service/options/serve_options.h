@@ -29,6 +29,8 @@ struct ServeOptions {
   api::ServiceConfig service;  // version and wait_for_group are start-up's to set
   supervisor::ReplicaConfig replicas;
   supervisor::SupervisorConfig supervisor;  // command and grace are start-up's to set
+  // model/'s LoadOptions, which this torch-free table cannot see.
+  bool graph_optimizations = true;
   // Start-up's own: the memory policy, and the shutdown's timing.
   bool memory_bind = true;
   double shutdown_delay = 0;   // seconds serving not-ready after SIGTERM
@@ -39,6 +41,11 @@ struct ServeOptions {
 };
 
 std::vector<OptionSpec> serve_options(ServeOptions& o);
+
+// One row, in serve's table and check-model's.
+OptionSpec graph_optimizations_option(bool& target);
+// `numaserve check-model DIR`.
+std::vector<OptionSpec> check_model_options(bool& graph_optimizations);
 
 // `numaserve health`: the image's HEALTHCHECK (no shell, no curl in it).
 struct HealthOptions {

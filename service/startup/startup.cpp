@@ -79,6 +79,24 @@ Result<api::PlacementReport> bind(const ServeOptions& o, const Machine& machine,
   return report;
 }
 
+// What --graph-optimizations did to a model: a warning when the rewritten
+// forward was refused (the model runs, slower than it could).
+void log_graph_report(const api::Model& model) {
+  const auto report = model.graph_report();
+  auto join = [&report](bool applied) {
+    std::string out;
+    for (const auto& rewrite : report.rewrites) {
+      for (const auto& line : applied ? rewrite.applied : rewrite.not_applied) out += (out.empty() ? "" : "; ") + rewrite.name + ": " + line;
+    }
+    return out;
+  };
+  LogFields fields = {{"model", model.spec().name}, {"state", report.state}};
+  if (!report.reason.empty()) fields.emplace_back("reason", report.reason);
+  if (const auto applied = join(true); !applied.empty()) fields.emplace_back("applied", applied);
+  if (const auto left = join(false); !left.empty()) fields.emplace_back("not_applied", left);
+  log(report.state == "failed" ? LogLevel::kWarning : LogLevel::kInfo, "graph optimizations", fields);
+}
+
 Result<std::vector<std::unique_ptr<api::Model>>> load_models(const ServeOptions& o, const Runtime& runtime) {
   std::vector<std::unique_ptr<api::Model>> models;
   for (const auto& dir : o.model_dirs) {
@@ -90,6 +108,7 @@ Result<std::vector<std::unique_ptr<api::Model>>> load_models(const ServeOptions&
                           "model_dir");
       }
     }
+    log_graph_report(**loaded);
     models.push_back(std::move(*loaded));
   }
   return models;

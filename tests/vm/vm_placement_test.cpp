@@ -286,6 +286,7 @@ class TouchedWeightsModel final : public api::Model {
   Status warm_up(std::size_t, unsigned) const override { return {}; }
   std::vector<numa::MemoryRange> weights() const override { return {{weights_, kWeightBytes}}; }
   std::size_t weight_bytes() const override { return kWeightBytes; }
+  api::GraphReport graph_report() const override { return {}; }
 
  private:
   TouchedWeightsModel(features::ModelSpec spec, void* weights) : spec_(std::move(spec)), weights_(weights) {}

@@ -40,6 +40,7 @@ class FakeModel final : public Model {
   Status warm_up(std::size_t, unsigned) const override { return {}; }
   std::vector<numa::MemoryRange> weights() const override { return {}; }
   std::size_t weight_bytes() const override { return 0; }
+  GraphReport graph_report() const override { return {}; }
 
   static std::vector<float> scores(const features::Batch& batch) {
     std::vector<float> out(batch.rows, 0.f);

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# bench/forward.sh — the forward with and without --graph-optimizations, side
+# by side in one run (alternating rounds in one process per model and size):
+# ranker_a, ranker_b and a reference-DLRM-structured model over ranker_a's
+# feature contract (tests/service/dlrm_models.py --like), at 200 and 1,000
+# rows, one pinned CPU, one intra-op thread; with each model's roofline (its
+# multiply-adds at the sgemm rate measured here plus its gathered bytes at
+# the random-gather bandwidth measured here) and the share of it each side
+# reaches. Prints a table, writes a JSON results file. Not a test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cpus=0 seconds=10 build=${BUILD_DIR:-build} models="" out=""
+usage() {
+  cat <<USAGE
+Usage: bench/forward.sh [--cpus LIST] [--seconds S] [--models DIR] [--out FILE]
+Defaults: CPU $cpus, ${seconds}s per model and size for each side (5 alternating rounds),
+demo models (200 MiB of embeddings) made in $build/bench-models.
+USAGE
+}
+while (($#)); do
+  case $1 in
+    --cpus) cpus=$2; shift 2 ;;
+    --seconds) seconds=$2; shift 2 ;;
+    --models) models=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "bench/forward.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+scripts/install-deps.sh bench
+./scripts/build.sh > /dev/null
+bench=$build/bench/numaserve-bench
+models=${models:-$build/bench-models}
+[[ -f $models/ranker_a/model.pt ]] || "$build/service/numaserve" make-demo-models "$models" > /dev/null
+[[ -f $models/dlrm/model.pt ]] || /usr/bin/python3 tests/service/dlrm_models.py --like "$models/ranker_a" dlrm "$models"
+out=${out:-bench/results/forward-$(date -u +%Y%m%dT%H%M%SZ).json}
+mkdir -p "$(dirname "$out")"
+
+runs=()
+for model in ranker_a ranker_b dlrm; do
+  for items in 200 1000; do
+    echo "forward: $model, $items rows ..." >&2
+    runs+=("$(timeout $((seconds * 3 + 120)) "$bench" forward --model-dir "$models/$model" \
+      --feature-store "$models/store.jsonl" --items "$items" --cpus "$cpus" --seconds "$seconds" --warmup 2 \
+      --graph-optimizations both --roofline)")
+  done
+done
+printf '%s\n' "${runs[@]}" | jq -s --arg machine "$(lscpu | sed -n 's/^Model name: *//p')" \
+  '{machine: $machine, runs: .}' > "$out"
+jq -r '"machine: \(.machine); kernels \(.runs[0].kernels); sgemm \(.runs[0].roofline.sgemm_gflops | floor) GFLOP/s, gather \(.runs[0].roofline.gather_gb_per_s * 10 | floor / 10) GB/s",
+  "model     rows  off items/s  on items/s  speedup  p50 off/on ms   roofline items/s  off/on of roofline",
+  (.runs[] | "\(.model | .+"        " | .[0:9]) \(.items_per_call | tostring | .+"     " | .[0:5]) \(.off.items_per_s | floor | tostring | .+"            " | .[0:12]) \(.items_per_s | floor | tostring | .+"           " | .[0:11]) \(.speedup * 100 | round / 100 | tostring | .+"        " | .[0:8]) \(.off.p50_ms * 1000 | round / 1000)/\(.p50_ms * 1000 | round / 1000)     \(.roofline.items_per_s | floor | tostring | .+"                 " | .[0:17]) \(.off.of_roofline * 100 | round)%/\(.of_roofline * 100 | round)%")' "$out"
+echo "results: $out" >&2

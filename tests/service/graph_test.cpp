@@ -1,0 +1,157 @@
+// --graph-optimizations with real LibTorch: the rewrites on the demo models
+// and on DLRM-style models scripted by PyTorch from the reference DLRM's
+// structure (dlrm_models.py beside this file), the patterns they must leave
+// alone, and the optimized forward's scores against the model as written
+// over batches of 1 to 1,024 rows with empty, single and 100-id bags
+// (random_rows), ids anywhere in their tables (one of one row).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+
+#include "demo_dir.h"
+#include "model/model.h"
+
+namespace numaserve::model {
+namespace {
+
+using numaserve::testing::demo_dir;
+
+const std::filesystem::path& scripted_dir() {
+  static const std::filesystem::path dir = [] {
+    auto d = numaserve::testing::make_temp_dir("numaserve-dlrm");
+    const std::string command = "/usr/bin/python3 " + std::string(NUMASERVE_SOURCE_DIR) + "/tests/service/dlrm_models.py " + d.string();
+    if (std::system(command.c_str()) != 0) ADD_FAILURE() << command << " failed";
+    return d;
+  }();
+  return dir;
+}
+
+std::unique_ptr<TorchModel> load(const std::filesystem::path& dir, bool optimize) {
+  auto m = TorchModel::load(dir, {optimize});
+  EXPECT_TRUE(m.has_value()) << m.error().message;
+  return m ? std::move(*m) : nullptr;
+}
+
+// The bound the load itself holds an optimized forward to.
+void expect_same_scores(const TorchModel& model, const features::Batch& batch) {
+  auto optimized = model.forward(batch);
+  auto written = model.forward_as_written(batch);
+  ASSERT_TRUE(optimized && written) << (optimized ? written.error().message : optimized.error().message);
+  ASSERT_EQ(optimized->size(), batch.rows);
+  ASSERT_EQ(written->size(), batch.rows);
+  for (std::size_t r = 0; r < batch.rows; ++r) {
+    const double a = (*optimized)[r], b = (*written)[r];
+    EXPECT_LE(std::abs(a - b), kScoreTolerance * std::max({std::abs(a), std::abs(b), 1.0}))
+        << model.spec().name << " row " << r << " of " << batch.rows;
+  }
+}
+
+void expect_same_scores_everywhere(const TorchModel& model) {
+  std::uint64_t seed = 1;
+  for (std::size_t rows : {1, 7, 200, 1024}) expect_same_scores(model, random_rows(model.spec(), rows, seed++));
+}
+
+std::size_t applied(const api::GraphReport& report, const std::string& rewrite) {
+  for (const auto& r : report.rewrites) {
+    if (r.name == rewrite) return r.applied.size();
+  }
+  return 0;
+}
+
+std::string not_applied(const api::GraphReport& report) {
+  std::string out;
+  for (const auto& r : report.rewrites) {
+    for (const auto& line : r.not_applied) out += r.name + ": " + line + "\n";
+  }
+  return out;
+}
+
+TEST(GraphOptimizations, FuseTheDemoRankersInteractionAndItsNineBagsIntoOneOp) {
+  auto a = load(demo_dir() / "ranker_a", true);
+  ASSERT_TRUE(a);
+  const auto report = a->graph_report();
+  EXPECT_EQ(report.state, "optimized") << report.reason;
+  EXPECT_EQ(a->fused_ops(), (std::map<std::string, int>{{"numaserve::dot_interaction_flat", 1}, {"numaserve::embedding_bags", 1}}))
+      << not_applied(report);
+  ASSERT_EQ(applied(report, "embedding_bags"), 1u);
+  for (const auto& r : report.rewrites) {
+    if (r.name == "embedding_bags") {
+      EXPECT_NE(r.applied[0].find("9 embedding_bag calls"), std::string::npos) << r.applied[0];
+    }
+  }
+  EXPECT_EQ(not_applied(report), "");
+  expect_same_scores_everywhere(*a);
+
+  auto b = load(demo_dir() / "ranker_b", true);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->fused_ops(), (std::map<std::string, int>{{"numaserve::embedding_bags", 1}}));
+  expect_same_scores_everywhere(*b);
+}
+
+TEST(GraphOptimizations, OffRunsTheModelAsWritten) {
+  auto a = load(demo_dir() / "ranker_a", false);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->graph_report().state, "off");
+  EXPECT_TRUE(a->fused_ops().empty());
+  const auto batch = random_rows(a->spec(), 50, 3);
+  EXPECT_EQ(*a->forward(batch), *a->forward_as_written(batch));
+}
+
+TEST(GraphOptimizations, FuseTheReferenceDlrmWrittenWithEmbeddingBagModulesAndIndexing) {
+  for (const char* name : {"dlrm", "dlrm_diagonal_mean"}) {
+    auto m = load(scripted_dir() / name, true);
+    ASSERT_TRUE(m) << name;
+    EXPECT_EQ(m->graph_report().state, "optimized") << name << ": " << m->graph_report().reason;
+    EXPECT_EQ(m->fused_ops(), (std::map<std::string, int>{{"numaserve::dot_interaction", 1}, {"numaserve::embedding_bags", 1}}))
+        << name << ":\n" << not_applied(m->graph_report());
+    expect_same_scores_everywhere(*m);
+  }
+}
+
+TEST(GraphOptimizations, FuseWeightedAndMeanBagsAndTheFlatTriangleWithItsDiagonal) {
+  auto m = load(scripted_dir() / "dlrm_flat_weighted", true);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->fused_ops(), (std::map<std::string, int>{{"numaserve::dot_interaction_flat", 1}, {"numaserve::embedding_bags", 1}}))
+      << not_applied(m->graph_report());
+  expect_same_scores_everywhere(*m);
+}
+
+TEST(GraphOptimizations, LeaveAloneWhatIsNotTheirPatternAndSayWhy) {
+  auto m = load(scripted_dir() / "left_alone", true);
+  ASSERT_TRUE(m);
+  const auto report = m->graph_report();
+  EXPECT_EQ(report.state, "unchanged");
+  EXPECT_TRUE(m->fused_ops().empty());
+  const std::string why = not_applied(report);
+  EXPECT_NE(why.find("the second operand is not the first transposed"), std::string::npos) << why;
+  EXPECT_NE(why.find("not a lower triangle"), std::string::npos) << why;
+  EXPECT_NE(why.find("mode max"), std::string::npos) << why;
+  EXPECT_NE(why.find("padding_idx"), std::string::npos) << why;
+  const auto batch = random_rows(m->spec(), 30, 5);
+  EXPECT_EQ(*m->forward(batch), *m->forward_as_written(batch));
+}
+
+TEST(GraphOptimizations, AnIdPastItsTableFailsAsTheModelAsWrittenDoes) {
+  auto a = load(demo_dir() / "ranker_a", true);
+  ASSERT_TRUE(a);
+  auto batch = random_rows(a->spec(), 4, 9);
+  batch.bags[0].indices.push_back(1 << 30);  // past every table, in the last row's bag
+  auto optimized = a->forward(batch);
+  auto written = a->forward_as_written(batch);
+  ASSERT_FALSE(optimized.has_value());
+  ASSERT_FALSE(written.has_value());
+  EXPECT_EQ(optimized.error().message.substr(0, 20), written.error().message.substr(0, 20));
+}
+
+TEST(GraphOptimizations, CheckModelReportsTheRewrites) {
+  auto checked = check_model(scripted_dir() / "dlrm");
+  ASSERT_TRUE(checked) << checked.error().message;
+  EXPECT_EQ(checked->graph.state, "optimized");
+  EXPECT_EQ(applied(checked->graph, "dot_interaction"), 1u);
+  EXPECT_EQ(applied(checked->graph, "embedding_bags"), 1u);
+}
+
+}  // namespace
+}  // namespace numaserve::model

@@ -1,0 +1,184 @@
+// The fused ops' kernels, every instruction-set path this CPU has, against
+// a scalar reference on the same inputs. Unweighted bags must match the
+// reference bit for bit (each path adds in index order, as ATen does);
+// dot products and weighted bags within a bound on reordered float sums.
+#include "kernels/kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace numaserve::kernels {
+namespace {
+
+struct Tables {
+  std::vector<float> table;
+  std::int64_t rows, dim;
+};
+
+Tables random_table(std::mt19937& rng, std::int64_t rows, std::int64_t dim) {
+  std::normal_distribution<float> value(0.f, 1.f);
+  Tables t{std::vector<float>(static_cast<std::size_t>(rows * dim)), rows, dim};
+  for (auto& x : t.table) x = value(rng);
+  return t;
+}
+
+// |got - want| within 4 float epsilons of the sum of the terms' magnitudes:
+// what reordering a float sum of those terms can change.
+void expect_close(float got, double want, double magnitude, const std::string& where) {
+  EXPECT_LE(std::abs(got - want), 4 * 1.2e-7 * magnitude + 1e-30) << where << ": got " << got << ", want " << want;
+}
+
+class KernelPaths : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    const auto supported = supported_isas();
+    if (std::find(supported.begin(), supported.end(), GetParam()) == supported.end()) {
+      GTEST_SKIP() << "this CPU has no " << isa_name(GetParam()) << " (the path is tested where it has)";
+    }
+  }
+};
+
+TEST_P(KernelPaths, DotPairsEqualTheReferenceForEveryWidth) {
+  std::mt19937 rng(7);
+  for (std::int64_t dim : {1, 3, 8, 15, 16, 17, 32, 33, 64, 100}) {
+    const std::int64_t n = 13, vectors = 10;
+    std::vector<float> v = random_table(rng, n * vectors, dim).table;
+    std::vector<std::int64_t> rows, cols;
+    for (std::int64_t i = 0; i < vectors; ++i) {
+      for (std::int64_t j = 0; j <= i; ++j) rows.push_back(i), cols.push_back(j);
+    }
+    const auto pairs = static_cast<std::int64_t>(rows.size());
+    std::vector<float> out(static_cast<std::size_t>(n * pairs), NAN);
+    const DotPairs job{v.data(), vectors, dim, rows.data(), cols.data(), pairs, out.data()};
+    // Two calls over halves of the rows: a thread's share is what it writes.
+    dot_pairs(GetParam(), job, 0, 6);
+    dot_pairs(GetParam(), job, 6, n);
+    for (std::int64_t r = 0; r < n; ++r) {
+      for (std::int64_t p = 0; p < pairs; ++p) {
+        double want = 0, magnitude = 0;
+        for (std::int64_t d = 0; d < dim; ++d) {
+          const double term = double(v[(r * vectors + rows[p]) * dim + d]) * v[(r * vectors + cols[p]) * dim + d];
+          want += term;
+          magnitude += std::abs(term);
+        }
+        expect_close(out[r * pairs + p], want, magnitude,
+                     "dim " + std::to_string(dim) + " row " + std::to_string(r) + " pair " + std::to_string(p));
+      }
+    }
+  }
+}
+
+// Bags of 0, 1, 2, 5 and 100 ids, the last bag ending at last_end.
+struct BagInput {
+  std::vector<std::int64_t> indices, offsets;
+  std::vector<float> weights;
+};
+
+BagInput random_bags(std::mt19937& rng, std::int64_t table_rows) {
+  BagInput in;
+  for (std::int64_t length : {0, 1, 2, 0, 5, 100, 1, 0}) {
+    in.offsets.push_back(static_cast<std::int64_t>(in.indices.size()));
+    for (std::int64_t k = 0; k < length; ++k) {
+      in.indices.push_back(static_cast<std::int64_t>(rng() % static_cast<unsigned>(table_rows)));
+      in.weights.push_back(static_cast<float>(rng() % 1000) / 250.f - 2.f);
+    }
+  }
+  return in;
+}
+
+TEST_P(KernelPaths, BagsEqualTheReferenceForEveryModeWidthAndLength) {
+  std::mt19937 rng(11);
+  for (std::int64_t dim : {1, 7, 8, 16, 24, 32, 33, 64, 65, 128, 130}) {
+    for (std::int64_t table_rows : {1, 1000}) {
+      // Three tables in one call, as the fused op passes a model's tables:
+      // sum, mean, and weighted sum.
+      std::vector<Tables> tables;
+      std::vector<BagInput> inputs;
+      std::vector<std::vector<float>> outs;
+      std::vector<Bag> bags;
+      for (int k = 0; k < 3; ++k) {
+        tables.push_back(random_table(rng, table_rows, dim + k));
+        inputs.push_back(random_bags(rng, table_rows));
+      }
+      for (int k = 0; k < 3; ++k) {
+        outs.emplace_back(inputs[k].offsets.size() * static_cast<std::size_t>(dim + k), NAN);
+        Bag bag;
+        bag.table = tables[k].table.data();
+        bag.dim = dim + k;
+        bag.indices = inputs[k].indices.data();
+        bag.offsets = inputs[k].offsets.data();
+        bag.bags = static_cast<std::int64_t>(inputs[k].offsets.size());
+        bag.last_end = static_cast<std::int64_t>(inputs[k].indices.size());
+        bag.mode = k == 1 ? Bag::Mode::kMean : Bag::Mode::kSum;
+        bag.weights = k == 2 ? inputs[k].weights.data() : nullptr;
+        bag.out = outs[k].data();
+        bags.push_back(bag);
+      }
+      embedding_bags(GetParam(), bags.data(), bags.size(), 0, 3);
+      embedding_bags(GetParam(), bags.data(), bags.size(), 3, 8);
+      for (int k = 0; k < 3; ++k) {
+        const Bag& bag = bags[k];
+        for (std::int64_t b = 0; b < bag.bags; ++b) {
+          const std::int64_t start = bag.offsets[b], stop = b + 1 < bag.bags ? bag.offsets[b + 1] : bag.last_end;
+          for (std::int64_t d = 0; d < bag.dim; ++d) {
+            const std::string where = "table " + std::to_string(k) + " dim " + std::to_string(bag.dim) + " bag " +
+                                      std::to_string(b) + " element " + std::to_string(d);
+            const float got = bag.out[b * bag.dim + d];
+            if (bag.weights == nullptr) {
+              float want = 0;  // index order, from zero: ATen's order
+              for (std::int64_t i = start; i < stop; ++i) want += bag.table[bag.indices[i] * bag.dim + d];
+              if (bag.mode == Bag::Mode::kMean && stop > start) want /= static_cast<float>(stop - start);
+              EXPECT_EQ(got, want) << where;
+            } else {
+              double want = 0, magnitude = 0;
+              for (std::int64_t i = start; i < stop; ++i) {
+                const double term = double(bag.weights[i]) * bag.table[bag.indices[i] * bag.dim + d];
+                want += term;
+                magnitude += std::abs(term);
+              }
+              expect_close(got, want, magnitude, where);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(KernelPaths, ATableWithFewerBagsStopsAtItsLast) {
+  std::mt19937 rng(3);
+  const Tables t = random_table(rng, 10, 16);
+  std::vector<std::int64_t> indices = {1, 2, 3}, offsets = {0, 2};
+  std::vector<float> out(2 * 16 + 16, -1.f);  // one row of slack that must stay untouched
+  Bag bag;
+  bag.table = t.table.data();
+  bag.dim = 16;
+  bag.indices = indices.data();
+  bag.offsets = offsets.data();
+  bag.bags = 2;
+  bag.last_end = 3;
+  bag.out = out.data();
+  embedding_bags(GetParam(), &bag, 1, 0, 5);
+  EXPECT_EQ(out[0], t.table[16 + 0] + t.table[32 + 0]);
+  EXPECT_EQ(out[16], t.table[48]);
+  for (std::size_t d = 32; d < out.size(); ++d) EXPECT_EQ(out[d], -1.f);
+}
+
+std::string path_name(const ::testing::TestParamInfo<Isa>& path) { return std::string(isa_name(path.param)); }
+
+INSTANTIATE_TEST_SUITE_P(EveryPath, KernelPaths, ::testing::Values(Isa::kPortable, Isa::kAvx2, Isa::kAvx512), path_name);
+
+TEST(KernelPaths, TheBestPathIsOneThisCpuSupports) {
+  const auto supported = supported_isas();
+  ASSERT_FALSE(supported.empty());
+  EXPECT_EQ(supported.front(), Isa::kPortable);
+  EXPECT_EQ(supported.back(), best_isa());
+}
+
+}  // namespace
+}  // namespace numaserve::kernels
