@@ -80,6 +80,7 @@ struct ForwardOptions {
   bool with_extraction = false;
   std::string graph_optimizations = "on";  // on, off, or both side by side
   bool roofline = false;
+  std::string kernels;  // empty: the CPU's best path
 };
 
 // The Fortran BLAS entry point, from the library the alternatives system
@@ -143,6 +144,9 @@ struct ForwardSide {
 };
 
 int run_forward(const ForwardOptions& o) {
+  if (!o.kernels.empty()) {
+    if (auto set = numaserve::model::set_kernel_isa(o.kernels); !set) return fail(set.error().message);
+  }
   std::vector<ForwardSide> sides;
   for (bool optimized : {true, false}) {
     if (o.graph_optimizations != "both" && (o.graph_optimizations == "on") != optimized) continue;
@@ -404,6 +408,7 @@ int main(int argc, char** argv) {
                       "on, off (as serve's option), or both side by side in alternating rounds")
       ->check(CLI::IsMember({"on", "off", "both"}))
       ->capture_default_str();
+  forward->add_option("--kernels", f.kernels, "The fused ops' path: avx512, avx2 or portable (default: the CPU's best)");
   forward->add_flag("--roofline", f.roofline,
                     "Also measure sgemm GFLOP/s and random-gather bandwidth here and report the model's roofline");
   forward->add_option("--rate", f.rate, "Calls per second, each at its due time (latency from then); 0: back to back")

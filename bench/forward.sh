@@ -6,7 +6,9 @@
 # rows, one pinned CPU, one intra-op thread; with each model's roofline (its
 # multiply-adds at the sgemm rate measured here plus its gathered bytes at
 # the random-gather bandwidth measured here) and the share of it each side
-# reaches. Prints a table, writes a JSON results file. Not a test.
+# reaches; and ranker_a and dlrm at 200 rows on the kernels' narrower paths
+# (AVX2, portable), what a machine without AVX-512 gets. Prints a table,
+# writes a JSON results file. Not a test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,27 +31,33 @@ while (($#)); do
   esac
 done
 
-scripts/install-deps.sh bench
-./scripts/build.sh > /dev/null
-bench=$build/bench/numaserve-bench
 models=${models:-$build/bench-models}
-[[ -f $models/ranker_a/model.pt ]] || "$build/service/numaserve" make-demo-models "$models" > /dev/null
-[[ -f $models/dlrm/model.pt ]] || /usr/bin/python3 tests/service/dlrm_models.py --like "$models/ranker_a" dlrm "$models"
+source bench/lib.sh
+prepare_models
 out=${out:-bench/results/forward-$(date -u +%Y%m%dT%H%M%SZ).json}
 mkdir -p "$(dirname "$out")"
 
 runs=()
+measure() {  # model items [forward flags...]
+  local model=$1 items=$2
+  shift 2
+  echo "forward: $model, $items rows $* ..." >&2
+  runs+=("$(timeout $((seconds * 3 + 120)) "$bench" forward --model-dir "$models/$model" \
+    --feature-store "$models/store.jsonl" --items "$items" --cpus "$cpus" --seconds "$seconds" --warmup 2 \
+    --graph-optimizations both --roofline "$@")")
+}
 for model in ranker_a ranker_b dlrm; do
-  for items in 200 1000; do
-    echo "forward: $model, $items rows ..." >&2
-    runs+=("$(timeout $((seconds * 3 + 120)) "$bench" forward --model-dir "$models/$model" \
-      --feature-store "$models/store.jsonl" --items "$items" --cpus "$cpus" --seconds "$seconds" --warmup 2 \
-      --graph-optimizations both --roofline)")
+  for items in 200 1000; do measure "$model" "$items"; done
+done
+for kernels in avx2 portable; do
+  for model in ranker_a dlrm; do
+    "$bench" forward --model-dir "$models/$model" --feature-store "$models/store.jsonl" --seconds 0 --warmup 0 \
+      --kernels "$kernels" > /dev/null 2>&1 && measure "$model" 200 --kernels "$kernels"
   done
 done
 printf '%s\n' "${runs[@]}" | jq -s --arg machine "$(lscpu | sed -n 's/^Model name: *//p')" \
   '{machine: $machine, runs: .}' > "$out"
-jq -r '"machine: \(.machine); kernels \(.runs[0].kernels); sgemm \(.runs[0].roofline.sgemm_gflops | floor) GFLOP/s, gather \(.runs[0].roofline.gather_gb_per_s * 10 | floor / 10) GB/s",
-  "model     rows  off items/s  on items/s  speedup  p50 off/on ms   roofline items/s  off/on of roofline",
-  (.runs[] | "\(.model | .+"        " | .[0:9]) \(.items_per_call | tostring | .+"     " | .[0:5]) \(.off.items_per_s | floor | tostring | .+"            " | .[0:12]) \(.items_per_s | floor | tostring | .+"           " | .[0:11]) \(.speedup * 100 | round / 100 | tostring | .+"        " | .[0:8]) \(.off.p50_ms * 1000 | round / 1000)/\(.p50_ms * 1000 | round / 1000)     \(.roofline.items_per_s | floor | tostring | .+"                 " | .[0:17]) \(.off.of_roofline * 100 | round)%/\(.of_roofline * 100 | round)%")' "$out"
+jq -r '"machine: \(.machine); sgemm \(.runs[0].roofline.sgemm_gflops | floor) GFLOP/s, gather \(.runs[0].roofline.gather_gb_per_s * 10 | floor / 10) GB/s",
+  "model     kernels   rows  off items/s  on items/s  speedup  p50 off/on ms   roofline items/s  off/on of roofline",
+  (.runs[] | "\(.model | .+"        " | .[0:9]) \(.kernels | .+"         " | .[0:9]) \(.items_per_call | tostring | .+"     " | .[0:5]) \(.off.items_per_s | floor | tostring | .+"            " | .[0:12]) \(.items_per_s | floor | tostring | .+"           " | .[0:11]) \(.speedup * 100 | round / 100 | tostring | .+"        " | .[0:8]) \(.off.p50_ms * 1000 | round / 1000)/\(.p50_ms * 1000 | round / 1000)     \(.roofline.items_per_s | floor | tostring | .+"                 " | .[0:17]) \(.off.of_roofline * 100 | round)%/\(.of_roofline * 100 | round)%")' "$out"
 echo "results: $out" >&2

@@ -142,3 +142,14 @@ expand_cpus() {
 
 # join_cpus "0 1 2 5" -> "0,1,2,5"
 join_cpus() { local IFS=,; echo "$*"; }
+
+# prepare_models: the packages, the build, and the demo models with the
+# reference-DLRM-structured model beside them (tests/service/dlrm_models.py
+# --like ranker_a) in $models, made once; sets $bench and $numaserve.
+prepare_models() {
+  scripts/install-deps.sh bench
+  ./scripts/build.sh > /dev/null
+  bench=$build/bench/numaserve-bench numaserve=$build/service/numaserve
+  [[ -f $models/ranker_a/model.pt ]] || "$numaserve" make-demo-models "$models" > /dev/null
+  [[ -f $models/dlrm/model.pt ]] || /usr/bin/python3 tests/service/dlrm_models.py --like "$models/ranker_a" dlrm "$models"
+}

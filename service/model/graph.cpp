@@ -11,6 +11,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 #include <utility>
 #include <variant>
@@ -27,7 +28,8 @@ using torch::jit::Value;
 namespace aten = c10::aten;
 namespace prim = c10::prim;
 
-const kernels::Isa kIsa = kernels::best_isa();
+// The kernels' path: the CPU's best, unless the benchmark narrowed it.
+std::atomic<kernels::Isa> isa{kernels::best_isa()};
 
 // Rows per task when an op's rows are split over the intra-op threads: a
 // row of either kernel is well under a microsecond, so smaller tasks would
@@ -44,7 +46,7 @@ at::Tensor run_dot_pairs(const at::Tensor& vectors, std::vector<std::int64_t> ro
   const auto n = v.size(0), pairs = static_cast<std::int64_t>(rows.size());
   at::Tensor out = at::empty({n, pairs}, v.options());
   const kernels::DotPairs job{v.data_ptr<float>(), v.size(1), v.size(2), rows.data(), cols.data(), pairs, out.data_ptr<float>()};
-  at::parallel_for(0, n, kGrain, [&](std::int64_t begin, std::int64_t end) { kernels::dot_pairs(kIsa, job, begin, end); });
+  at::parallel_for(0, n, kGrain, [&](std::int64_t begin, std::int64_t end) { kernels::dot_pairs(isa.load(std::memory_order_relaxed), job, begin, end); });
   return out;
 }
 
@@ -148,7 +150,7 @@ std::vector<at::Tensor> embedding_bags(at::TensorList tables, at::TensorList ind
     fused.push_back(*bag);
   }
   at::parallel_for(0, rows, kGrain, [&](std::int64_t begin, std::int64_t end) {
-    kernels::embedding_bags(kIsa, fused.data(), fused.size(), begin, end);
+    kernels::embedding_bags(isa.load(std::memory_order_relaxed), fused.data(), fused.size(), begin, end);
   });
   return out;
 }
@@ -473,7 +475,19 @@ Optimized optimize(const torch::jit::Module& module) {
   return out;
 }
 
-std::string kernel_isa() { return std::string(kernels::isa_name(kIsa)); }
+std::string kernel_isa() { return std::string(kernels::isa_name(isa.load())); }
+
+Status set_kernel_isa(const std::string& name) {
+  std::string names;
+  for (const auto path : kernels::supported_isas()) {
+    if (kernels::isa_name(path) == name) {
+      isa.store(path);
+      return {};
+    }
+    names += (names.empty() ? "" : ", ") + std::string(kernels::isa_name(path));
+  }
+  return make_error(Error::Code::kInvalidArgument, "kernels: '" + name + "' is not a path this CPU runs (" + names + ")");
+}
 
 std::map<std::string, int> fused_ops(const torch::jit::Module& module) {
   std::map<std::string, int> out;

@@ -119,6 +119,9 @@ void set_intra_op_threads(unsigned threads);
 
 // The fused ops' kernel path on this CPU: "avx512", "avx2" or "portable".
 std::string kernel_isa();
+// Narrows it to another path this CPU runs, for the benchmark to measure
+// what a machine without AVX-512 would get; serve always runs the best.
+Status set_kernel_isa(const std::string& name);
 
 // What LibTorch was built with, for the startup summary: "OpenMP, 2 threads".
 std::string runtime_summary();

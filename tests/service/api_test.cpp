@@ -252,6 +252,14 @@ TEST(Routes, HealthReadinessMetadataMetricsPlacement) {
   for (const auto& m : placement["models"]) {
     EXPECT_DOUBLE_EQ(m["local_fraction"].get<double>(), 1.0) << m.dump();  // one node here: all local
     EXPECT_GT(m["weight_bytes"].get<std::size_t>(), 0u);
+    // What --graph-optimizations did, per model: both demo models have
+    // embedding bags to fuse, and ranker_a its dot interaction.
+    const auto& graph = m["graph_optimizations"];
+    EXPECT_EQ(graph["state"], "optimized") << m.dump();
+    for (const auto& rewrite : graph["rewrites"]) {
+      const bool expected = rewrite["name"] == "embedding_bags" || m["name"] == "ranker_a";
+      EXPECT_EQ(rewrite["applied"].size(), expected ? 1u : 0u) << m.dump();
+    }
   }
 }
 

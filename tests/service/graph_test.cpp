@@ -90,6 +90,25 @@ TEST(GraphOptimizations, FuseTheDemoRankersInteractionAndItsNineBagsIntoOneOp) {
   expect_same_scores_everywhere(*b);
 }
 
+TEST(GraphOptimizations, TheFusedOpsSplitRowsOverTheIntraOpThreadsWithTheSameScores) {
+  auto a = load(demo_dir() / "ranker_a", true);
+  ASSERT_TRUE(a);
+  const auto batch = random_rows(a->spec(), 700, 4);
+  set_intra_op_threads(1);
+  const auto one = a->forward(batch);
+  set_intra_op_threads(2);
+  const auto two = a->forward(batch);
+  set_intra_op_threads(1);
+  ASSERT_TRUE(one && two);
+  // Each row is one task's whole work, so the split changes no sum; the
+  // MLP's BLAS calls may split differently, hence the load's bound.
+  ASSERT_EQ(one->size(), two->size());
+  for (std::size_t r = 0; r < one->size(); ++r) {
+    EXPECT_LE(std::abs((*one)[r] - (*two)[r]), kScoreTolerance * std::max(1.f, std::abs((*one)[r]))) << r;
+  }
+  expect_same_scores(*a, batch);
+}
+
 TEST(GraphOptimizations, OffRunsTheModelAsWritten) {
   auto a = load(demo_dir() / "ranker_a", false);
   ASSERT_TRUE(a);
