@@ -37,7 +37,9 @@ Result<features::Batch> extract_one(const std::string& body, const features::Mod
                                     feature_store::FeatureStore& store) {
   auto parsed = parse_predict_request(body, RequestLimits{});
   if (!parsed) return tl::unexpected(parsed.error());
-  if (auto model = find_model({&spec}, parsed->model); !model) return tl::unexpected(model.error());
+  if (parsed->model && *parsed->model != spec.name) {
+    return make_error(Error::Code::kNotFound, "model '" + *parsed->model + "' is not served here", "model");
+  }
   std::optional<Result<features::Batch>> batch;
   store.fetch(0, 0, parsed->features, [&](Result<feature_store::Found>&& found) {
     if (!found) {

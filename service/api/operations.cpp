@@ -45,11 +45,12 @@ Answer placement(Service& service, Call&) {
   return reply;
 }
 
+// Keyed "name@version".
 std::map<std::string, double> Service::model_locality() const {
   std::map<std::string, double> out;
-  for (const auto& m : models_) {
-    auto pages = numa::locate_pages(m->weights());
-    if (pages) out[m->spec().name] = pages->share_on(placement_.plan.numa_nodes);
+  for (const auto& v : models_.all()) {
+    auto pages = numa::locate_pages(v->model->weights());
+    if (pages) out[v->name + "@" + v->version] = pages->share_on(placement_.plan.numa_nodes);
   }
   return out;
 }
@@ -67,7 +68,14 @@ metrics::Gauges Service::gauges() const {
                  {"workers", std::to_string(plan.workers.size())},
                  {"intra_op_threads", std::to_string(plan.intra_op_threads)},
                  {"instance", placement_.instance}};
-  g.model_local_ratio = model_locality();
+  for (const auto& v : models_.all()) {
+    metrics::VersionGauges version{v->name, v->version, models_.default_version(v->name) == v, v->model->weight_bytes(), {}};
+    if (auto pages = numa::locate_pages(v->model->weights())) {
+      for (const auto& [node, n] : pages->pages_per_node) version.bytes_per_node[node] = n * 4096;
+      if (version.is_default) g.model_local_ratio[v->name] = pages->share_on(plan.numa_nodes);
+    }
+    g.versions.push_back(std::move(version));
+  }
   for (const auto& t : numa::list_threads()) {
     ++g.threads[t.name.rfind("ns-worker", 0) == 0 ? "inference" : t.name.rfind("ns-accept", 0) == 0 ? "accept" : "other"];
   }
@@ -108,12 +116,19 @@ std::string Service::placement_json() const {
     }
   }
   json models = json::array();
-  for (const auto& m : models_) {
+  for (const auto& v : models_.all()) {
+    const Model* m = v->model.get();
     const auto graph = m->graph_report();
     json rewrites = json::array();
     for (const auto& r : graph.rewrites) rewrites.push_back({{"name", r.name}, {"applied", r.applied}, {"not_applied", r.not_applied}});
-    json entry = {{"name", m->spec().name},
-                  {"version", m->spec().version},
+    json labels = json::array();
+    for (const auto& [label, version] : models_.labels(v->name)) {
+      if (version == v->version) labels.push_back(label);
+    }
+    json entry = {{"name", v->name},
+                  {"version", v->version},
+                  {"default", models_.default_version(v->name) == v},
+                  {"labels", labels},
                   {"weight_bytes", m->weight_bytes()},
                   {"graph_optimizations", {{"state", graph.state}, {"reason", graph.reason}, {"rewrites", rewrites}}}};
     if (auto pages = numa::locate_pages(m->weights())) {

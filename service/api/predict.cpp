@@ -3,7 +3,8 @@
 //   admit    a service warming up, or a worker whose queue is full or
 //            stale, refuses before parsing (503)
 //   parse    the body into a request (predict_json.cpp; a bad body is a 400)
-//   resolve  the model it names, or the default (404 for an unknown one)
+//   resolve  the model and version it names, or the default (404 for an
+//            unknown or not-ready one), held until the reply is sent
 //   fetch    what the feature store holds for the user and the items
 //            (feature_store/): the embedded store answers at once, Redis
 //            on this worker's loop, which serves its other connections
@@ -27,27 +28,27 @@ using Clock = batching::Clock;
 struct Prediction {
   Call call;
   PredictRequest request;
-  std::size_t model = 0;
+  HeldVersion version;
   Clock::time_point start, fetch_start;
 };
 
 Answer extract_and_enqueue(Service& service, Prediction& p, Result<feature_store::Found>&& found) {
   if (!found) return tl::unexpected(found.error());
-  const Model& model = service.model(p.model);
-  const std::string& name = model.spec().name;
+  const Model& model = *p.version->model;
+  const std::string& name = p.version->name;
   const auto extract_start = Clock::now();
   service.metrics().observe(metrics::Stage::kQuery, name, to_seconds(extract_start - p.fetch_start));
   auto batch = features::extract(model.spec(), p.request.features, found->stored, found->cache);
   if (!batch) return tl::unexpected(batch.error());
-  service.store().keep(p.call.worker, p.model, p.request.features, *found, *batch);
+  service.store().keep(p.call.worker, p.version->model_index, p.request.features, *found, *batch);
   service.metrics().observe(metrics::Stage::kExtract, name, to_seconds(Clock::now() - extract_start));
 
-  auto encode = [&model, id = service.request_id(std::move(p.request.request_id))](std::vector<float>&& scores) {
+  auto encode = [version = p.version.get(), id = service.request_id(std::move(p.request.request_id))](std::vector<float>&& scores) {
     http::Reply reply;
-    reply.body = to_json(PredictResponse{model.spec().name, model.spec().version, id, std::move(scores)});
+    reply.body = to_json(PredictResponse{version->name, version->version, id, std::move(scores)});
     return reply;
   };
-  service.enqueue(p.call, p.model, std::move(*batch), p.start, std::move(encode));
+  service.enqueue(p.call, p.version, std::move(*batch), p.start, std::move(encode));
   return std::nullopt;
 }
 
@@ -58,14 +59,14 @@ Answer predict(Service& service, Call& call) {
   if (auto admitted = service.admit(call.worker); !admitted) return tl::unexpected(admitted.error());
   auto parsed = parse_predict_request(call.request.body, service.config().limits);
   if (!parsed) return tl::unexpected(parsed.error());
-  const auto model = service.find_model(parsed->model);
-  if (!model) return tl::unexpected(model.error());
+  auto version = service.find_model(parsed->model, parsed->version);
+  if (!version) return tl::unexpected(version.error());
   const auto fetch_start = Clock::now();
-  service.metrics().observe(metrics::Stage::kParse, service.model(*model).spec().name, to_seconds(fetch_start - start));
+  service.metrics().observe(metrics::Stage::kParse, (*version)->name, to_seconds(fetch_start - start));
 
-  auto p = std::make_shared<Prediction>(Prediction{std::move(call), std::move(*parsed), *model, start, fetch_start});
+  auto p = std::make_shared<Prediction>(Prediction{std::move(call), std::move(*parsed), std::move(*version), start, fetch_start});
   const bool networked = service.store().networked();
-  service.store().fetch(p->call.worker, p->model, p->request.features,
+  service.store().fetch(p->call.worker, p->version->model_index, p->request.features,
                         [&service, p, networked](Result<feature_store::Found>&& found) {
                           if (networked) service.metrics().observe_feature_store(to_seconds(Clock::now() - p->fetch_start));
                           respond(service, p->call, [&] { return extract_and_enqueue(service, *p, std::move(found)); });

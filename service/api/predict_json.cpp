@@ -89,8 +89,8 @@ class RequestReader {
 
   bool on_key(std::string_view name) {
     Frame& f = stack_.back();
-    if (f.in == In::kRoot && name != "model" && name != "request_id" && name != "user" && name != "context" &&
-        name != "items") {
+    if (f.in == In::kRoot && name != "model" && name != "version" && name != "request_id" && name != "user" &&
+        name != "context" && name != "items") {
       return fail(bad(member_field("", name), "unknown field"));
     }
     if (f.in == In::kEntity) {
@@ -126,6 +126,9 @@ class RequestReader {
     if (key == "model") {
       if (kind != Kind::kString) return fail(bad("model", "want a string"));
       out_.model = text_;
+    } else if (key == "version") {
+      if (!is_id(kind)) return fail(bad("version", "want a version number or a label"));
+      out_.version = text_;
     } else if (key == "request_id") {
       if (!is_id(kind)) return fail(bad("request_id", "want a string or an integer id"));
       out_.request_id = text_;
@@ -330,10 +333,12 @@ std::string to_json(const PredictResponse& response) {
   // cost more than the rest of the reply. Same text as nlohmann's dump
   // (keys in its order, shortest round-trip numbers, null for NaN/inf).
   std::string out;
-  out.reserve(64 + response.model.size() + response.version.size() + response.request_id.size() +
+  out.reserve(80 + response.model.size() + 2 * response.version.size() + response.request_id.size() +
               24 * response.scores.size());
   out += R"({"model":)";
   out += json(response.model).dump();
+  out += R"(,"model_version":)";
+  out += json(response.version).dump();
   out += R"(,"request_id":)";
   out += json(response.request_id).dump();
   out += R"(,"scores":[)";

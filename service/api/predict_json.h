@@ -1,10 +1,11 @@
 #pragma once
 // The JSON body of POST /predict:
-//   {"model"?: "ranker_a", "request_id"?: "r1",
+//   {"model"?: "ranker_a", "version"?: "3" | "stable", "request_id"?: "r1",
 //    "user": {"id": "u1", "features"?: {...}},
 //    "context"?: {"hour": 13},
 //    "items": [{"id": "i1", "features"?: {...}}, ...]}
-// and the reply {"model", "version", "request_id", "scores": [...]}, as plain
+// and the reply {"model", "model_version", "request_id", "scores": [...],
+// "version"} ("version" is "model_version" under its older name), as plain
 // types and their JSON codec (both the API's, not the transport's).
 // Feature values are numbers, strings, or lists of strings (integer ids in a
 // list are taken as their decimal text). Every rejection names the field a
@@ -24,6 +25,7 @@ namespace numaserve::api {
 
 struct PredictRequest {
   std::optional<std::string> model;  // default: the only / first model served
+  std::string version;               // a version number or label; default: the model's default version
   std::string request_id;            // echoed back; generated when absent
   features::Request features;        // user, context, items
 };

@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <stdexcept>
 
 #include "api/errors.h"
 #include "numaserve/common/duration.h"
@@ -12,9 +14,12 @@ namespace {
 
 using Clock = batching::Clock;
 
+// Each name once, in the order of its first version.
 std::vector<std::string> model_names(const std::vector<std::unique_ptr<Model>>& models) {
   std::vector<std::string> names;
-  for (const auto& m : models) names.push_back(m->spec().name);
+  for (const auto& m : models) {
+    if (std::find(names.begin(), names.end(), m->spec().name) == names.end()) names.push_back(m->spec().name);
+  }
   return names;
 }
 
@@ -29,20 +34,26 @@ batching::BatcherConfig batching_of(const ServiceConfig& config, const Placement
 Service::Service(Parts parts)
     : config_(std::move(parts.config)),
       placement_(std::move(parts.placement)),
-      models_(std::move(parts.models)),
+      models_(model_names(parts.models)),
       store_(std::move(parts.store)),
       prepare_worker_thread_(std::move(parts.prepare_worker_thread)),
       transport_gauges_(std::move(parts.transport_gauges)),
       request_id_prefix_("ns-" + std::to_string(getpid()) + "-"),
-      metrics_(model_names(models_)),
+      metrics_(models_.names()),
       batcher_(batching_of(config_, placement_),
-               [this](std::size_t model, const features::Batch& batch, std::size_t requests) {
+               [this](std::size_t slot, const features::Batch& batch, std::size_t requests) -> Result<std::vector<float>> {
                  metrics_.observe_batch(batch.rows, requests);
-                 return models_[model]->forward(batch);
+                 // Held by the batch's requests: it cannot be freed meanwhile.
+                 const HeldVersion version = models_.slot(slot);
+                 if (!version) return make_error(Error::Code::kInternal, "a batch's model version is gone");
+                 return version->model->forward(batch);
                }),
       readiness_(placement_.plan.workers.size(), config_.wait_for_group),
       warmup_left_(placement_.plan.workers.size(), 0) {
-  for (const auto& m : models_) specs_.push_back(&m->spec());
+  // Start-up checked the names and contracts (startup.cpp); a failure here is a bug.
+  for (auto& m : parts.models) {
+    if (auto added = models_.add(std::move(m)); !added) throw std::invalid_argument(added.error().message);
+  }
 }
 
 void Service::start_worker(std::size_t worker) {
@@ -51,7 +62,7 @@ void Service::start_worker(std::size_t worker) {
   auto bound = numa::bind_current_thread(placement_.plan.workers[worker].cpus);
   if (prepare_worker_thread_) prepare_worker_thread_(placement_.plan.intra_op_threads);
   store_->start_worker(worker);
-  warmup_left_[worker] = bound ? models_.size() * config_.warmup_rounds : 0;
+  warmup_left_[worker] = bound ? models_.all().size() * config_.warmup_rounds : 0;
   if (!bound) {
     readiness_.worker_warm(bound.error());
   } else if (warmup_left_[worker] == 0) {
@@ -63,8 +74,14 @@ void Service::start_worker(std::size_t worker) {
 // refuses /predict with 503) between them instead of going silent.
 void Service::warm_up_step(std::size_t worker) {
   auto& left = warmup_left_[worker];
-  const std::size_t model = (left - 1) / config_.warmup_rounds;
-  if (auto warm = models_[model]->warm_up(config_.warmup_rows, 1); !warm) {
+  const auto versions = models_.all();
+  const std::size_t index = (left - 1) / config_.warmup_rounds;
+  if (index >= versions.size()) {  // a version unloaded meanwhile
+    --left;
+    if (left == 0) readiness_.worker_warm(std::nullopt);
+    return;
+  }
+  if (auto warm = versions[index]->model->warm_up(config_.warmup_rows, 1); !warm) {
     left = 0;
     readiness_.worker_warm(warm.error());
     return;
@@ -86,25 +103,6 @@ Status Service::admit(std::size_t worker) {
   return batcher_.admit(worker);
 }
 
-Result<std::size_t> find_model(const std::vector<const features::ModelSpec*>& models, const std::optional<std::string>& name,
-                               const std::string& version) {
-  std::size_t index = 0;  // the first model is the default
-  if (name) {
-    while (index < models.size() && models[index]->name != *name) ++index;
-    if (index == models.size()) return make_error(Error::Code::kNotFound, "model '" + *name + "' is not served here", "model");
-  }
-  const auto& spec = *models[index];
-  if (!version.empty() && version != spec.version) {
-    return make_error(Error::Code::kNotFound,
-                      "model " + spec.name + " has version " + spec.version + ", not " + version, "version");
-  }
-  return index;
-}
-
-Result<std::size_t> Service::find_model(const std::optional<std::string>& name, const std::string& version) const {
-  return api::find_model(specs_, name, version);
-}
-
 std::string Service::request_id(std::string given) {
   return !given.empty() ? std::move(given) : request_id_prefix_ + std::to_string(next_request_id_++);
 }
@@ -114,14 +112,15 @@ std::string Service::request_id(std::string given) {
 struct Service::Pending {
   http::Responder responder;
   std::string_view route;
-  std::size_t model;
+  HeldVersion version;  // from admission to the reply
   Clock::time_point start;
   Encoder encode;
 };
 
-void Service::enqueue(Call& call, std::size_t model, features::Batch batch, Clock::time_point start, Encoder encode) {
-  auto pending = std::make_shared<Pending>(Pending{std::move(call.responder), call.route, model, start, std::move(encode)});
-  batcher_.submit(call.worker, batching::Job{model, std::move(batch), [this, pending](batching::Outcome&& outcome) {
+void Service::enqueue(Call& call, HeldVersion version, features::Batch batch, Clock::time_point start, Encoder encode) {
+  const std::size_t slot = version->slot;
+  auto pending = std::make_shared<Pending>(Pending{std::move(call.responder), call.route, std::move(version), start, std::move(encode)});
+  batcher_.submit(call.worker, batching::Job{slot, std::move(batch), [this, pending](batching::Outcome&& outcome) {
                                                complete(*pending, std::move(outcome));
                                              }});
 }
@@ -132,7 +131,8 @@ void Service::complete(Pending& pending, batching::Outcome&& outcome) {
     finish(pending.route, pending.responder, error_reply(outcome.scores.error()));
     return;
   }
-  const std::string& name = models_[pending.model]->spec().name;
+  const std::string& name = pending.version->name;
+  metrics_.count_version(name, pending.version->version);
   metrics_.observe(metrics::Stage::kQueue, name, outcome.timing.queue_seconds);
   metrics_.observe(metrics::Stage::kForward, name, outcome.timing.forward_seconds);
   const auto encoding = Clock::now();
@@ -152,11 +152,11 @@ std::string Service::startup_summary() const {
   const auto& plan = placement_.plan;
   std::string models;
   const auto locality = model_locality();
-  for (const auto& m : models_) {
+  for (const auto& v : models_.all()) {
     char share[32] = "n/a";
-    if (auto it = locality.find(m->spec().name); it != locality.end()) std::snprintf(share, sizeof share, "%.1f%%", 100 * it->second);
-    models += (models.empty() ? "" : ",") + m->spec().name + "@" + m->spec().version + "(" +
-              std::to_string(m->weight_bytes() >> 20) + "MiB local=" + share + ")";
+    if (auto it = locality.find(v->name + "@" + v->version); it != locality.end()) std::snprintf(share, sizeof share, "%.1f%%", 100 * it->second);
+    models += (models.empty() ? "" : ",") + v->name + "@" + v->version + "(" +
+              std::to_string(v->model->weight_bytes() >> 20) + "MiB local=" + share + ")";
   }
   return "cpus=" + plan.cpus.to_list() + " mems=" + plan.mems.to_list() + " numa_nodes=" + plan.numa_nodes.to_list() +
          " workers=" + std::to_string(plan.workers.size()) + " intra_op_threads=" + std::to_string(plan.intra_op_threads) +

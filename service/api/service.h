@@ -27,6 +27,7 @@
 #include "api/call.h"
 #include "api/config.h"
 #include "api/model.h"
+#include "api/model_table.h"
 #include "api/readiness.h"
 #include "batching/batcher.h"
 #include "feature_store/store.h"
@@ -50,7 +51,9 @@ struct PlacementReport {
 struct Parts {
   ServiceConfig config;
   PlacementReport placement;
-  std::vector<std::unique_ptr<Model>> models;  // the first is the default
+  // Every version served at start; the first one's name is the default
+  // model, and each name's first version sets its feature contract.
+  std::vector<std::unique_ptr<Model>> models;
   std::unique_ptr<feature_store::FeatureStore> store;
   // The model runtime's setup of a worker's thread, after it pinned itself
   // (LibTorch: its intra-op pool, created inside the worker's CPUs).
@@ -59,11 +62,6 @@ struct Parts {
   // connections and its refusals), read at scrape time.
   std::function<void(metrics::Gauges&)> transport_gauges;
 };
-
-// The model a request or a path names (and the version it asks for), or
-// the default: the first one. 404 naming `model` or `version` otherwise.
-Result<std::size_t> find_model(const std::vector<const features::ModelSpec*>& models, const std::optional<std::string>& name,
-                               const std::string& version = {});
 
 class Service {
  public:
@@ -76,7 +74,9 @@ class Service {
   http::Turn turn(std::size_t worker);
 
   const ServiceConfig& config() const { return config_; }
-  const Model& model(std::size_t index) const { return *models_[index]; }
+  ModelTable& models() { return models_; }
+  const ModelTable& models() const { return models_; }
+
   feature_store::FeatureStore& store() { return *store_; }
   metrics::Metrics& metrics() { return metrics_; }
   Readiness& readiness() { return readiness_; }
@@ -87,15 +87,17 @@ class Service {
   // Before a request is parsed: a service still warming up, or a worker
   // whose queue is full or stale, refuses it (503).
   Status admit(std::size_t worker);
-  // api::find_model over the models served.
-  Result<std::size_t> find_model(const std::optional<std::string>& name, const std::string& version = {}) const;
+  // The version a request names (ModelTable::resolve), held to its reply.
+  Result<HeldVersion> find_model(const std::optional<std::string>& name, const std::string& version = {}) const {
+    return models_.resolve(name, version);
+  }
   // The request's own id, or one made: "ns-<pid>-<n>".
   std::string request_id(std::string given);
   // Queues `batch` for the calling worker's next forward and takes the
   // call's responder; `encode` makes the reply from the scores, on the
   // worker that ran the forward. `start`: when the request was taken up.
   using Encoder = std::function<http::Reply(std::vector<float>&& scores)>;
-  void enqueue(Call& call, std::size_t model, features::Batch batch, batching::Clock::time_point start,
+  void enqueue(Call& call, HeldVersion version, features::Batch batch, batching::Clock::time_point start,
                Encoder encode);
   // Counts a reply and sends it; from any worker's thread.
   void finish(std::string_view route, http::Responder& responder, http::Reply reply);
@@ -114,8 +116,7 @@ class Service {
 
   const ServiceConfig config_;
   const PlacementReport placement_;
-  const std::vector<std::unique_ptr<Model>> models_;
-  std::vector<const features::ModelSpec*> specs_;  // models_'s, in order
+  ModelTable models_;
   const std::unique_ptr<feature_store::FeatureStore> store_;
   const std::function<void(unsigned)> prepare_worker_thread_;
   const std::function<void(metrics::Gauges&)> transport_gauges_;

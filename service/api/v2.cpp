@@ -30,27 +30,30 @@ Answer v2_ready(Service& service, Call&) {
 }
 
 Answer v2_model(Service& service, Call& call) {
-  const auto index = service.find_model(call.params.name, call.params.version);
-  if (!index) return tl::unexpected(index.error());
-  return json_reply(200, v2_model_metadata(service.model(*index).spec()));
+  const auto version = service.find_model(call.params.name, call.params.version);
+  if (!version) return tl::unexpected(version.error());
+  std::vector<std::string> served;
+  for (const auto& v : service.models().versions((*version)->name)) served.push_back(v->version);
+  return json_reply(200, v2_model_metadata((*version)->model->spec(), served));
 }
 
 Answer v2_model_ready(Service& service, Call& call) {
-  const auto index = service.find_model(call.params.name, call.params.version);
-  if (!index) return tl::unexpected(index.error());
+  // A version not ready is a 404 naming it; one that is, is ready once the service is warm.
+  const auto version = service.find_model(call.params.name, call.params.version);
+  if (!version) return tl::unexpected(version.error());
   const bool ok = service.readiness().ready();
-  return json_reply(ok ? 200 : 503, nlohmann::json{{"name", service.model(*index).spec().name}, {"ready", ok}}.dump());
+  return json_reply(ok ? 200 : 503, nlohmann::json{{"name", (*version)->name}, {"version", (*version)->version}, {"ready", ok}}.dump());
 }
 
 Answer v2_infer(Service& service, Call& call) {
   const auto start = batching::Clock::now();
   if (auto admitted = service.admit(call.worker); !admitted) return tl::unexpected(admitted.error());
-  const auto index = service.find_model(call.params.name, call.params.version);
-  if (!index) return tl::unexpected(index.error());
-  const features::ModelSpec& spec = service.model(*index).spec();
+  auto version = service.find_model(call.params.name, call.params.version);
+  if (!version) return tl::unexpected(version.error());
+  const features::ModelSpec& spec = (*version)->model->spec();
   auto parsed = parse_infer_request(call.request.body, spec, service.config().limits);
   if (!parsed) return tl::unexpected(parsed.error());
-  service.enqueue(call, *index, std::move(parsed->batch), start, [&spec, id = std::move(parsed->id)](std::vector<float>&& scores) {
+  service.enqueue(call, std::move(*version), std::move(parsed->batch), start, [&spec, id = std::move(parsed->id)](std::vector<float>&& scores) {
     return json_reply(200, v2_infer_response(spec, id, scores));
   });
   return std::nullopt;

@@ -90,7 +90,7 @@ std::string v2_server_metadata(std::string_view version) {
   return json{{"name", "numaserve"}, {"version", std::string(version)}, {"extensions", json::array()}}.dump();
 }
 
-std::string v2_model_metadata(const features::ModelSpec& model) {
+std::string v2_model_metadata(const features::ModelSpec& model, const std::vector<std::string>& versions) {
   json inputs = json::array();
   inputs.push_back(tensor_meta("dense", "FP32", {-1, model.dense_features().size()}));
   for (const auto* f : model.sparse_features()) {
@@ -98,7 +98,7 @@ std::string v2_model_metadata(const features::ModelSpec& model) {
     inputs.push_back(tensor_meta(input_name(*f, "offsets"), "INT64", {-1}));
   }
   return json{{"name", model.name},
-              {"versions", {model.version}},
+              {"versions", versions.empty() ? std::vector<std::string>{model.version} : versions},
               {"platform", "pytorch_torchscript"},
               {"inputs", inputs},
               {"outputs", {tensor_meta("score", "FP32", {-1})}}}

@@ -26,7 +26,8 @@ struct InferRequest {
 };
 
 std::string v2_server_metadata(std::string_view version);
-std::string v2_model_metadata(const features::ModelSpec& model);
+// `versions`: every version of the model served now (the model's own when empty).
+std::string v2_model_metadata(const features::ModelSpec& model, const std::vector<std::string>& versions = {});
 
 // Checks every tensor against the model: names, datatypes, shapes, data
 // lengths, offsets that start at 0 and never fall, indices inside their

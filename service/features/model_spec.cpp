@@ -217,6 +217,29 @@ const FeatureSpec* ModelSpec::feature(std::string_view feature_name, Source sour
   return it == features.end() ? nullptr : &*it;
 }
 
+Status same_feature_contract(const ModelSpec& served, const ModelSpec& candidate) {
+  std::string differs;
+  if (served.hash_seed != candidate.hash_seed) {
+    differs = "hash_seed";
+  } else if (served.tables != candidate.tables) {
+    differs = "tables";
+  } else if (!(served.store == candidate.store)) {
+    differs = "store";
+  } else if (served.features.size() != candidate.features.size()) {
+    differs = "features (" + std::to_string(candidate.features.size()) + " against " + std::to_string(served.features.size()) + ")";
+  } else {
+    for (std::size_t i = 0; i < served.features.size() && differs.empty(); ++i) {
+      if (!(served.features[i] == candidate.features[i])) differs = "features." + candidate.features[i].name;
+    }
+  }
+  if (differs.empty()) return {};
+  return make_error(Error::Code::kInvalidArgument,
+                    "version " + candidate.version + " of " + candidate.name + " reads its features differently from version " +
+                        served.version + " (" + differs + "): the feature store was set up for that one; a new feature "
+                        "contract needs a restart",
+                    differs.substr(0, differs.find(' ')));
+}
+
 Result<ModelSpec> parse_model_spec(const std::string& yaml, const std::string& file) {
   auto parsed = parse_yaml(yaml, file);
   if (!parsed) return tl::unexpected(parsed.error());

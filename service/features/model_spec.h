@@ -64,6 +64,7 @@ struct FeatureSpec {
   FeatureValue default_value = 0.0;  // when the request and the store lack it
   std::string view;        // feature view in a networked store; empty: the entity's
   std::string store_name;  // its name in that view; empty: `name`
+  bool operator==(const FeatureSpec&) const = default;
 };
 
 // How a networked store keys one kind of entity (feature_store.user / .item).
@@ -71,12 +72,14 @@ struct EntityMapping {
   std::string view;      // the default feature view of its features
   std::string join_key;  // the entity key's one join key
   bool int64_key = false;  // the key's value is an INT64 (the id's decimal text), else a STRING
+  bool operator==(const EntityMapping&) const = default;
 };
 
 struct StoreMapping {
   std::string project = "numaserve";
   EntityMapping user{"user", "user_id"};
   EntityMapping item{"item", "item_id"};
+  bool operator==(const StoreMapping&) const = default;
 };
 
 struct ModelSpec {
@@ -95,6 +98,12 @@ struct ModelSpec {
 };
 
 // `file` names the source in errors: "model.yaml line 7: features[2].kind ...".
+// Whether two specs turn every request into the same rows from the same
+// stored features (all but name and version equal): a new version of a
+// served model must, since the feature store and its item caches were set
+// up for the first. Names the first difference otherwise.
+Status same_feature_contract(const ModelSpec& served, const ModelSpec& candidate);
+
 Result<ModelSpec> parse_model_spec(const std::string& yaml, const std::string& file);
 
 inline std::string_view to_string(Source source) { return kSourceNames.name(source); }

@@ -125,6 +125,30 @@ void Histogram::render(std::string& out, const std::string& name, const std::str
   w.sample(name + "_count", cumulative, labels);
 }
 
+namespace {
+
+// The versions served now.
+void render_versions(std::string& out, const Gauges& gauges) {
+  TextWriter w(out);
+  w.family("numaserve_model_version_served", "gauge",
+           "1 for each version served now; default=\"true\" for the one a request naming no version gets.");
+  for (const auto& v : gauges.versions) {
+    w.sample("numaserve_model_version_served", 1,
+             prometheus::label("model", v.model) + "," + prometheus::label("version", v.version) + "," +
+                 prometheus::label("default", v.is_default ? "true" : "false"));
+  }
+  w.family("numaserve_model_version_weight_bytes", "gauge", "A version's resident weight bytes, by NUMA node.");
+  for (const auto& v : gauges.versions) {
+    for (const auto& [node, bytes] : v.bytes_per_node) {
+      w.sample("numaserve_model_version_weight_bytes", bytes,
+               prometheus::label("model", v.model) + "," + prometheus::label("version", v.version) + "," +
+                   prometheus::label("node", std::to_string(node)));
+    }
+  }
+}
+
+}  // namespace
+
 Metrics::Metrics(const std::vector<std::string>& models)
     : batch_items_(powers_of_two(8192)), batch_requests_(powers_of_two(256)), feature_store_(latency_buckets()) {
   for (const auto& model : models) {
@@ -136,6 +160,11 @@ Metrics::Metrics(const std::vector<std::string>& models)
 void Metrics::count_request(const std::string& route, int status) {
   std::lock_guard lock(requests_mutex_);
   ++requests_[{route, status}];
+}
+
+void Metrics::count_version(const std::string& model, const std::string& version) {
+  std::lock_guard lock(requests_mutex_);
+  ++version_requests_[{model, version}];
 }
 
 void Metrics::observe(Stage stage, const std::string& model, double seconds) {
@@ -197,6 +226,15 @@ std::string Metrics::render(const Gauges& gauges) const {
          "Share of the model's resident weight pages on the NUMA nodes of the service's cpuset.");
   for (const auto& [model, ratio] : gauges.model_local_ratio) {
     w.sample("numaserve_model_weights_local_ratio", ratio, prometheus::label("model", model));
+  }
+  render_versions(out, gauges);
+  {
+    std::lock_guard lock(requests_mutex_);
+    w.family("numaserve_model_version_requests_total", "counter", "Requests scored, by model and the version that scored them.");
+    for (const auto& [key, count] : version_requests_) {
+      w.sample("numaserve_model_version_requests_total", count,
+               prometheus::label("model", key.first) + "," + prometheus::label("version", key.second));
+    }
   }
   return out;
 }

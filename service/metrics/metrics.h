@@ -60,6 +60,14 @@ struct TransportGauges {
   std::uint64_t max_connections = 0;
 };
 
+// One model version served now.
+struct VersionGauges {
+  std::string model, version;
+  bool is_default = false;  // what a request naming no version gets
+  std::size_t weight_bytes = 0;
+  std::map<unsigned, std::uint64_t> bytes_per_node;  // its weights' resident pages
+};
+
 // Values read at scrape time.
 struct Gauges {
   std::size_t queue_depth = 0;
@@ -67,7 +75,8 @@ struct Gauges {
   std::size_t busy_workers = 0;
   bool ready = false;
   std::map<std::string, std::string> placement;  // labels of numaserve_placement_info
-  std::map<std::string, double> model_local_ratio;  // model -> share of weight pages on the service's nodes
+  std::map<std::string, double> model_local_ratio;  // model -> its default version's share of weight pages on the service's nodes
+  std::vector<VersionGauges> versions;
   std::map<std::string, std::size_t> threads;       // kind -> count
   std::vector<WorkerGauges> workers;
   TransportGauges transport;
@@ -79,6 +88,8 @@ class Metrics {
   explicit Metrics(const std::vector<std::string>& models);
 
   void count_request(const std::string& route, int status);
+  // A reply scored by `version` of `model`.
+  void count_version(const std::string& model, const std::string& version);
   // `model` must be one given to the constructor; others are dropped.
   void observe(Stage stage, const std::string& model, double seconds);
   void observe_batch(std::size_t items, std::size_t requests);
@@ -90,6 +101,7 @@ class Metrics {
  private:
   mutable std::mutex requests_mutex_;
   std::map<std::pair<std::string, int>, std::uint64_t> requests_;
+  std::map<std::pair<std::string, std::string>, std::uint64_t> version_requests_;  // under requests_mutex_
   // Per model, one histogram per stage; built once, so lookups need no lock.
   std::map<std::string, std::deque<Histogram>> stages_;
   Histogram batch_items_;

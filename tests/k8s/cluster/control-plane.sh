@@ -12,6 +12,7 @@
 #   control-plane.sh start DIR        start everything with its state in DIR; print the API server's URL
 #                                     (with CONTROL_PLANE_OWNER=PID, it is stopped when that process ends)
 #   control-plane.sh stop DIR         stop what `start DIR` started; safe to repeat
+#   control-plane.sh running PIDS     print the names in a pids file (DIR/pids) still running
 #
 # `start` writes, in DIR:
 #   kubeconfig             the admin (group system:masters)
@@ -296,15 +297,40 @@ stop() {
     kill -TERM -- "-$pid" 2>/dev/null || true
   done < <(tac "$dir/pids")
   while read -r name pid; do
-    for ((i = 0; i < 100; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+    for ((i = 0; i < 100; i++)); do alive "$pid" || break; sleep 0.05; done
     kill -KILL -- "-$pid" 2>/dev/null || true
   done < <(tac "$dir/pids")
+  # SIGKILL is not instant: a loaded machine takes a while to tear down an API
+  # server's address space (a CI run here still saw it 0.5 s after stop).
+  # Return only when every process has ended, so that a caller may reuse its
+  # ports and files at once.
+  while read -r name pid; do
+    for ((i = 0; i < 200; i++)); do alive "$pid" || break; sleep 0.05; done
+    alive "$pid" && echo "control-plane.sh: $name ($pid) still running 10 s after SIGKILL" >&2
+  done < <(tac "$dir/pids")
   rm -f "$dir/pids"
+}
+
+# A process that has exited but not been reaped yet (a zombie: its parent is
+# whatever adopted it) counts as ended; kill -0 would still find it.
+alive() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }
+  [[ ${stat%% *} != Z ]]
+}
+
+# Prints the name of each process in a pids FILE (as start writes it) still running.
+running() {
+  local name pid
+  while read -r name pid; do alive "$pid" && echo "$name"; done < "$1"
+  return 0
 }
 
 case ${1:-} in
   build) build ;;
   start) [[ -n ${2:-} ]] || die "usage: control-plane.sh start DIR"; start "$2" ;;
   stop) [[ -n ${2:-} ]] || die "usage: control-plane.sh stop DIR"; stop "$2" ;;
-  *) die "usage: control-plane.sh build | start DIR | stop DIR" ;;
+  running) [[ -n ${2:-} ]] || die "usage: control-plane.sh running PIDS"; running "$2" ;;
+  *) die "usage: control-plane.sh build | start DIR | stop DIR | running PIDS" ;;
 esac

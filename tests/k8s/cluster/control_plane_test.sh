@@ -7,7 +7,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/lib.sh"
 out=$(mktemp -d); trap 'stop_control_plane; rm -rf "$out"' EXIT
-running() { local name pid; while read -r name pid; do kill -0 "$pid" 2>/dev/null && echo "$name"; done < "$1"; }
+running() { "$CLUSTER_DIR/control-plane.sh" running "$1"; }
 
 started=$SECONDS
 use_control_plane "$out/cluster"
@@ -44,7 +44,6 @@ YAML
 done
 cp "$CP_DIR/pids" "$out/pids"
 stop_control_plane; CP_DIR=
-sleep 0.5
 [[ -z $(running "$out/pids") ]] && echo "ok stop ends every process" || fail "left running after stop: $(running "$out/pids")"
 
 # A test killed outright: its control plane follows within seconds.

@@ -265,7 +265,7 @@ TEST(PredictJson, ResponseIsExactJsonForAnyScoreAndId) {
     }
   }
   // What nlohmann itself would have written for the same reply.
-  EXPECT_EQ(text, (nlohmann::json{{"model", "ranker_a"}, {"version", "v\"2"}, {"request_id", id}, {"scores", scores}}.dump()));
+  EXPECT_EQ(text, (nlohmann::json{{"model", "ranker_a"}, {"model_version", "v\"2"}, {"version", "v\"2"}, {"request_id", id}, {"scores", scores}}.dump()));
 }
 
 }  // namespace

@@ -35,7 +35,9 @@ class FakeModel final : public Model {
   Result<std::vector<float>> forward(const features::Batch& batch) const override {
     ++forwards;
     if (fail) return make_error(Error::Code::kInternal, "forward failed: fake");
-    return scores(batch);
+    auto out = scores(batch);
+    for (auto& score : out) score += offset;
+    return out;
   }
   Status warm_up(std::size_t, unsigned) const override { return {}; }
   std::vector<numa::MemoryRange> weights() const override { return {}; }
@@ -56,6 +58,7 @@ class FakeModel final : public Model {
 
   mutable std::size_t forwards = 0;
   bool fail = false;
+  float offset = 0;  // added to every score: tells versions apart
 
  private:
   features::ModelSpec spec_;
@@ -80,6 +83,8 @@ struct Setup {
   std::size_t queue_capacity = 64;
   bool admin_port = false;
   bool warm = true;
+  // More versions of the fixture's model, each scoring 1000 x its number above it.
+  std::vector<std::string> versions;
 };
 
 // A one-worker service on this thread's own CPUs (so pinning changes nothing).
@@ -104,10 +109,17 @@ class Harness {
     entities_ = feature_store::Entities::load(store).value();  // what the test computes expected scores from
     parts.store = feature_store::EmbeddedStore::open(feature_store::Entities::load(store).value(), {&model->spec()}).value();
     parts.models.push_back(std::move(model));
+    for (const auto& version : s.versions) {
+      auto spec = fixture_spec();
+      spec.version = version;
+      auto other = std::make_unique<FakeModel>(spec);
+      other->offset = 1000.f * std::stof(version);
+      parts.models.push_back(std::move(other));
+    }
     service_ = std::make_unique<Service>(std::move(parts));
     router_ = std::make_unique<Router>(*service_, s.admin_port);
     router_->on_worker_start(0);
-    router_->on_turn(0);  // the one warm-up forward
+    for (std::size_t v = 0; v <= s.versions.size(); ++v) router_->on_turn(0);  // one warm-up forward per version
     if (s.warm) EXPECT_TRUE(service_->readiness().wait_until_warm().has_value());
   }
 
@@ -170,6 +182,92 @@ TEST(Router, PredictScoresTheRowsExtractionBuildsInRequestOrder) {
   const auto request = parse_predict_request(kPredict, {}).value();
   const auto expected = FakeModel::scores(feature_store::extract(h.model().spec(), request.features, h.entities()).value());
   EXPECT_EQ(body["scores"].get<std::vector<float>>(), expected);
+}
+
+TEST(Router, ARequestIsScoredByTheVersionItNamesOrTheLatest) {
+  Harness h({.versions = {"2", "10"}});
+  const auto request = parse_predict_request(kPredict, {}).value();
+  const auto rows = FakeModel::scores(feature_store::extract(h.model().spec(), request.features, h.entities()).value());
+  auto scored = [&](const std::string& version, float offset) {
+    std::string body = kPredict;
+    if (!version.empty()) body.insert(1, "\"version\": " + version + ", ");
+    const auto reply = h.ask("POST", "/predict", body);
+    EXPECT_EQ(reply.status, 200) << reply.body;
+    const json out = json::parse(reply.body);
+    std::vector<float> want = rows;
+    for (auto& score : want) score += offset;
+    EXPECT_EQ(out["scores"].get<std::vector<float>>(), want) << version;
+    return out["model_version"].get<std::string>();
+  };
+  EXPECT_EQ(scored("", 10000.f), "10");  // the latest by number, not by text
+  EXPECT_EQ(scored("\"2\"", 2000.f), "2");
+  EXPECT_EQ(scored("2", 2000.f), "2");  // a JSON number
+  EXPECT_EQ(scored("\"01\"", 0.f), "01");
+  expect_error(h.ask("POST", "/predict", std::string(kPredict).insert(1, "\"version\": \"7\", ")), 404, "version");
+  expect_error(h.ask("POST", "/predict", std::string(kPredict).insert(1, "\"version\": [1], ")), 400, "version");
+  // A label that points at a served version is a name for it, and "stable" is the default.
+  EXPECT_TRUE(h.service().models().set_labels(h.model().spec().name, {{"stable", "2"}, {"canary", "10"}}).empty());
+  EXPECT_EQ(scored("", 2000.f), "2");
+  EXPECT_EQ(scored("\"canary\"", 10000.f), "10");
+  const auto refused = h.service().models().set_labels(h.model().spec().name, {{"stable", "9"}});
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_NE(refused[0].find("version 9"), std::string::npos) << refused[0];
+  EXPECT_EQ(scored("", 10000.f), "10");
+  // The v2 routes per version, and the model's metadata lists every version served.
+  const auto name = h.model().spec().name;
+  EXPECT_EQ(h.ask("GET", "/v2/models/" + name + "/versions/2/ready").status, 200);
+  expect_error(h.ask("GET", "/v2/models/" + name + "/versions/3/ready"), 404, "version");
+  EXPECT_EQ(json::parse(h.ask("GET", "/v2/models/" + name).body)["versions"], json({"01", "2", "10"}));
+  // Requests are counted by the version that scored them.
+  const auto metrics = h.ask("GET", "/metrics").body;
+  EXPECT_NE(metrics.find("numaserve_model_version_requests_total{model=\"" + name + "\",version=\"2\"} 3"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("numaserve_model_version_served{model=\"" + name + "\",version=\"10\",default=\"true\"} 1"), std::string::npos);
+}
+
+// A version removed while requests hold it: they are scored by it; new
+// ones are not; it is freed when the last one has answered.
+TEST(Router, ARemovedVersionFinishesTheRequestsThatHoldIt) {
+  Harness h({.versions = {"2"}});
+  const auto name = h.model().spec().name;
+  auto held = h.send("POST", "/predict", kPredict);  // resolved to version 2, queued
+  std::weak_ptr<const ServedVersion> removed = h.service().models().remove(name, "2");
+  EXPECT_FALSE(removed.expired()) << "the queued request holds it";
+  h.run_turns();
+  ASSERT_TRUE(held->reply);
+  EXPECT_EQ(json::parse(held->reply->body)["model_version"], "2") << held->reply->body;
+  EXPECT_TRUE(removed.expired()) << "nothing holds it after its reply";
+  EXPECT_EQ(json::parse(h.ask("POST", "/predict", kPredict).body)["model_version"], "01");
+  expect_error(h.ask("POST", "/predict", std::string(kPredict).insert(1, "\"version\": \"2\", ")), 404, "version");
+}
+
+TEST(ModelTable, RefusesAnUnknownNameATakenVersionAndAnotherFeatureContract) {
+  ModelTable table({fixture_spec().name});
+  ASSERT_TRUE(table.add(std::make_unique<FakeModel>(fixture_spec())));
+  auto other_name = fixture_spec();
+  other_name.name = "elsewhere";
+  other_name.version = "2";
+  EXPECT_EQ(table.prepare(std::make_unique<FakeModel>(other_name)).error().field, "model");
+  EXPECT_EQ(table.prepare(std::make_unique<FakeModel>(fixture_spec())).error().field, "version");
+  auto reseeded = fixture_spec();
+  reseeded.version = "2";
+  reseeded.hash_seed += 1;
+  const auto refused = table.prepare(std::make_unique<FakeModel>(reseeded));
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("hash_seed"), std::string::npos) << refused.error().message;
+  auto bucketed = fixture_spec();
+  bucketed.version = "3";
+  bucketed.features.back().default_value = 42.0;
+  EXPECT_NE(table.prepare(std::make_unique<FakeModel>(bucketed)).error().message.find("features." + bucketed.features.back().name),
+            std::string::npos);
+  // Prepared is not served until published; its slot resolves once it is.
+  auto same = fixture_spec();
+  same.version = "4";
+  auto prepared = table.prepare(std::make_unique<FakeModel>(same)).value();
+  EXPECT_FALSE(table.resolve(std::nullopt, "4"));
+  EXPECT_EQ(table.slot(prepared->slot), nullptr);
+  table.publish(prepared);
+  EXPECT_EQ(table.resolve(std::nullopt, "4").value(), prepared);
+  EXPECT_EQ(table.slot(prepared->slot), prepared);
 }
 
 TEST(Router, ARequestWithoutAnIdGetsOneOfItsOwn) {

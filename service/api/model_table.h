@@ -1,0 +1,95 @@
+#pragma once
+// The models served and their versions, as requests see them: each request
+// resolves its model and version once, at admission, and holds that version
+// (a shared pointer) until its reply is sent, so a switch never changes a
+// request under way and a version is freed only when its last request has
+// answered. The batcher keys batches by a version's slot, so a batch never
+// mixes versions.
+//
+// Which versions exist is decided by whoever adds them (today start-up,
+// from the --model-dir list); the table only holds what is ready, the
+// labels that point at ready versions, and each model's default: the
+// `stable` label when it is set, else the highest version (by number).
+// Model names are fixed at start (the feature store was opened for them);
+// versions come and go.
+
+#include <atomic>
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "api/model.h"
+#include "numaserve/common/result.h"
+
+namespace numaserve::api {
+
+struct ServedVersion {
+  std::unique_ptr<Model> model;
+  std::string name;     // model.spec().name
+  std::string version;  // model.spec().version
+  std::size_t model_index = 0;  // the name's place among the table's names (the feature store's index)
+  std::size_t slot = 0;         // unique per version ever prepared: the batches' key
+};
+using HeldVersion = std::shared_ptr<const ServedVersion>;
+
+class ModelTable {
+ public:
+  // `names`, in order, are every model this table will ever serve; the
+  // first is the default model.
+  explicit ModelTable(std::vector<std::string> names);
+
+  const std::vector<std::string>& names() const { return names_; }
+
+  // The model a request names (nullopt: the default model) at the version
+  // it names: a number, a label, or empty for the default version. 404
+  // naming "model" or "version" when there is none ready.
+  Result<HeldVersion> resolve(const std::optional<std::string>& name, const std::string& version = {}) const;
+  // The version a batch was queued for; null once nothing holds it.
+  HeldVersion slot(std::size_t slot) const;
+
+  // A version about to be served: its name must be one of names(), its
+  // version not served already, its feature contract the first's. Not
+  // resolvable until publish(), so it can be warmed up first.
+  Result<std::shared_ptr<ServedVersion>> prepare(std::unique_ptr<Model> model) const;
+  // Serves it from now on (a version of the same number is replaced).
+  void publish(HeldVersion version);
+  Result<HeldVersion> add(std::unique_ptr<Model> model);  // prepare + publish
+  // No longer served: new requests cannot resolve it; those holding it
+  // finish on it. Returns it (null if it was not served).
+  HeldVersion remove(const std::string& name, const std::string& version);
+  // Labels for a model ("stable" -> "3"); each must point at a version
+  // served now. Returns the labels refused, with the reason.
+  std::vector<std::string> set_labels(const std::string& name, const std::map<std::string, std::string>& labels);
+
+  std::vector<HeldVersion> versions(const std::string& name) const;  // served now, oldest first
+  std::vector<HeldVersion> all() const;
+  HeldVersion default_version(const std::string& name) const;
+  std::map<std::string, std::string> labels(const std::string& name) const;
+  // The first version ever served of each name: whose feature contract
+  // the store was set up for.
+  const features::ModelSpec* contract(const std::string& name) const;
+
+ private:
+  struct Entry {
+    std::map<std::string, HeldVersion> versions;
+    std::map<std::string, std::string> labels;
+    std::optional<features::ModelSpec> contract;
+  };
+  const Entry* entry(const std::string& name) const;
+  HeldVersion default_of(const Entry& entry) const;
+
+  const std::vector<std::string> names_;
+  mutable std::shared_mutex mutex_;
+  std::map<std::string, Entry> entries_;
+  std::map<std::size_t, std::weak_ptr<const ServedVersion>> slots_;
+  mutable std::atomic<std::size_t> next_slot_{0};
+};
+
+// Versions sort by number where both are numbers ("10" after "9"), else as text.
+bool version_less(const std::string& a, const std::string& b);
+
+}  // namespace numaserve::api
