@@ -160,10 +160,4 @@ std::map<std::string, std::string> ModelTable::labels(const std::string& name) c
   return e == nullptr ? std::map<std::string, std::string>{} : e->labels;
 }
 
-const features::ModelSpec* ModelTable::contract(const std::string& name) const {
-  std::shared_lock lock(mutex_);
-  const Entry* e = entry(name);
-  return e == nullptr || !e->contract ? nullptr : &*e->contract;
-}
-
 }  // namespace numaserve::api

@@ -69,9 +69,6 @@ class ModelTable {
   std::vector<HeldVersion> all() const;
   HeldVersion default_version(const std::string& name) const;
   std::map<std::string, std::string> labels(const std::string& name) const;
-  // The first version ever served of each name: whose feature contract
-  // the store was set up for.
-  const features::ModelSpec* contract(const std::string& name) const;
 
  private:
   struct Entry {

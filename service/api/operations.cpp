@@ -1,6 +1,8 @@
 // What an operator asks of the service: liveness, readiness, Prometheus
 // metrics, and where the process runs (/placement: its cpuset, threads and
 // the pages of its model weights, asked of the kernel).
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "api/handlers.h"
@@ -68,10 +70,12 @@ metrics::Gauges Service::gauges() const {
                  {"workers", std::to_string(plan.workers.size())},
                  {"intra_op_threads", std::to_string(plan.intra_op_threads)},
                  {"instance", placement_.instance}};
+  const auto page_bytes = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
   for (const auto& v : models_.all()) {
     metrics::VersionGauges version{v->name, v->version, models_.default_version(v->name) == v, v->model->weight_bytes(), {}};
     if (auto pages = numa::locate_pages(v->model->weights())) {
-      for (const auto& [node, n] : pages->pages_per_node) version.bytes_per_node[node] = n * 4096;
+      // locate_pages counts pages of the kernel's page size, not always 4 KiB.
+      for (const auto& [node, n] : pages->pages_per_node) version.bytes_per_node[node] = n * page_bytes;
       if (version.is_default) g.model_local_ratio[v->name] = pages->share_on(plan.numa_nodes);
     }
     g.versions.push_back(std::move(version));

@@ -50,7 +50,8 @@ Service::Service(Parts parts)
                }),
       readiness_(placement_.plan.workers.size(), config_.wait_for_group),
       warmup_left_(placement_.plan.workers.size(), 0) {
-  // Start-up checked the names and contracts (startup.cpp); a failure here is a bug.
+  // Start-up refuses two models of one name (startup.cpp), so each add is a
+  // model's first version and cannot be refused: if one is, it is a bug.
   for (auto& m : parts.models) {
     if (auto added = models_.add(std::move(m)); !added) throw std::invalid_argument(added.error().message);
   }
