@@ -72,7 +72,7 @@ std::string graph_lines(const numaserve::api::GraphReport& report) {
 
 // Exit 0: servable; 1: what is wrong, naming the file and field.
 int check_model(const std::string& dir, bool graph_optimizations) {
-  const auto checked = numaserve::model::check_model(dir, {graph_optimizations});
+  const auto checked = numaserve::model::check_model(dir, {graph_optimizations, {}});
   if (!checked) {
     const auto& e = checked.error();
     const bool named = e.field.empty() || e.message.find(e.field) != std::string::npos;
@@ -92,10 +92,13 @@ int check_model(const std::string& dir, bool graph_optimizations) {
 int serve(const numaserve::serve::ServeOptions& options) {
   namespace model = numaserve::model;
   numaserve::startup::Runtime runtime;
-  const model::LoadOptions load{options.graph_optimizations};
-  runtime.load = [load](const std::filesystem::path& dir) -> numaserve::Result<std::unique_ptr<numaserve::api::Model>> {
-    auto loaded = model::TorchModel::load(dir, load);
+  runtime.load = [graph = options.graph_optimizations](const std::filesystem::path& dir, const std::string& version)
+      -> numaserve::Result<std::unique_ptr<numaserve::api::Model>> {
+    auto loaded = model::TorchModel::load(dir, model::LoadOptions{graph, version});
     if (!loaded) return tl::unexpected(loaded.error());
+    // What a request would otherwise find: the signature, and a forward on
+    // synthetic rows that returns one finite score per row.
+    if (auto checked = (*loaded)->check(16); !checked) return tl::unexpected(checked.error());
     return std::unique_ptr<numaserve::api::Model>(std::move(*loaded));
   };
   runtime.prepare_worker_thread = model::set_intra_op_threads;

@@ -216,21 +216,25 @@ Result<std::optional<double>> read_cpu_limit(const ControllerDir& where) {
   return tightest;
 }
 
-}  // namespace
-
-Result<std::optional<CgroupPlacement>> discover_cgroup(const fs::path& root) {
+// What finding a controller needs: the process's /proc/self/cgroup lines
+// and the cgroup mounts; nullopt when the process has no cgroup information.
+struct Tables {
   std::vector<CgroupLine> lines;
+  std::vector<Mount> mounts;
+};
+
+Result<std::optional<Tables>> read_tables(const fs::path& root) {
+  Tables tables;
   if (auto text = read_text_file(under_root(root, "/proc/self/cgroup"))) {
-    lines = parse_proc_cgroup(*text);
+    tables.lines = parse_proc_cgroup(*text);
   } else if (auto legacy = read_text_file(under_root(root, "/proc/self/cpuset"))) {
     // Kernels and captures without /proc/self/cgroup still name the cpuset
     // cgroup here; it serves for whichever hierarchy holds the controller.
     std::string path = legacy->substr(0, legacy->find('\n'));
-    lines = {{"cpuset", path}, {"", path}};
+    tables.lines = {{"cpuset", path}, {"", path}};
   } else {
-    return std::optional<CgroupPlacement>();
+    return std::optional<Tables>();
   }
-
   const fs::path mountinfo = under_root(root, "/proc/self/mountinfo");
   auto mount_table = read_text_file(mountinfo);
   if (!mount_table) mount_table = read_text_file(under_root(root, "/proc/mounts"));
@@ -240,7 +244,84 @@ Result<std::optional<CgroupPlacement>> discover_cgroup(const fs::path& root) {
                           " nor /proc/mounts can be read to find where it is mounted",
                       mountinfo.string());
   }
-  const std::vector<Mount> mounts = parse_cgroup_mounts(*mount_table);
+  tables.mounts = parse_cgroup_mounts(*mount_table);
+  return std::optional(std::move(tables));
+}
+
+// A memory file's one number; "max" (v2) is no limit, and so is v1's
+// "unlimited", a page-rounded 2^63 - 1.
+Result<std::optional<std::uint64_t>> read_bytes(const fs::path& file) {
+  auto text = read_text_file(file);
+  if (!text) return tl::unexpected(text.error());
+  std::istringstream in(*text);
+  std::string word;
+  in >> word;
+  if (word == "max") return std::optional<std::uint64_t>();
+  char* end = nullptr;
+  const unsigned long long value = std::strtoull(word.c_str(), &end, 10);
+  if (word.empty() || *end != '\0') {
+    return make_error(Error::Code::kInvalidArgument, file.string() + ": cannot parse '" + word + "' as bytes", file.string());
+  }
+  if (value >= (1ULL << 62)) return std::optional<std::uint64_t>();
+  return std::optional<std::uint64_t>(value);
+}
+
+// One key of memory.stat ("inactive_file 123"); 0 when absent.
+Result<std::uint64_t> read_stat(const fs::path& file, std::string_view key) {
+  std::error_code ec;
+  if (!fs::exists(file, ec)) return 0;
+  auto text = read_text_file(file);
+  if (!text) return tl::unexpected(text.error());
+  for (const std::string& line : split_lines(*text)) {
+    std::istringstream in(line);
+    std::string name;
+    std::uint64_t value = 0;
+    if (in >> name >> value && name == key) return value;
+  }
+  return 0;
+}
+
+}  // namespace
+
+Result<std::optional<CgroupMemory>> discover_cgroup_memory(const fs::path& root) {
+  auto tables = read_tables(root);
+  if (!tables) return tl::unexpected(tables.error());
+  if (!*tables) return std::optional<CgroupMemory>();
+  const auto where = locate(root, (*tables)->lines, (*tables)->mounts, "memory");
+  if (!where) return std::optional<CgroupMemory>();
+  const bool v2 = where->version == 2;
+  // A parent's limit caps its children's sum: the room left is the least,
+  // over every level with a limit, of its limit less its working set.
+  std::optional<CgroupMemory> binding;
+  CgroupMemory own{where->version, where->dir, std::nullopt, 0};
+  for (const auto& dir : dirs_up(*where)) {
+    std::error_code ec;
+    const fs::path limit_file = dir / (v2 ? "memory.max" : "memory.limit_in_bytes");
+    const fs::path usage_file = dir / (v2 ? "memory.current" : "memory.usage_in_bytes");
+    if (!fs::exists(usage_file, ec)) continue;  // the v2 root has no memory.current
+    auto usage = read_bytes(usage_file);
+    if (!usage) return tl::unexpected(usage.error());
+    auto inactive = read_stat(dir / "memory.stat", v2 ? "inactive_file" : "total_inactive_file");
+    if (!inactive) return tl::unexpected(inactive.error());
+    const std::uint64_t used = usage->value_or(0);
+    CgroupMemory level{where->version, dir, std::nullopt, used > *inactive ? used - *inactive : 0};
+    if (fs::exists(limit_file, ec)) {
+      auto limit = read_bytes(limit_file);
+      if (!limit) return tl::unexpected(limit.error());
+      level.limit = *limit;
+    }
+    if (dir == where->dir) own = level;
+    if (level.limit && (!binding || *level.room() < *binding->room())) binding = level;
+  }
+  return std::optional(binding ? *binding : own);
+}
+
+Result<std::optional<CgroupPlacement>> discover_cgroup(const fs::path& root) {
+  auto tables = read_tables(root);
+  if (!tables) return tl::unexpected(tables.error());
+  if (!*tables) return std::optional<CgroupPlacement>();
+  const auto& lines = (*tables)->lines;
+  const auto& mounts = (*tables)->mounts;
 
   const auto cpuset = locate(root, lines, mounts, "cpuset");
   const auto cpu = locate(root, lines, mounts, "cpu");

@@ -23,4 +23,9 @@ Answer readyz(Service& service, Call& call);
 Answer prometheus_metrics(Service& service, Call& call);
 Answer placement(Service& service, Call& call);
 
+// repository.cpp: Triton's model repository extension (admin port only).
+Answer repository_index(Service& service, Call& call);
+Answer repository_load(Service& service, Call& call);
+Answer repository_unload(Service& service, Call& call);
+
 }  // namespace numaserve::api

@@ -113,6 +113,25 @@ HeldVersion ModelTable::remove(const std::string& name, const std::string& versi
   return out;
 }
 
+void ModelTable::set_unloaded(const std::string& name, bool unloaded) {
+  std::unique_lock lock(mutex_);
+  if (unloaded) {
+    unloaded_.insert(name);
+  } else {
+    unloaded_.erase(name);
+  }
+}
+
+std::vector<std::string> ModelTable::missing() const {
+  std::shared_lock lock(mutex_);
+  std::vector<std::string> out;
+  for (const auto& name : names_) {
+    const auto e = entries_.find(name);
+    if (unloaded_.count(name) == 0 && (e == entries_.end() || e->second.versions.empty())) out.push_back(name);
+  }
+  return out;
+}
+
 std::vector<std::string> ModelTable::set_labels(const std::string& name, const std::map<std::string, std::string>& labels) {
   std::unique_lock lock(mutex_);
   std::vector<std::string> refused;

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <shared_mutex>
 #include <string>
 #include <vector>
@@ -70,6 +71,11 @@ class ModelTable {
   HeldVersion default_version(const std::string& name) const;
   std::map<std::string, std::string> labels(const std::string& name) const;
 
+  // Readiness: every model must serve some version, but for the ones an
+  // operator unloaded (the repository's unload call), which do not count.
+  void set_unloaded(const std::string& name, bool unloaded);
+  std::vector<std::string> missing() const;  // names that should serve and do not
+
  private:
   struct Entry {
     std::map<std::string, HeldVersion> versions;
@@ -83,6 +89,7 @@ class ModelTable {
   mutable std::shared_mutex mutex_;
   std::map<std::string, Entry> entries_;
   std::map<std::size_t, std::weak_ptr<const ServedVersion>> slots_;
+  std::set<std::string> unloaded_;
   mutable std::atomic<std::size_t> next_slot_{0};
 };
 

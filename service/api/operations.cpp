@@ -32,8 +32,7 @@ json pages_json(const std::map<unsigned, std::uint64_t>& per_node) {
 Answer healthz(Service&, Call&) { return text_reply("ok\n"); }
 
 Answer readyz(Service& service, Call&) {
-  const auto& readiness = service.readiness();
-  if (!readiness.ready()) return make_error(Error::Code::kUnavailable, "not ready: " + readiness.reason());
+  if (auto ready = service.ready(); !ready) return tl::unexpected(ready.error());
   return text_reply("ready\n");
 }
 
@@ -62,7 +61,7 @@ metrics::Gauges Service::gauges() const {
   g.queue_depth = batcher_.queue_depth();
   g.in_flight = in_flight_;
   g.busy_workers = batcher_.busy_workers();
-  g.ready = readiness_.ready();
+  g.ready = ready().has_value();
   const auto& plan = placement_.plan;
   g.placement = {{"cpus", plan.cpus.to_list()},
                  {"mems", plan.mems.to_list()},

@@ -14,8 +14,9 @@ namespace {
 
 // Which listener serves a route when the service has an admin port: data
 // on the main one, what operators read on the admin one, probes on both.
-// Without an admin port the main one serves every route.
-enum class Port { kData, kAdmin, kBoth };
+// Without an admin port the main one serves every route but those that
+// change what is served (kAdminOnly), which only an admin port serves.
+enum class Port { kData, kAdmin, kBoth, kAdminOnly };
 
 struct Route {
   Port port;
@@ -41,6 +42,10 @@ constexpr Route kRoutes[] = {
     {Port::kData, "GET", "/v2/models/{name}/versions/{version}/ready", "/v2/models/{name}/ready", &v2_model_ready},
     {Port::kData, "POST", "/v2/models/{name}/infer", "/v2/models/{name}/infer", &v2_infer},
     {Port::kData, "POST", "/v2/models/{name}/versions/{version}/infer", "/v2/models/{name}/infer", &v2_infer},
+    // Triton's model repository extension.
+    {Port::kAdminOnly, "POST", "/v2/repository/index", "/v2/repository/index", &repository_index},
+    {Port::kAdminOnly, "POST", "/v2/repository/models/{name}/load", "/v2/repository/models/{name}/load", &repository_load},
+    {Port::kAdminOnly, "POST", "/v2/repository/models/{name}/unload", "/v2/repository/models/{name}/unload", &repository_unload},
 };
 
 // The next "/segment" of `path` from `at`, without its slash.
@@ -67,6 +72,7 @@ bool matches(std::string_view pattern, std::string_view path, PathParams& params
 }
 
 bool serves(const Route& route, bool split, bool admin) {
+  if (route.port == Port::kAdminOnly) return split && admin;
   if (!split || route.port == Port::kBoth) return true;
   return (route.port == Port::kAdmin) == admin;
 }

@@ -38,6 +38,7 @@ Service::Service(Parts parts)
       store_(std::move(parts.store)),
       prepare_worker_thread_(std::move(parts.prepare_worker_thread)),
       transport_gauges_(std::move(parts.transport_gauges)),
+      wake_worker_(std::move(parts.wake_worker)),
       request_id_prefix_("ns-" + std::to_string(getpid()) + "-"),
       metrics_(models_.names()),
       batcher_(batching_of(config_, placement_),
@@ -49,9 +50,11 @@ Service::Service(Parts parts)
                  return version->model->forward(batch);
                }),
       readiness_(placement_.plan.workers.size(), config_.wait_for_group),
-      warmup_left_(placement_.plan.workers.size(), 0) {
-  // Start-up refuses two models of one name (startup.cpp), so each add is a
-  // model's first version and cannot be refused: if one is, it is a bug.
+      warmup_left_(placement_.plan.workers.size(), 0),
+      warm_queues_(placement_.plan.workers.size()) {
+  // Start-up refuses two models of one name (--model-dir) and versions of
+  // one name whose feature contracts differ (the repository's manager), so
+  // no add can be refused: if one is, it is a bug.
   for (auto& m : parts.models) {
     if (auto added = models_.add(std::move(m)); !added) throw std::invalid_argument(added.error().message);
   }
@@ -96,7 +99,78 @@ http::Turn Service::turn(std::size_t worker) {
     return http::Turn{true, std::nullopt, {}};
   }
   auto turn = batcher_.run_turn(worker);
-  return http::Turn{turn.more_work, turn.wake_at, std::move(turn.wake)};
+  const bool warming = warm_queues_[worker].pending.load(std::memory_order_acquire) && warm_step(worker);
+  return http::Turn{turn.more_work || warming, turn.wake_at, std::move(turn.wake)};
+}
+
+struct Service::Warming {
+  HeldVersion version;
+  std::function<void(Status)> done;
+  std::atomic<std::size_t> workers_left;
+  std::mutex mutex;
+  std::optional<Error> failure;
+};
+
+void Service::warm(HeldVersion version, std::function<void(Status)> done) {
+  const std::size_t workers = warm_queues_.size();
+  if (workers == 0 || config_.warmup_rounds == 0) return done({});
+  auto warming = std::make_shared<Warming>();
+  warming->version = std::move(version);
+  warming->done = std::move(done);
+  warming->workers_left = workers;
+  for (std::size_t w = 0; w < workers; ++w) {
+    {
+      std::lock_guard lock(warm_queues_[w].mutex);
+      warm_queues_[w].tasks.emplace_back(warming, config_.warmup_rounds);
+      warm_queues_[w].pending.store(true, std::memory_order_release);
+    }
+    if (wake_worker_) wake_worker_(w);
+  }
+}
+
+// One warm-up forward of the worker's oldest task; whether more are left.
+bool Service::warm_step(std::size_t worker) {
+  auto& queue = warm_queues_[worker];
+  std::shared_ptr<Warming> task;
+  {
+    std::lock_guard lock(queue.mutex);
+    if (queue.tasks.empty()) return false;
+    task = queue.tasks.front().first;
+  }
+  auto warmed = task->version->model->warm_up(config_.warmup_rows, 1);
+  bool finished = false;
+  {
+    std::lock_guard lock(queue.mutex);
+    auto& rounds = queue.tasks.front().second;
+    if (!warmed || --rounds == 0) {
+      queue.tasks.pop_front();
+      finished = true;
+    }
+    queue.pending.store(!queue.tasks.empty(), std::memory_order_release);
+  }
+  if (!warmed) {
+    std::lock_guard lock(task->mutex);
+    if (!task->failure) task->failure = warmed.error();
+  }
+  if (finished && task->workers_left.fetch_sub(1) == 1) {
+    std::optional<Error> failure;
+    {
+      std::lock_guard lock(task->mutex);
+      failure = task->failure;
+    }
+    task->done(failure ? Status(tl::unexpected(*failure)) : Status{});
+  }
+  return queue.pending.load(std::memory_order_acquire);
+}
+
+Status Service::ready() const {
+  if (!readiness_.ready()) return make_error(Error::Code::kUnavailable, "not ready: " + readiness_.reason());
+  if (const auto missing = models_.missing(); !missing.empty()) {
+    std::string names;
+    for (const auto& name : missing) names += (names.empty() ? "" : ", ") + name;
+    return make_error(Error::Code::kUnavailable, "not ready: no version of " + names + " serves", "model");
+  }
+  return {};
 }
 
 Status Service::admit(std::size_t worker) {

@@ -17,9 +17,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -61,6 +63,25 @@ struct Parts {
   // The transport's counters into /metrics' gauges (its per-worker
   // connections and its refusals), read at scrape time.
   std::function<void(metrics::Gauges&)> transport_gauges;
+  // Gives a worker a turn now, from any thread (the transport's wake).
+  std::function<void(std::size_t worker)> wake_worker;
+};
+
+// What the repository's admin routes ask of whoever loads versions
+// (reload/'s manager), so api/ need not know how a version is loaded.
+struct RepositoryEntry {
+  std::string name, version;
+  std::string state;  // READY, LOADING, UNAVAILABLE, UNLOADING (Triton's repository extension)
+  std::string reason;
+};
+class RepositoryControl {
+ public:
+  virtual ~RepositoryControl() = default;
+  virtual std::vector<RepositoryEntry> index() const = 0;
+  // `done` is called once, from any thread: when the versions the
+  // repository wants of `name` serve, or with why not.
+  virtual void load(const std::string& name, std::function<void(Status)> done) = 0;
+  virtual void unload(const std::string& name, std::function<void(Status)> done) = 0;
 };
 
 class Service {
@@ -81,6 +102,21 @@ class Service {
   metrics::Metrics& metrics() { return metrics_; }
   Readiness& readiness() { return readiness_; }
   const Readiness& readiness() const { return readiness_; }
+  // /readyz: warm, not draining, the group open, and every model serving
+  // a version (but those an operator unloaded). 503 naming what is not.
+  Status ready() const;
+
+  // The repository's manager, when there is one (--model-repository); set
+  // before the transport starts.
+  void attach(RepositoryControl& control) { repository_ = &control; }
+  RepositoryControl* repository() const { return repository_; }
+
+  // Warms `version` up on every worker before it is published: each worker
+  // runs warmup_rounds forwards of warmup_rows rows, one per turn after
+  // that turn's batch, so a reload adds at most one warm-up forward between
+  // two batches. `done` is called once, on the last worker to finish, with
+  // the first failure if any. From any thread, once the workers serve.
+  void warm(HeldVersion version, std::function<void(Status)> done);
 
   // A request starts: counted in flight until finish().
   void begin_request() { in_flight_.fetch_add(1, std::memory_order_relaxed); }
@@ -112,6 +148,8 @@ class Service {
   struct Pending;
   void complete(Pending& pending, batching::Outcome&& outcome);
   void warm_up_step(std::size_t worker);
+  struct Warming;
+  bool warm_step(std::size_t worker);
   std::map<std::string, double> model_locality() const;
 
   const ServiceConfig config_;
@@ -120,6 +158,8 @@ class Service {
   const std::unique_ptr<feature_store::FeatureStore> store_;
   const std::function<void(unsigned)> prepare_worker_thread_;
   const std::function<void(metrics::Gauges&)> transport_gauges_;
+  const std::function<void(std::size_t)> wake_worker_;
+  RepositoryControl* repository_ = nullptr;
   // Ids given to requests that bring none, "ns-<pid>-<n>": the pid keeps
   // the supervisor's replicas apart; read once, not a syscall per request.
   const std::string request_id_prefix_;
@@ -130,6 +170,13 @@ class Service {
   Readiness readiness_;
   // Warm-up forwards each worker has left, one per turn; each entry its own worker's.
   std::vector<std::size_t> warmup_left_;
+  // Versions to warm before they are published, per worker.
+  struct WarmQueue {
+    std::mutex mutex;
+    std::deque<std::pair<std::shared_ptr<Warming>, unsigned>> tasks;  // and rounds left on this worker
+    std::atomic<bool> pending{false};
+  };
+  std::deque<WarmQueue> warm_queues_;
 };
 
 }  // namespace numaserve::api

@@ -25,7 +25,7 @@ Answer v2_server(Service& service, Call&) { return json_reply(200, v2_server_met
 Answer v2_live(Service&, Call&) { return json_reply(200, R"({"live":true})"); }
 
 Answer v2_ready(Service& service, Call&) {
-  const bool ok = service.readiness().ready();
+  const bool ok = service.ready().has_value();
   return json_reply(ok ? 200 : 503, nlohmann::json{{"ready", ok}}.dump());
 }
 

@@ -13,6 +13,9 @@ std::vector<double> latency_buckets() {
   return {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 }
 
+// A version's load and warm-up: from a small model in page cache to many GiB from disk.
+std::vector<double> load_buckets() { return {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}; }
+
 std::vector<double> powers_of_two(double last) {
   std::vector<double> out;
   for (double b = 1; b <= last; b *= 2) out.push_back(b);
@@ -154,7 +157,20 @@ Metrics::Metrics(const std::vector<std::string>& models)
   for (const auto& model : models) {
     auto& stages = stages_[model];
     for (std::size_t s = 0; s < kStageNames.size(); ++s) stages.emplace_back(latency_buckets());
+    load_seconds_.try_emplace(model, load_buckets(), load_buckets());
   }
+}
+
+void Metrics::count_load(const std::string& model, const std::string& result) {
+  std::lock_guard lock(requests_mutex_);
+  ++loads_[{model, result}];
+}
+
+void Metrics::observe_load(const std::string& model, double load_seconds, double warmup_seconds) {
+  const auto it = load_seconds_.find(model);
+  if (it == load_seconds_.end()) return;
+  it->second.first.observe(load_seconds);
+  it->second.second.observe(warmup_seconds);
 }
 
 void Metrics::count_request(const std::string& route, int status) {
@@ -235,7 +251,17 @@ std::string Metrics::render(const Gauges& gauges) const {
       w.sample("numaserve_model_version_requests_total", count,
                prometheus::label("model", key.first) + "," + prometheus::label("version", key.second));
     }
+    w.family("numaserve_model_loads_total", "counter",
+             "Versions loaded by the repository's manager, by model and result (ok, or why it was refused).");
+    for (const auto& [key, count] : loads_) {
+      w.sample("numaserve_model_loads_total", count,
+               prometheus::label("model", key.first) + "," + prometheus::label("result", key.second));
+    }
   }
+  w.family("numaserve_model_load_seconds", "histogram", "Time to load and check a new version, before its warm-up.");
+  for (const auto& [model, h] : load_seconds_) h.first.render(out, "numaserve_model_load_seconds", prometheus::label("model", model));
+  w.family("numaserve_model_warmup_seconds", "histogram", "Time to warm a new version up on every worker.");
+  for (const auto& [model, h] : load_seconds_) h.second.render(out, "numaserve_model_warmup_seconds", prometheus::label("model", model));
   return out;
 }
 

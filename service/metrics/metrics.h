@@ -95,6 +95,11 @@ class Metrics {
   void observe_batch(std::size_t items, std::size_t requests);
   // One request's round trip to a networked feature store, failed or not.
   void observe_feature_store(double seconds) { feature_store_.observe(seconds); }
+  // A version's load by the repository's manager: `result` "ok" or why it
+  // was refused ("memory", "load", "contract", "warmup", "name"); the
+  // seconds of a load that served.
+  void count_load(const std::string& model, const std::string& result);
+  void observe_load(const std::string& model, double load_seconds, double warmup_seconds);
 
   std::string render(const Gauges& gauges) const;
 
@@ -107,6 +112,9 @@ class Metrics {
   Histogram batch_items_;
   Histogram batch_requests_;
   Histogram feature_store_;
+  std::map<std::pair<std::string, std::string>, std::uint64_t> loads_;  // under requests_mutex_
+  // Per model, built once (load, warm-up), so lookups need no lock.
+  std::map<std::string, std::pair<Histogram, Histogram>> load_seconds_;
 };
 
 }  // namespace numaserve::metrics

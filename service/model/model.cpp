@@ -189,6 +189,7 @@ Result<std::unique_ptr<TorchModel>> TorchModel::load(const std::filesystem::path
   if (!yaml) return tl::unexpected(yaml.error());
   auto spec = features::parse_model_spec(*yaml, yaml_path.string());
   if (!spec) return tl::unexpected(spec.error());
+  if (!options.version.empty()) spec->version = options.version;
 
   const auto pt_path = dir / "model.pt";
   if (!std::filesystem::is_regular_file(pt_path)) {
@@ -204,9 +205,15 @@ Result<std::unique_ptr<TorchModel>> TorchModel::load(const std::filesystem::path
   if (!impl->module.find_method("forward")) {
     return make_error(Error::Code::kInvalidArgument, pt_path.string() + ": has no forward method");
   }
+  // Every emb_<table> of model.pt must be one of model.yaml's tables, of its
+  // rows: a model.pt exported for another contract fails here, not on its
+  // first request. (model.yaml may declare tables the module holds otherwise.)
   for (const auto& [table, size] : embedding_tables(impl->module)) {
     const auto declared = spec->tables.find(table);
-    if (declared == spec->tables.end()) continue;
+    if (declared == spec->tables.end()) {
+      return make_error(Error::Code::kInvalidArgument,
+                        dir.string() + ": model.pt's emb_" + table + " is not among model.yaml's tables", "tables." + table);
+    }
     const auto rows = static_cast<std::uint64_t>(size);
     if (rows != declared->second) {
       return make_error(Error::Code::kInvalidArgument,

@@ -36,6 +36,9 @@ namespace numaserve::model {
 
 struct LoadOptions {
   bool graph_optimizations = true;
+  // The version a model repository's directory names (DIR/<model>/<version>/),
+  // which is the version served; empty: model.yaml's.
+  std::string version;
 };
 
 // How far an optimized forward's scores may stray from the original's: the

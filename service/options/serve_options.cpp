@@ -43,6 +43,44 @@ OptionSpec either_option(std::string name, const std::string& no, const std::str
           }};
 }
 
+OptionSpec control_mode_option(reload::ControlMode& target) {
+  using reload::ControlMode;
+  static const std::pair<const char*, ControlMode> kModes[] = {
+      {"none", ControlMode::kNone}, {"poll", ControlMode::kPoll}, {"explicit", ControlMode::kExplicit}};
+  std::string current;
+  for (const auto& [name, mode] : kModes) current = mode == target ? name : current;
+  return {"model_control_mode", "none|poll|explicit",
+          "With --model-repository: after start, load nothing more (none), follow the repository's changes (poll: "
+          "inotify and a rescan every --repository-rescan seconds), or only the admin port's POST "
+          "/v2/repository/models/NAME/load and /unload (explicit; poll takes them too)",
+          current, [&target](const std::string& text) {
+            for (const auto& [name, mode] : kModes) {
+              if (text == name) {
+                target = mode;
+                return Status();
+              }
+            }
+            return Status(make_error(Error::Code::kInvalidArgument,
+                                     "model_control_mode: '" + text + "' is not none, poll or explicit", "model_control_mode"));
+          }};
+}
+
+std::vector<OptionSpec> reload_options(reload::ReloadConfig& r) {
+  return {
+      text_option("model_repository", "DIR",
+                  "A model repository, DIR/<model>/<version>/{model.pt,model.yaml} with an optional "
+                  "DIR/<model>/config.yaml (version policy, labels); instead of --model-dir",
+                  r.repository),
+      control_mode_option(r.control_mode),
+      either_option("reload_policy", "resource", "availability",
+                    "A new version loads and warms beside the old, which unloads after the switch (availability: "
+                    "memory for both), or the old unloads first and the model is unavailable meanwhile (resource)",
+                    r.availability),
+      seconds_option("repository_rescan", "In poll mode, a full rescan of the repository this often besides inotify",
+                     r.rescan_seconds),
+  };
+}
+
 std::vector<OptionSpec> store_options(ServeOptions& o) {
   auto& c = o.store;
   return {
@@ -146,6 +184,7 @@ std::vector<OptionSpec> serve_options(ServeOptions& o) {
       count_option("max_restarts", "N", "With replicas: restarts of one replica within 5 minutes before the group stops",
                    o.supervisor.max_restarts),
   };
+  for (auto& row : reload_options(o.reload)) rows.push_back(std::move(row));
   for (auto& row : store_options(o)) rows.push_back(std::move(row));
   for (auto& row : transport_options(o.http)) rows.push_back(std::move(row));
   for (auto& row : serving_options(o.service)) rows.push_back(std::move(row));

@@ -13,6 +13,7 @@
 #include "feature_store/store.h"
 #include "http/server.h"
 #include "numa/numa.h"
+#include "reload/manager.h"
 #include "numaserve/common/duration.h"
 #include "numaserve/common/log.h"
 #include "numaserve/common/placement.h"
@@ -100,7 +101,7 @@ void log_graph_report(const api::Model& model) {
 Result<std::vector<std::unique_ptr<api::Model>>> load_models(const ServeOptions& o, const Runtime& runtime) {
   std::vector<std::unique_ptr<api::Model>> models;
   for (const auto& dir : o.model_dirs) {
-    auto loaded = runtime.load(dir);
+    auto loaded = runtime.load(dir, "");
     if (!loaded) return tl::unexpected(loaded.error());
     for (const auto& m : models) {
       if (m->spec().name == (*loaded)->spec().name) {
@@ -155,7 +156,8 @@ Status start_serving(const ServeOptions& o, http::Server& server, api::Router& r
 
 // Ready until SIGTERM (SIGUSR1 opens the supervisor's group), then the drain,
 // which must end within the grace period even if a client stalls.
-void drain(const ServeOptions& o, const sigset_t& signals, http::Server& server, api::Service& service) {
+void drain(const ServeOptions& o, const sigset_t& signals, http::Server& server, api::Service& service,
+           reload::Manager* manager) {
   int signal = 0;
   while (sigwait(&signals, &signal) == 0 && signal == SIGUSR1) {
     service.readiness().open_group();
@@ -169,6 +171,9 @@ void drain(const ServeOptions& o, const sigset_t& signals, http::Server& server,
     _exit(1);
   }).detach();
   std::this_thread::sleep_for(to_duration(o.shutdown_delay));
+  // No load after this: one under way ends first (the workers still serve
+  // its warm-up).
+  if (manager != nullptr) manager->stop();
   server.stop();
   log(LogLevel::kInfo, "stopped");
 }
@@ -191,19 +196,48 @@ http::ServerConfig transport_config(const ServeOptions& o, std::size_t workers, 
   return transport;
 }
 
+// Where the models come from: --model-dir's list, or --model-repository's
+// manager, which loads each model's versions now and, in poll and explicit
+// mode, later ones.
+Status check_model_source(const ServeOptions& o) {
+  const bool repository = !o.reload.repository.empty();
+  if (repository && !o.model_dirs.empty()) {
+    return make_error(Error::Code::kInvalidArgument, "give --model-repository or --model-dir, not both", "model_repository");
+  }
+  if (!repository && o.model_dirs.empty()) {
+    return make_error(Error::Code::kInvalidArgument,
+                      "no model: give --model-dir DIR (a directory with model.pt and model.yaml) or --model-repository DIR", "model_dir");
+  }
+  if (!repository && o.reload.control_mode != reload::ControlMode::kNone) {
+    return make_error(Error::Code::kInvalidArgument, "--model-control-mode poll|explicit needs --model-repository", "model_control_mode");
+  }
+  if (o.reload.control_mode == reload::ControlMode::kExplicit && o.http.admin_port < 0) {
+    return make_error(Error::Code::kInvalidArgument,
+                      "--model-control-mode explicit takes its load calls on the admin port only: give --admin-port", "admin_port");
+  }
+  return {};
+}
+
 }  // namespace
 
 int serve(const ServeOptions& o, const std::string& version, const Runtime& runtime) {
   const std::string replica = supervisor::replica_name();
   configure_logging(replica.empty() ? "service" : replica, o.log.level, o.log.format);
-  if (o.model_dirs.empty()) return fail("no model: give --model-dir DIR (a directory with model.pt and model.yaml)");
+  if (auto source = check_model_source(o); !source) return fail(source.error().message);
   const bool supervised = supervisor::supervised();
   const sigset_t signals = block_signals();
 
   auto report = place(o);
   if (!report) return fail(report.error().message);
-  auto models = load_models(o, runtime);
+  std::unique_ptr<reload::Manager> manager;
+  if (!o.reload.repository.empty()) {
+    manager = std::make_unique<reload::Manager>(o.reload, runtime.load, [&runtime] { runtime.prepare_worker_thread(1); });
+  }
+  auto models = manager ? manager->load_initial() : load_models(o, runtime);
   if (!models) return fail(models.error().message);
+  if (manager) {
+    for (const auto& m : *models) log_graph_report(*m);
+  }
   report->runtime = runtime.summary();
   const std::size_t workers = report->plan.workers.size();
   http::Server server(transport_config(o, workers, supervised));
@@ -211,19 +245,26 @@ int serve(const ServeOptions& o, const std::string& version, const Runtime& runt
   if (!store) return fail(store.error().message);
 
   api::Parts parts{o.service, std::move(*report), std::move(*models), std::move(*store), runtime.prepare_worker_thread,
-                   [&server](metrics::Gauges& g) { transport_gauges(server, g); }};
+                   [&server](metrics::Gauges& g) { transport_gauges(server, g); }, [&server](std::size_t w) { server.wake(w); }};
   parts.config.version = version;
   parts.config.wait_for_group = supervised;
   api::Service service(std::move(parts));
+  if (manager) service.attach(*manager);
   api::Router router(service, o.http.admin_port >= 0);
   if (auto started = start_serving(o, server, router); !started) return fail(started.error().message);
   if (auto warm = service.readiness().wait_until_warm(); !warm) {
     server.stop();
     return fail("warm-up failed: " + warm.error().message);
   }
+  if (manager) {
+    if (auto started = manager->start(service); !started) {
+      server.stop();
+      return fail(started.error().message);
+    }
+  }
   log(LogLevel::kInfo, supervised ? "warm" : "ready", {{"summary", service.startup_summary()}});
   supervisor::report_ready();
-  drain(o, signals, server, service);
+  drain(o, signals, server, service, manager.get());
   return 0;
 }
 

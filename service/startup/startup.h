@@ -5,8 +5,10 @@
 //   -> plan threads -> bind memory and this thread (every later thread
 //   inherits the CPUs) -> load the feature store and the models (first
 //   touch: on this node) -> serve (HTTP up, live, not ready) -> warm (each
-//   worker pins itself and runs warm-up forwards) -> ready -> SIGTERM:
-//   not ready, keep serving shutdown_delay, stop accepting, answer what
+//   worker pins itself and runs warm-up forwards) -> ready (with
+//   --model-repository: the repository's manager starts here, on this
+//   bound thread, and loads later versions) -> SIGTERM: not ready, keep
+//   serving shutdown_delay, the manager stops, stop accepting, answer what
 //   was read, exit 0 (or 1 past the grace period).
 // With --replicas…, supervise() runs instead: the same read of where we
 // are, one replica per NUMA node (or slot), and each replica runs this same
@@ -25,9 +27,10 @@ namespace numaserve::startup {
 
 // What start-up needs of the model runtime (model/'s LibTorch).
 struct Runtime {
-  // Loads dir/model.pt and dir/model.yaml; the calling thread's binding
-  // decides where the weights land.
-  std::function<Result<std::unique_ptr<api::Model>>(const std::filesystem::path& dir)> load;
+  // Loads dir/model.pt and dir/model.yaml as `version` (empty: model.yaml's)
+  // and checks it runs; the calling thread's binding decides where the
+  // weights land.
+  std::function<Result<std::unique_ptr<api::Model>>(const std::filesystem::path& dir, const std::string& version)> load;
   std::function<void(unsigned intra_op_threads)> prepare_worker_thread;
   std::function<std::string()> summary;  // "LibTorch 1.13.1 (OpenMP), BLAS ..."
 };

@@ -114,7 +114,12 @@ for (const w of services) {
     if (millis(requests.cpu) !== millis(limits.cpu)) fail(here, `cpu request ${requests.cpu} != limit ${limits.cpu}`);
     if (bytes(requests.memory) !== bytes(limits.memory)) fail(here, `memory request ${requests.memory} != limit ${limits.memory}`);
     const cpu = millis(limits.cpu);
-    if (!(cpu >= 1000 && cpu % 1000 === 0)) fail(here, `cpu ${limits.cpu} is not a whole number of CPUs`);
+    // The service (and the init container, sized like it) gets exclusive
+    // CPUs: whole ones. A sidecar (the model puller) stays Guaranteed with
+    // a fraction, in the shared pool, off the service's CPUs.
+    const sidecar = pod.containers.includes(c) && c.name !== "numaserve";
+    if (!sidecar && !(cpu >= 1000 && cpu % 1000 === 0)) fail(here, `cpu ${limits.cpu} is not a whole number of CPUs`);
+    if (sidecar && cpu % 1000 === 0) fail(here, `cpu ${limits.cpu}: a whole CPU would be pinned exclusively for a sidecar`);
     const sc = c.securityContext ?? {};
     if (sc.privileged) fail(here, "privileged");
     if (sc.allowPrivilegeEscalation !== false) fail(here, "allowPrivilegeEscalation is not false");
@@ -152,7 +157,7 @@ for (const w of services) {
     const grace = pod.terminationGracePeriodSeconds ?? 30;
     if (grace < preStopSeconds + drain)
       fail(what, `terminationGracePeriodSeconds ${grace} < preStop ${preStopSeconds}s + drain ${drain}s: the kubelet would SIGKILL a draining pod`);
-    if (!config.model_dir?.length) fail(what, "numaserve.yaml names no model");
+    if (!config.model_dir?.length && !config.model_repository) fail(what, "numaserve.yaml names no model");
   }
 
   const spread = (pod.topologySpreadConstraints ?? []).some((t) => t.topologyKey === "kubernetes.io/hostname" && matches(t.labelSelector?.matchLabels, podLabels));

@@ -53,6 +53,13 @@ render defaults 1
 render two-socket 8 -f "$CHART/examples/two-socket.yaml"
 render pvc-model 1 -f "$CHART/examples/pvc-model.yaml"
 render init-container-model 1 -f "$CHART/examples/init-container-model.yaml"
+render model-puller 1 -f "$CHART/examples/model-puller.yaml"
+# A repository in poll mode, a puller beside the service writing the same emptyDir.
+puller_config=$(sed -n '/numaserve.yaml: |/,/^---/p' "$out/model-puller.yaml")
+grep -q 'model_repository: /models/repository$' <<<"$puller_config" || fail "model-puller: numaserve.yaml does not name the repository"
+grep -q 'model_control_mode: poll$' <<<"$puller_config" || fail "model-puller: not in poll mode"
+grep -q 'model_dir' <<<"$puller_config" && fail "model-puller: model_dir beside the repository"
+grep -q -- '- name: model-puller$' "$out/model-puller.yaml" || fail "model-puller: no puller sidecar"
 # The Prometheus Operator present: the ServiceMonitor appears.
 render production "" -f "$CHART/examples/production.yaml" --api-versions monitoring.coreos.com/v1/ServiceMonitor
 grep -q '^kind: ServiceMonitor' "$out/production.yaml" || fail "production: no ServiceMonitor where its CRD exists"
@@ -182,7 +189,7 @@ echo "== chart: numaserve.yaml keys are the service's options"
 service_keys=$(sed -n '/service-options:begin/,/service-options:end/p' "$ROOT/docs/reference/options.md" |
   awk -F'`' '/^\| `--/ && $6 != "" {print $6}' | sort)
 schema_keys=$( (node -e 'const s=require(process.argv[1]); console.log(Object.keys(s.properties.config.properties).join("\n"))' \
-  "$CHART/values.schema.json"; printf '%s\n' model_dir feature_store feature_store_password_file port admin_port shutdown_grace) | sort)
+  "$CHART/values.schema.json"; printf '%s\n' model_dir model_repository model_control_mode feature_store feature_store_password_file port admin_port shutdown_grace) | sort)
 diff -u <(echo "$service_keys") <(echo "$schema_keys") || fail "values.schema.json config keys differ from the service's options"
 
 echo "== the assertions catch what they must"

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -47,8 +48,9 @@ struct Served {
 
 // Starts `binary ARGS...` with stderr in a file (pinned to `cpu` when it is
 // not negative) and waits until the log shows `ready_marker` and a port.
+// `in_child` runs in the child before exec (a test moving it into a cgroup).
 inline Served start_served(const std::string& binary, std::vector<std::string> args, const std::string& ready_marker,
-                           int cpu = -1) {
+                           int cpu = -1, const std::function<void()>& in_child = {}) {
   using Clock = std::chrono::steady_clock;
   Served s;
   s.log = make_temp_dir("numaserve-process") / "stderr.log";
@@ -63,6 +65,7 @@ inline Served start_served(const std::string& binary, std::vector<std::string> a
       CPU_SET(cpu, &set);
       sched_setaffinity(0, sizeof set, &set);
     }
+    if (in_child) in_child();
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

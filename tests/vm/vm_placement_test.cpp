@@ -266,12 +266,13 @@ class TouchedWeightsModel final : public api::Model {
  public:
   static constexpr std::size_t kWeightBytes = 8u << 20;
 
-  static Result<std::unique_ptr<api::Model>> load(const std::filesystem::path&) {
+  static Result<std::unique_ptr<api::Model>> load(const std::filesystem::path&, const std::string& version) {
     const std::filesystem::path file = std::filesystem::path(NUMASERVE_FIXTURES_DIR) / "features/model.yaml";
     auto text = read_text_file(file);
     if (!text) return tl::unexpected(text.error());
     auto spec = features::parse_model_spec(*text, file.string());
     if (!spec) return tl::unexpected(spec.error());
+    if (!version.empty()) spec->version = version;
     void* weights = mmap(nullptr, kWeightBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (weights == MAP_FAILED) return make_error(Error::Code::kInternal, std::string("mmap: ") + std::strerror(errno));
     std::memset(weights, 0x5a, kWeightBytes);  // first touch decides placement
@@ -296,6 +297,24 @@ class TouchedWeightsModel final : public api::Model {
 
 startup::Runtime fake_runtime() {
   return {TouchedWeightsModel::load, [](unsigned) {}, [] { return std::string("fake runtime (tests/vm)"); }};
+}
+
+// What both start-up tests serve with: loopback, one warm-up round, quiet logs.
+serve::ServeOptions loopback_options(int port) {
+  serve::ServeOptions options;
+  options.http.host = "127.0.0.1";
+  options.http.port = port;
+  options.service.warmup_rounds = 1;
+  options.log.level = LogLevel::kWarning;
+  return options;
+}
+
+// SIGTERM, then the drain must end with exit 0 within 30 s.
+void expect_clean_stop(RunningChild& child, const std::string& log_path) {
+  ASSERT_TRUE(child.signal(SIGTERM));
+  const auto status = child.wait(std::chrono::seconds(30));
+  ASSERT_TRUE(status.has_value()) << "still running 30 s after SIGTERM; log:\n" << read_log(log_path);
+  EXPECT_EQ(describe(*status), "exit 0") << "log:\n" << read_log(log_path);
 }
 
 TEST_F(InVm, LiveTopologyHasTheVmsNodesAndCpus) {
@@ -358,12 +377,8 @@ TEST_F(InVm, StartUpKeepsWorkersAndPagesOnTheNode) {
   const std::string dir = make_cgroup("numaserve-service", node_cpus, node);
   const int port = free_loopback_port();
   ASSERT_GT(port, 0) << "no free port on 127.0.0.1";
-  serve::ServeOptions options;
+  serve::ServeOptions options = loopback_options(port);
   options.model_dirs = {"touched-weights"};  // the fake runtime loads no file from it
-  options.http.host = "127.0.0.1";
-  options.http.port = port;
-  options.service.warmup_rounds = 1;
-  options.log.level = LogLevel::kWarning;
   const std::string log_path = "/tmp/numaserve-startup.log";
   RunningChild child(dir, log_path, [&options] { return startup::serve(options, "vm-test", fake_runtime()); });
   ASSERT_TRUE(child.started()) << "fork failed";
@@ -409,10 +424,61 @@ TEST_F(InVm, StartUpKeepsWorkersAndPagesOnTheNode) {
   EXPECT_TRUE(model["pages_per_node"].contains(std::to_string(node))) << body;
   EXPECT_GE(model["local_fraction"].get<double>(), 0.99) << body;
 
-  ASSERT_TRUE(child.signal(SIGTERM));
-  const auto status = child.wait(std::chrono::seconds(30));
-  ASSERT_TRUE(status.has_value()) << "still running 30 s after SIGTERM; log:\n" << read_log(log_path);
-  EXPECT_EQ(describe(*status), "exit 0") << "log:\n" << read_log(log_path);
+  expect_clean_stop(child, log_path);
+}
+
+// A version loaded while the service runs (--model-repository, explicit
+// mode) lands where the first did: the repository's manager thread was
+// started from start-up's bound thread, so it inherits the pod's CPUs and
+// memory policy. The pod is on the last node, not node 0, where unbound
+// memory would land anyway.
+TEST_F(InVm, AReloadedVersionsPagesAreOnThePodsNode) {
+  const unsigned node = nodes_ - 1;
+  const std::string dir = make_cgroup("numaserve-reload", cpus_of(node), node);
+  const int port = free_loopback_port(), admin = free_loopback_port();
+  ASSERT_GT(port, 0);
+  ASSERT_GT(admin, 0);
+  const std::filesystem::path repo = "/tmp/numaserve-vm-repository";
+  std::filesystem::remove_all(repo);
+  for (const char* version : {"1", "2"}) {
+    const auto v = repo / "tiny_ranker" / version;  // the fixture model.yaml's name
+    std::filesystem::create_directories(v);
+    std::filesystem::copy_file(std::filesystem::path(NUMASERVE_FIXTURES_DIR) / "features/model.yaml", v / "model.yaml");
+    std::ofstream(v / "model.pt") << "the fake runtime reads no weights";
+    std::ofstream(v / "COMPLETE");
+  }
+  std::ofstream(repo / "tiny_ranker" / "config.yaml") << "version_policy: {specific: [1]}\n";
+  serve::ServeOptions options = loopback_options(port);
+  options.reload.repository = repo.string();
+  options.reload.control_mode = reload::ControlMode::kExplicit;
+  options.http.admin_port = admin;
+  const std::string log_path = "/tmp/numaserve-reload.log";
+  RunningChild child(dir, log_path, [&options] { return startup::serve(options, "vm-test", fake_runtime()); });
+  ASSERT_TRUE(child.started()) << "fork failed";
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(1);
+  client.set_read_timeout(10);
+  ASSERT_TRUE(wait_until_ready(client, child, std::chrono::seconds(60))) << "log:\n" << read_log(log_path);
+
+  httplib::Client control("127.0.0.1", admin);
+  control.set_read_timeout(30);
+  std::ofstream(repo / "tiny_ranker" / "config.yaml") << "version_policy: {specific: [2]}\n";
+  const auto loaded = control.Post("/v2/repository/models/tiny_ranker/load", "", "application/json");
+  ASSERT_TRUE(loaded) << httplib::to_string(loaded.error());
+  ASSERT_EQ(loaded->status, 200) << loaded->body << "\nlog:\n" << read_log(log_path);
+
+  const auto reply = control.Get("/placement");
+  ASSERT_TRUE(reply && reply->status == 200);
+  const auto placement = nlohmann::json::parse(reply->body, nullptr, false);
+  ASSERT_EQ(placement["models"].size(), 1u) << reply->body;  // version 1 unloaded
+  const auto& model = placement["models"][0];
+  EXPECT_EQ(model["version"], "2") << reply->body;
+  EXPECT_EQ(model["pages_per_node"].size(), 1u) << reply->body;
+  EXPECT_TRUE(model["pages_per_node"].contains(std::to_string(node))) << reply->body;
+  EXPECT_GE(model["local_fraction"].get<double>(), 0.99) << reply->body;
+
+  expect_clean_stop(child, log_path);
+  std::filesystem::remove_all(repo);
 }
 
 // The agent's advice for the VM: one replica per node, zones as the VM has them.

@@ -172,3 +172,26 @@ readOnlyRootFilesystem: true
 capabilities:
   drop: [ALL]
 {{- end -}}
+
+{{/*
+A memory quantity in whole MiB, for the reload sizing check: binary
+suffixes (Ki, Mi, Gi, Ti) and plain bytes; anything else is refused with the
+field's name (Helm has no quantity arithmetic).
+Called with dict "quantity" "field".
+*/}}
+{{- define "numaserve.mebibytes" -}}
+{{- $q := toString .quantity -}}
+{{- $units := dict "Ki" 0 "Mi" 1 "Gi" 1024 "Ti" 1048576 -}}
+{{- $out := "" -}}
+{{- range $suffix, $factor := $units -}}
+{{- if and (hasSuffix $suffix $q) (regexMatch "^[0-9]+$" (trimSuffix $suffix $q)) -}}
+{{- $n := trimSuffix $suffix $q | atoi -}}
+{{- $out = ternary (div $n 1024) (mul $n $factor) (eq $suffix "Ki") -}}
+{{- end -}}
+{{- end -}}
+{{- if and (eq (toString $out) "") (regexMatch "^[0-9]+$" $q) -}}{{- $out = div ($q | atoi) 1048576 -}}{{- end -}}
+{{- if eq (toString $out) "" -}}
+{{- fail (printf "values: %s (%s) must be whole Ki, Mi, Gi, Ti or bytes for the reload sizing check" .field $q) -}}
+{{- end -}}
+{{- $out -}}
+{{- end -}}

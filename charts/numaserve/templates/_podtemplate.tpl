@@ -9,6 +9,14 @@ class without a name, whose resources the operator sizes per class).
 {{- $class := .class -}}
 {{- $fullname := include "numaserve.fullname" $root -}}
 {{- $source := $root.Values.model.source -}}
+{{- $model := $root.Values.model -}}
+{{- if and $model.repository $model.versionMemory (ne $model.controlMode "none") (ne (toString ($root.Values.config.reload_policy | default "availability")) "resource") -}}
+{{- $limit := include "numaserve.mebibytes" (dict "quantity" $class.resources.limits.memory "field" (printf "%s.limits.memory" $class.field)) | atoi -}}
+{{- $version := include "numaserve.mebibytes" (dict "quantity" $model.versionMemory "field" "model.versionMemory") | atoi -}}
+{{- if lt $limit (mul 2 $version) -}}
+{{- fail (printf "values: %s.limits.memory (%v) must hold two versions of model.versionMemory (%v): with reload_policy availability a new version loads beside the old; raise it, or set config.reload_policy: resource" $class.field $class.resources.limits.memory $model.versionMemory) -}}
+{{- end -}}
+{{- end -}}
 metadata:
   labels:
     {{- include "numaserve.classSelectorLabels" (dict "root" $root "class" $class) | nindent 4 }}
@@ -138,6 +146,27 @@ spec:
           mountPath: {{ $root.Values.model.path }}
           readOnly: true
         {{- end }}
+    {{- with $root.Values.model.puller }}
+    {{- if .image }}
+    {{- if ne $source "initContainer" }}{{- fail "values: model.puller needs model.source=initContainer (an emptyDir it can write)" -}}{{- end }}
+    - name: model-puller
+      image: {{ .image }}
+      imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+      {{- with .command }}
+      command:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      resources:
+        {{- include "numaserve.resources" (dict "resources" .resources "field" "model.puller.resources") | nindent 8 }}
+      securityContext:
+        {{- include "numaserve.containerSecurityContext" $ | nindent 8 }}
+      volumeMounts:
+        - name: models
+          mountPath: {{ $root.Values.model.initContainer.mountPath }}
+        - name: tmp
+          mountPath: /tmp
+    {{- end }}
+    {{- end }}
         {{- if $root.Values.featureStore.passwordSecret.name }}
         - name: redis-password
           mountPath: /var/run/secrets/numaserve/redis

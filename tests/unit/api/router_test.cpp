@@ -387,5 +387,64 @@ TEST(Router, TheTransportsRefusalsHaveTheServicesErrorShape) {
   EXPECT_EQ(h.router().refusal(408, "too slow", "").body, R"({"error":"too slow"})");
 }
 
+// What the repository routes ask of the manager, recorded; each call answered
+// at once, the load of "broken" with an error.
+class FakeControl final : public RepositoryControl {
+ public:
+  std::vector<RepositoryEntry> index() const override {
+    return {{"ranker", "1", "READY", ""}, {"ranker", "2", "UNAVAILABLE", "model.pt: not a TorchScript archive"}};
+  }
+  void load(const std::string& name, std::function<void(Status)> done) override {
+    calls.push_back("load " + name);
+    done(name == "broken" ? Status(make_error(Error::Code::kInvalidArgument, "broken: version 3: no model.pt", "version")) : Status{});
+  }
+  void unload(const std::string& name, std::function<void(Status)> done) override {
+    calls.push_back("unload " + name);
+    done({});
+  }
+  std::vector<std::string> calls;
+};
+
+TEST(Router, RepositoryRoutesAreOnTheAdminPortOnlyAndTakeNamesNotPaths) {
+  for (const bool admin_port : {false, true}) {
+    Harness h({.admin_port = admin_port});
+    FakeControl control;
+    h.service().attach(control);
+    // Without an admin port nobody may change what is served; with one, only there.
+    expect_error(h.ask("POST", "/v2/repository/index"), 404, "path");
+    expect_error(h.ask("POST", "/v2/repository/models/ranker/load"), 404, "path");
+    expect_error(h.ask("POST", "/v2/repository/models/ranker/unload"), 404, "path");
+    if (!admin_port) continue;
+    const auto index = h.ask("POST", "/v2/repository/index", {}, true);
+    ASSERT_EQ(index.status, 200) << index.body;
+    const json entries = json::parse(index.body);
+    ASSERT_EQ(entries.size(), 2u);
+    EXPECT_EQ(entries[1]["state"], "UNAVAILABLE");
+    EXPECT_EQ(entries[1]["reason"], "model.pt: not a TorchScript archive");
+    EXPECT_FALSE(entries[0].contains("reason"));
+    const auto ready = json::parse(h.ask("POST", "/v2/repository/index", R"({"ready": true})", true).body);
+    ASSERT_EQ(ready.size(), 1u);
+    EXPECT_EQ(ready[0]["version"], "1");
+    expect_error(h.ask("POST", "/v2/repository/index", R"({"ready": 1})", true), 400, "ready");
+    expect_error(h.ask("POST", "/v2/repository/index", "[", true), 400, "body");
+
+    EXPECT_EQ(h.ask("POST", "/v2/repository/models/ranker/load", {}, true).status, 200);
+    EXPECT_EQ(h.ask("POST", "/v2/repository/models/ranker/unload", {}, true).status, 200);
+    expect_error(h.ask("POST", "/v2/repository/models/broken/load", {}, true), 400, "version");
+    for (const char* name : {"..", ".hidden"}) {
+      expect_error(h.ask("POST", std::string("/v2/repository/models/") + name + "/load", {}, true), 400, "name");
+    }
+    expect_error(h.ask("POST", "/v2/repository/models/a/b/load", {}, true), 404, "path");
+    EXPECT_EQ(control.calls, (std::vector<std::string>{"load ranker", "unload ranker", "load broken"}));
+    expect_error(h.ask("GET", "/v2/repository/index", {}, true), 405, "method");
+  }
+}
+
+TEST(Router, WithoutARepositoryTheRoutesSaySo) {
+  Harness h({.admin_port = true});
+  const auto reply = h.ask("POST", "/v2/repository/index", {}, true);
+  expect_error(reply, 404, "model_repository");
+}
+
 }  // namespace
 }  // namespace numaserve::api

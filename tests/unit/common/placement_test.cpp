@@ -151,5 +151,44 @@ TEST(Placement, LiveProcessMatchesSchedGetaffinity) {
   EXPECT_FALSE(p->mems().empty());
 }
 
+// The room a reload checks a new version's weights against: the binding
+// level's limit less its working set (usage less inactive page cache).
+TEST(CgroupMemory, V2PodLimitBindsWhenTheContainerHasNone) {
+  auto m = discover_cgroup_memory(tree("v2-guaranteed-pod"));
+  ASSERT_TRUE(m.has_value()) << m.error().message;
+  ASSERT_TRUE(m->has_value());
+  EXPECT_EQ((*m)->version, 2);
+  EXPECT_EQ((*m)->dir.filename(), "kubepods-pod1f2e.slice");
+  EXPECT_EQ((*m)->limit.value_or(0), 4ULL << 30);
+  EXPECT_EQ((*m)->working_set, 3221225472ULL - 268435456ULL);
+  EXPECT_EQ((*m)->room().value_or(0), 1342177280ULL);
+}
+
+TEST(CgroupMemory, V1ContainerLimitWithTheRootsUnlimitedValue) {
+  auto m = discover_cgroup_memory(tree("v1-hybrid-docker"));
+  ASSERT_TRUE(m.has_value()) << m.error().message;
+  ASSERT_TRUE(m->has_value());
+  EXPECT_EQ((*m)->version, 1);
+  EXPECT_EQ((*m)->dir.filename(), "5d2c9e");
+  EXPECT_EQ((*m)->limit.value_or(0), 2ULL << 30);
+  EXPECT_EQ((*m)->room().value_or(0), 1ULL << 30);  // total_inactive_file, not the cgroup's own inactive_file
+}
+
+TEST(CgroupMemory, NoMemoryControllerOrNoCgroupMeansNothingToCheck) {
+  for (const char* name : {"no-cgroup", "v2-cgroupns-burstable"}) {
+    auto m = discover_cgroup_memory(tree(name));
+    ASSERT_TRUE(m.has_value()) << name << ": " << m.error().message;
+    EXPECT_TRUE(!m->has_value() || !(*m)->limit) << name;
+  }
+}
+
+TEST(CgroupMemory, LiveProcessReadsWithoutError) {
+  auto m = discover_cgroup_memory();
+  ASSERT_TRUE(m.has_value()) << m.error().message;
+  if (m->has_value() && (*m)->limit) {
+    EXPECT_LE((*m)->working_set, *(*m)->limit + (1ULL << 30));
+  }
+}
+
 }  // namespace
 }  // namespace numaserve

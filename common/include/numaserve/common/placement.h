@@ -38,6 +38,25 @@ struct Placement {
   NodeSet mems() const;
 };
 
+// The memory the process's cgroup lets it still use, as the kernel's limit
+// and the kubelet's eviction count it: the limit (memory.max in v2,
+// memory.limit_in_bytes in v1) of the level that leaves the least room,
+// from the process's cgroup up, less that level's working set (usage less
+// inactive page cache, which the kernel reclaims before it OOM-kills).
+struct CgroupMemory {
+  int version = 2;
+  std::filesystem::path dir;           // the level read (the binding one when any has a limit)
+  std::optional<std::uint64_t> limit;  // nullopt: unlimited
+  std::uint64_t working_set = 0;
+  std::optional<std::uint64_t> room() const {
+    if (!limit) return std::nullopt;
+    return *limit > working_set ? *limit - working_set : 0;
+  }
+};
+// nullopt when the process has no memory cgroup; read under `root` as
+// discover_placement reads (fixture trees in tests).
+Result<std::optional<CgroupMemory>> discover_cgroup_memory(const std::filesystem::path& root = "/");
+
 // Reads the live process when root is "/", else the same files under root
 // (a fixture tree, or the host's /proc mounted elsewhere).
 Result<Placement> discover_placement(const std::filesystem::path& root = "/");

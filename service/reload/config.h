@@ -1,0 +1,26 @@
+#pragma once
+// What --model-repository and its reloads are told at start. Header-only,
+// so the options table (options/) builds its rows on these very defaults.
+
+#include <string>
+
+namespace numaserve::reload {
+
+// What makes the service look at the repository again after start:
+// nothing, the filesystem (inotify and a periodic rescan) or the admin
+// port's repository calls (in poll mode too).
+enum class ControlMode { kNone, kPoll, kExplicit };
+
+struct ReloadConfig {
+  std::string repository;  // DIR/<model>/<version>/; empty: --model-dir serves
+  ControlMode control_mode = ControlMode::kNone;
+  // availability: a new version loads and warms beside the old, which is
+  // unloaded after the switch (room for both); resource: the old is
+  // unloaded first and the model is unavailable meanwhile.
+  bool availability = true;
+  // poll: a full rescan this often, should an inotify event be missed
+  // (overflow, a filesystem that sends none).
+  double rescan_seconds = 10;
+};
+
+}  // namespace numaserve::reload
