@@ -391,11 +391,12 @@ Status Manager::check_memory(const repository::Version& v) const {
   // them (the graph, its frozen copy, the first forwards' buffers).
   const std::uint64_t reserve = std::max<std::uint64_t>(64ull << 20, *(*memory)->limit / 20);
   if (weights + reserve <= *room) return {};
+  const std::string advice = config_.availability ? " (--reload-policy resource unloads the old version first)" : "";
   return make_error(Error::Code::kUnavailable,
-               "memory: the version needs about " + mib(weights + reserve) + " (model.pt " + mib(weights) + " and " + mib(reserve) +
-                   " beside it) and the container's cgroup " + (*memory)->dir.string() + " has " + mib(*room) + " left of its " +
-                   mib(*(*memory)->limit) + " limit" + (config_.availability ? " (--reload-policy resource unloads the old version first)" : ""),
-               "memory");
+                    "memory: the version needs about " + mib(weights + reserve) + " (model.pt " + mib(weights) + " and " +
+                        mib(reserve) + " beside it) and the container's cgroup " + (*memory)->dir.string() + " has " +
+                        mib(*room) + " left of its " + mib(*(*memory)->limit) + " limit" + advice,
+                    "memory");
 }
 
 Status Manager::load_version(const repository::Model& model, const repository::Version& v, bool asked) {
