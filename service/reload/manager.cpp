@@ -33,11 +33,6 @@ std::string mib(std::uint64_t bytes) { return std::to_string(bytes >> 20) + " Mi
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-tl::unexpected<Error> refused(Error::Code code, const std::string& name, const std::string& version, const std::string& why,
-                              const std::string& field = "version") {
-  return tl::unexpected(Error{code, "model " + name + " version " + version + ": " + why, field});
-}
-
 std::vector<std::string> served_numbers(const api::ModelTable& table, const std::string& name) {
   std::vector<std::string> out;
   for (const auto& v : table.versions(name)) out.push_back(v->version);
@@ -45,6 +40,15 @@ std::vector<std::string> served_numbers(const api::ModelTable& table, const std:
 }
 
 bool contains(const std::vector<std::string>& v, const std::string& s) { return std::find(v.begin(), v.end(), s) != v.end(); }
+
+// A model's name is its directory's: model.yaml must say the same.
+Status same_name(const std::string& name, const repository::Version& v, const api::Model& loaded) {
+  if (loaded.spec().name == name) return {};
+  return make_error(Error::Code::kInvalidArgument,
+                    (v.dir / "model.yaml").string() + ": names the model '" + loaded.spec().name + "', its directory '" + name +
+                        "' (they must be the same)",
+                    "name");
+}
 
 }  // namespace
 
@@ -114,18 +118,12 @@ Result<std::vector<std::unique_ptr<api::Model>>> Manager::load_initial() {
       // What was complete before anything watched stays so; later versions
       // complete by the watcher's word or their marker.
       if (v.complete) renamed_.insert(v.dir);
-      if (!v.complete) set_entry(model.name, v.number, "UNAVAILABLE", v.why);
-      else if (!contains(want, v.number)) set_entry(model.name, v.number, "UNAVAILABLE", "not wanted by the version policy");
+      (void)to_be_loaded(model.name, v, want);
     }
     for (const auto& number : want) {
       const auto& v = *std::find_if(model.versions.begin(), model.versions.end(), [&](const auto& x) { return x.number == number; });
       auto loaded = loader_(v.dir, v.number);
-      Status ok = loaded ? Status{} : Status(tl::unexpected(loaded.error()));
-      if (ok && (*loaded)->spec().name != model.name) {
-        ok = make_error(Error::Code::kInvalidArgument,
-                        (v.dir / "model.yaml").string() + ": names the model '" + (*loaded)->spec().name + "', its directory '" + model.name + "'",
-                        "name");
-      }
+      Status ok = loaded ? same_name(model.name, v, **loaded) : Status(tl::unexpected(loaded.error()));
       if (ok && contract) ok = features::same_feature_contract(*contract, (*loaded)->spec());
       if (!ok) {
         failed_[model.name + "/" + v.number] = v.fingerprint;
@@ -148,18 +146,14 @@ Result<std::vector<std::unique_ptr<api::Model>>> Manager::load_initial() {
                         "model_repository");
     }
     names_.insert(model.name);
+    labels_at_start_[model.name] = model.policy->labels;
   }
   return out;
 }
 
 Status Manager::start(api::Service& service) {
   service_ = &service;
-  auto models = repository::scan(config_.repository, renamed_, false);
-  if (models) {
-    for (const auto& m : *models) {
-      if (names_.contains(m.name)) apply_labels(m);
-    }
-  }
+  for (const auto& [name, labels] : labels_at_start_) apply_labels(name, labels);
   if (config_.control_mode == ControlMode::kPoll) {
     auto watcher = Watcher::open(config_.repository);
     if (!watcher) return tl::unexpected(watcher.error());
@@ -282,7 +276,12 @@ void Manager::serve_request(Request& r) {
   }
   unloaded_.erase(r.name);
   service_->models().set_unloaded(r.name, false);
-  r.done(reconcile(r.name, true));
+  auto model = repository::scan_model(config_.repository, r.name, renamed_, false);
+  if (!model) {
+    log(LogLevel::kWarning, "model directory unreadable; still serving what serves", {{"model", r.name}, {"reason", model.error().message}});
+    return r.done(tl::unexpected(model.error()));
+  }
+  r.done(reconcile(*model, true));
 }
 
 void Manager::reconcile_all() {
@@ -291,10 +290,10 @@ void Manager::reconcile_all() {
     log(LogLevel::kWarning, "repository unreadable; still serving what serves", {{"reason", models.error().message}});
     return;
   }
-  for (const auto& m : *models) {
+  for (auto& m : *models) {
     if (names_.contains(m.name)) {
       // An operator's unload holds until their load call, whatever the files do.
-      if (!unloaded_.contains(m.name)) (void)reconcile(m.name, false);
+      if (!unloaded_.contains(m.name)) (void)reconcile(m, false);
       continue;
     }
     for (const auto& v : m.versions) {
@@ -304,19 +303,15 @@ void Manager::reconcile_all() {
   }
 }
 
-Status Manager::reconcile(const std::string& name, bool asked) {
-  auto model = repository::scan_model(config_.repository, name, renamed_, false);
-  if (!model) {
-    log(LogLevel::kWarning, "model directory unreadable; still serving what serves", {{"model", name}, {"reason", model.error().message}});
-    return tl::unexpected(model.error());
-  }
-  if (!model->policy) {
-    log(LogLevel::kWarning, "version policy refused; still serving what serves", {{"model", name}, {"reason", model->policy.error().message}});
-    return tl::unexpected(model->policy.error());
+Status Manager::reconcile(repository::Model& model, bool asked) {
+  const std::string& name = model.name;
+  if (!model.policy) {
+    log(LogLevel::kWarning, "version policy refused; still serving what serves", {{"model", name}, {"reason", model.policy.error().message}});
+    return tl::unexpected(model.policy.error());
   }
   // A load call says the directories are complete (explicit mode's contract).
   if (asked && config_.control_mode == ControlMode::kExplicit) {
-    for (auto& v : model->versions) {
+    for (auto& v : model.versions) {
       std::error_code ec;
       if (!v.complete && fs::exists(v.dir / "model.pt", ec) && fs::exists(v.dir / "model.yaml", ec)) {
         v.complete = true;
@@ -324,7 +319,7 @@ Status Manager::reconcile(const std::string& name, bool asked) {
       }
     }
   }
-  const auto want = repository::wanted(*model->policy, model->versions);
+  const auto want = repository::wanted(*model.policy, model.versions);
   auto& table = service_->models();
   const auto served = served_numbers(table, name);
   std::vector<const repository::Version*> to_load;
@@ -334,19 +329,14 @@ Status Manager::reconcile(const std::string& name, bool asked) {
     // Versions gone from disk and not served leave the index.
     std::erase_if(entries, [&](const auto& e) {
       return !contains(served, e.first) && e.second.state != "UNLOADING" &&
-             std::none_of(model->versions.begin(), model->versions.end(), [&](const auto& v) { return v.number == e.first; });
+             std::none_of(model.versions.begin(), model.versions.end(), [&](const auto& v) { return v.number == e.first; });
     });
   }
-  for (const auto& v : model->versions) {
+  for (const auto& v : model.versions) {
     if (contains(served, v.number)) continue;
+    if (!to_be_loaded(name, v, want)) continue;
     const auto failed = failed_.find(name + "/" + v.number);
-    if (!v.complete) {
-      set_entry(name, v.number, "UNAVAILABLE", v.why);
-    } else if (!contains(want, v.number)) {
-      set_entry(name, v.number, "UNAVAILABLE", "not wanted by the version policy");
-    } else if (asked || failed == failed_.end() || failed->second != v.fingerprint) {
-      to_load.push_back(&v);
-    }
+    if (asked || failed == failed_.end() || failed->second != v.fingerprint) to_load.push_back(&v);
   }
   std::vector<std::string> to_unload;
   for (const auto& number : served) {
@@ -355,7 +345,7 @@ Status Manager::reconcile(const std::string& name, bool asked) {
   Status result;
   auto load_all = [&] {
     for (const auto* v : to_load) {
-      if (auto ok = load_version(*model, *v, asked); !ok && result) result = ok;
+      if (auto ok = load_version(model, *v, asked); !ok && result) result = ok;
     }
   };
   if (!config_.availability && !to_load.empty()) {
@@ -364,8 +354,8 @@ Status Manager::reconcile(const std::string& name, bool asked) {
     free_retired(true);
     load_all();
     if (table.versions(name).empty()) {
-      for (const auto& v : model->versions) {
-        if (contains(to_unload, v.number)) (void)load_version(*model, v, true);
+      for (const auto& v : model.versions) {
+        if (contains(to_unload, v.number)) (void)load_version(model, v, true);
       }
     }
   } else {
@@ -376,8 +366,19 @@ Status Manager::reconcile(const std::string& name, bool asked) {
     if (!wanted_serves && !to_unload.empty()) to_unload.pop_back();  // keep the highest
     for (const auto& number : to_unload) retire(name, number);
   }
-  apply_labels(*model);
+  apply_labels(name, model.policy->labels);
   return result;
+}
+
+bool Manager::to_be_loaded(const std::string& name, const repository::Version& v, const std::vector<std::string>& want) {
+  if (!v.complete) {
+    set_entry(name, v.number, "UNAVAILABLE", v.why);
+  } else if (!contains(want, v.number)) {
+    set_entry(name, v.number, "UNAVAILABLE", "not wanted by the version policy");
+  } else {
+    return true;
+  }
+  return false;
 }
 
 Status Manager::check_memory(const repository::Version& v) const {
@@ -413,10 +414,9 @@ Status Manager::load_version(const repository::Model& model, const repository::V
     auto loaded = loader_(v.dir, v.number);
     if (!loaded) {
       ok = tl::unexpected(loaded.error());
-    } else if ((*loaded)->spec().name != name) {
+    } else if (auto named = same_name(name, v, **loaded); !named) {
       result = "name";
-      ok = refused(Error::Code::kInvalidArgument, name, v.number,
-                   "its model.yaml names the model '" + (*loaded)->spec().name + "' (it must be its directory's name)", "name");
+      ok = named;
     } else {
       result = "contract";
       auto p = service_->models().prepare(std::move(*loaded));
@@ -433,7 +433,7 @@ Status Manager::load_version(const repository::Model& model, const repository::V
     auto future = promise->get_future();
     service_->warm(prepared, [promise](Status s) { promise->set_value(std::move(s)); });
     if (future.wait_for(kWarmupLimit) != std::future_status::ready) {
-      ok = refused(Error::Code::kUnavailable, name, v.number, "its warm-up did not end within 300 s");
+      ok = make_error(Error::Code::kUnavailable, "its warm-up did not end within 300 s", "version");
     } else {
       ok = future.get();
     }
@@ -490,10 +490,9 @@ void Manager::free_retired(bool wait) {
   if (freed) malloc_trim(0);
 }
 
-void Manager::apply_labels(const repository::Model& model) {
-  if (!model.policy) return;
-  for (const auto& why : service_->models().set_labels(model.name, model.policy->labels)) {
-    log(LogLevel::kWarning, "label refused", {{"model", model.name}, {"reason", why}});
+void Manager::apply_labels(const std::string& name, const std::map<std::string, std::string>& labels) {
+  for (const auto& why : service_->models().set_labels(name, labels)) {
+    log(LogLevel::kWarning, "label refused", {{"model", name}, {"reason", why}});
   }
 }
 

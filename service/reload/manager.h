@@ -82,13 +82,15 @@ class Manager final : public api::RepositoryControl {
 
   void run();
   void reconcile_all();
-  Status reconcile(const std::string& name, bool asked);
+  Status reconcile(repository::Model& model, bool asked);  // `model` as just read
+  // Records why a version that does not serve is not loaded; true when it is one to load.
+  bool to_be_loaded(const std::string& name, const repository::Version& v, const std::vector<std::string>& want);
   Status load_version(const repository::Model& model, const repository::Version& v, bool asked);
   Status check_memory(const repository::Version& v) const;
   void retire(const std::string& name, const std::string& version);
   void free_retired(bool wait);
   void set_entry(const std::string& name, const std::string& version, std::string state, std::string reason = {});
-  void apply_labels(const repository::Model& model);
+  void apply_labels(const std::string& name, const std::map<std::string, std::string>& labels);
   // A load or unload call, queued for the manager's thread (checked here first).
   void ask(Request::Kind kind, const std::string& name, std::function<void(Status)> done);
   void serve_request(Request& r);
@@ -99,6 +101,7 @@ class Manager final : public api::RepositoryControl {
   const std::function<void()> prepare_thread_;
   api::Service* service_ = nullptr;
   std::set<std::string> names_;  // the models served since start (the feature store's)
+  std::map<std::string, std::map<std::string, std::string>> labels_at_start_;  // set once the service exists
 
   mutable std::mutex mutex_;
   std::deque<Request> requests_;
