@@ -22,6 +22,11 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// Why a version left: the index keeps saying it once the version is freed,
+// the same words a later rescan writes for a version the policy leaves out.
+constexpr const char* kNotWanted = "not wanted by the version policy";
+constexpr const char* kUnloadCall = "unloaded";
+
 constexpr auto kRetireCheck = std::chrono::milliseconds(50);
 // A warm-up that has not ended by then has a worker stuck: the version is refused.
 constexpr auto kWarmupLimit = std::chrono::seconds(300);
@@ -269,7 +274,7 @@ void Manager::serve_request(Request& r) {
   if (r.kind == Request::Kind::kUnload) {
     unloaded_.insert(r.name);
     service_->models().set_unloaded(r.name, true);
-    for (const auto& number : served_numbers(service_->models(), r.name)) retire(r.name, number);
+    for (const auto& number : served_numbers(service_->models(), r.name)) retire(r.name, number, kUnloadCall);
     free_retired(true);
     log(LogLevel::kInfo, "model unloaded", {{"model", r.name}});
     return r.done({});
@@ -350,7 +355,7 @@ Status Manager::reconcile(repository::Model& model, bool asked) {
   };
   if (!config_.availability && !to_load.empty()) {
     // resource: the old versions go first, so only one is in memory.
-    for (const auto& number : to_unload) retire(name, number);
+    for (const auto& number : to_unload) retire(name, number, kNotWanted);
     free_retired(true);
     load_all();
     if (table.versions(name).empty()) {
@@ -364,7 +369,7 @@ Status Manager::reconcile(repository::Model& model, bool asked) {
     const auto now = served_numbers(table, name);
     const bool wanted_serves = std::any_of(now.begin(), now.end(), [&](const auto& n) { return contains(want, n); });
     if (!wanted_serves && !to_unload.empty()) to_unload.pop_back();  // keep the highest
-    for (const auto& number : to_unload) retire(name, number);
+    for (const auto& number : to_unload) retire(name, number, kNotWanted);
   }
   apply_labels(name, model.policy->labels);
   return result;
@@ -374,7 +379,7 @@ bool Manager::to_be_loaded(const std::string& name, const repository::Version& v
   if (!v.complete) {
     set_entry(name, v.number, "UNAVAILABLE", v.why);
   } else if (!contains(want, v.number)) {
-    set_entry(name, v.number, "UNAVAILABLE", "not wanted by the version policy");
+    set_entry(name, v.number, "UNAVAILABLE", kNotWanted);
   } else {
     return true;
   }
@@ -461,10 +466,10 @@ Status Manager::load_version(const repository::Model& model, const repository::V
   return {};
 }
 
-void Manager::retire(const std::string& name, const std::string& version) {
+void Manager::retire(const std::string& name, const std::string& version, const char* why) {
   if (auto held = service_->models().remove(name, version)) {
     set_entry(name, version, "UNLOADING");
-    retiring_.push_back(std::move(held));
+    retiring_.push_back(Retiring{std::move(held), why});
   }
 }
 
@@ -473,13 +478,13 @@ void Manager::free_retired(bool wait) {
   bool freed = false;
   for (;;) {
     for (auto it = retiring_.begin(); it != retiring_.end();) {
-      if (it->use_count() > 1) {
+      if (it->version.use_count() > 1) {
         ++it;
         continue;
       }
-      const std::string name = (*it)->name, version = (*it)->version;
+      const std::string name = it->version->name, version = it->version->version, why = it->why;
       it = retiring_.erase(it);  // the last reference: the weights are freed here
-      set_entry(name, version, "UNAVAILABLE", "unloaded");
+      set_entry(name, version, "UNAVAILABLE", why);
       log(LogLevel::kInfo, "version unloaded", {{"model", name}, {"version", version}});
       freed = true;
     }

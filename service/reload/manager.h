@@ -87,7 +87,7 @@ class Manager final : public api::RepositoryControl {
   bool to_be_loaded(const std::string& name, const repository::Version& v, const std::vector<std::string>& want);
   Status load_version(const repository::Model& model, const repository::Version& v, bool asked);
   Status check_memory(const repository::Version& v) const;
-  void retire(const std::string& name, const std::string& version);
+  void retire(const std::string& name, const std::string& version, const char* why);
   void free_retired(bool wait);
   void set_entry(const std::string& name, const std::string& version, std::string state, std::string reason = {});
   void apply_labels(const std::string& name, const std::map<std::string, std::string>& labels);
@@ -113,7 +113,11 @@ class Manager final : public api::RepositoryControl {
   std::map<std::string, std::string> failed_;  // "name/version" -> the fingerprint that failed
   std::set<std::string> unloaded_;             // by an unload call, until a load call
   std::set<std::filesystem::path> renamed_;    // version directories the watcher saw moved into place
-  std::vector<api::HeldVersion> retiring_;  // unpublished, freed when no request holds them
+  struct Retiring {
+    api::HeldVersion version;  // unpublished, freed when no request holds it
+    const char* why;           // the index's reason once freed
+  };
+  std::vector<Retiring> retiring_;
   int event_fd_ = -1;
   std::thread thread_;
   std::unique_ptr<Watcher> watcher_;

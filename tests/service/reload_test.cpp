@@ -381,7 +381,8 @@ TEST(Reload, PollModeWaitsForACopyInPlaceToFinishAndSeesItsMarker) {
   // latest: 1, so version 1 is unloaded (freed once its last request answered).
   bool unloaded = false;
   for (int i = 0; i < 100 && !unloaded; ++i) {
-    unloaded = service.entry("1").value("reason", "") == "unloaded";
+    const auto e = service.entry("1");
+    unloaded = e.value("state", "") == "UNAVAILABLE" && e.value("reason", "") == "not wanted by the version policy";
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_TRUE(unloaded) << service.index();
