@@ -76,6 +76,11 @@ std::vector<OptionSpec> reload_options(reload::ReloadConfig& r) {
                     "A new version loads and warms beside the old, which unloads after the switch (availability: "
                     "memory for both), or the old unloads first and the model is unavailable meanwhile (resource)",
                     r.availability),
+      either_option("reload_priority", "normal", "idle",
+                    "A load's CPU work (reading model.pt, its checks, a synthetic forward) runs only on what the "
+                    "workers leave (idle: p99 holds, a saturated replica loads slowly) or beside them (normal: a load "
+                    "ends in its own time, requests wait for it meanwhile)",
+                    r.idle_priority),
       seconds_option("repository_rescan", "In poll mode, a full rescan of the repository this often besides inotify",
                      r.rescan_seconds),
   };

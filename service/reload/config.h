@@ -18,6 +18,9 @@ struct ReloadConfig {
   // unloaded after the switch (room for both); resource: the old is
   // unloaded first and the model is unavailable meanwhile.
   bool availability = true;
+  // idle: a load's own CPU work (reading, checking, the synthetic forward)
+  // runs SCHED_IDLE, on what the workers leave; normal: beside them.
+  bool idle_priority = true;
   // poll: a full rescan this often, should an inotify event be missed
   // (overflow, a filesystem that sends none).
   double rescan_seconds = 10;

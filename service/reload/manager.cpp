@@ -206,15 +206,6 @@ void Manager::notify() {
 }
 
 void Manager::run() {
-  // Below the workers: a SCHED_IDLE thread runs on what they leave idle,
-  // and a worker woken by a request preempts it at once (nice +10 did not:
-  // it held a worker off for a scheduler slice, p99 x7 during reloads on one
-  // CPU at 70% load, bench/reload.sh). Under saturation a load waits.
-  sched_param idle{};
-  if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle) != 0) {
-    log(LogLevel::kWarning, "the repository manager's thread could not be made SCHED_IDLE; it runs beside the workers");
-  }
-  if (prepare_thread_) prepare_thread_();
   const auto rescan_every = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(config_.rescan_seconds));
   auto next_rescan = Clock::now() + rescan_every;
   // Events come in bursts (a copy: a create, then writes); the repository
@@ -260,6 +251,22 @@ void Manager::run() {
     free_retired(false);
   }
   free_retired(false);
+}
+
+void Manager::below_workers(const std::function<void()>& work) const {
+  std::thread thread([&] {
+    // Below the workers: a SCHED_IDLE thread runs on what they leave idle,
+    // and a worker woken by a request preempts it at once (nice +10 did not:
+    // it held a worker off for a scheduler slice, p99 x7 during reloads on
+    // one CPU at 70% load, bench/reload.sh). Under saturation a load waits.
+    sched_param idle{};
+    if (config_.idle_priority && pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle) != 0) {
+      log(LogLevel::kWarning, "a loading thread could not be made SCHED_IDLE; it runs beside the workers");
+    }
+    if (prepare_thread_) prepare_thread_();
+    work();
+  });
+  thread.join();
 }
 
 void Manager::serve_request(Request& r) {
@@ -409,12 +416,15 @@ Status Manager::load_version(const repository::Model& model, const repository::V
   const std::string& name = model.name;
   const std::string key = name + "/" + v.number;
   set_entry(name, v.number, "LOADING");
-  log(LogLevel::kInfo, "loading version", {{"model", name}, {"version", v.number}, {"complete", v.why}});
   const auto started = Clock::now();
   std::string result = "memory";
-  Status ok = check_memory(v);
+  Status ok;
   std::shared_ptr<api::ServedVersion> prepared;
-  if (ok) {
+  below_workers([&] {
+    log(LogLevel::kInfo, "loading version",
+        {{"model", name}, {"version", v.number}, {"complete", v.why}, {"priority", sched_getscheduler(0) == SCHED_IDLE ? "idle" : "normal"}});
+    ok = check_memory(v);
+    if (!ok) return;
     result = "load";
     auto loaded = loader_(v.dir, v.number);
     if (!loaded) {
@@ -428,7 +438,7 @@ Status Manager::load_version(const repository::Model& model, const repository::V
       if (!p) ok = tl::unexpected(p.error());
       else prepared = std::move(*p);
     }
-  }
+  });
   const double load_seconds = seconds_since(started);
   double warm_seconds = 0;
   if (ok) {
@@ -475,24 +485,30 @@ void Manager::retire(const std::string& name, const std::string& version, const 
 
 void Manager::free_retired(bool wait) {
   const auto deadline = Clock::now() + kFreeLimit;
-  bool freed = false;
   for (;;) {
-    for (auto it = retiring_.begin(); it != retiring_.end();) {
-      if (it->version.use_count() > 1) {
-        ++it;
-        continue;
+    // What no request holds any more; the index names each once it is freed.
+    std::vector<api::HeldVersion> last;
+    std::vector<api::RepositoryEntry> freed;
+    std::erase_if(retiring_, [&](Retiring& r) {
+      if (r.version.use_count() > 1) return false;
+      freed.push_back(api::RepositoryEntry{r.version->name, r.version->version, "UNAVAILABLE", r.why});
+      last.push_back(std::move(r.version));
+      return true;
+    });
+    if (!last.empty()) {
+      below_workers([&last] {
+        last.clear();  // the last references: the weights are freed here
+        // glibc keeps freed arenas' pages; the weights were hundreds of MiB.
+        malloc_trim(0);
+      });
+      for (auto& e : freed) {
+        log(LogLevel::kInfo, "version unloaded", {{"model", e.name}, {"version", e.version}});
+        set_entry(e.name, e.version, std::move(e.state), std::move(e.reason));
       }
-      const std::string name = it->version->name, version = it->version->version, why = it->why;
-      it = retiring_.erase(it);  // the last reference: the weights are freed here
-      set_entry(name, version, "UNAVAILABLE", why);
-      log(LogLevel::kInfo, "version unloaded", {{"model", name}, {"version", version}});
-      freed = true;
     }
     if (!wait || retiring_.empty() || Clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  // glibc keeps freed arenas' pages; the weights were hundreds of MiB.
-  if (freed) malloc_trim(0);
 }
 
 void Manager::apply_labels(const std::string& name, const std::map<std::string, std::string>& labels) {

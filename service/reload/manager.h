@@ -23,9 +23,12 @@
 // in the index, is logged and counted, and is not retried until the
 // version's files change (or a load call asks).
 //
-// The manager's thread is SCHED_IDLE: it loads and checks on the CPU time
-// the workers leave, and a worker woken by a request preempts it at once.
-// The workers' own share of a reload is the warm-up, one forward per turn.
+// The manager's thread is a normal one: it sees a change, answers the
+// index and decides at once however busy the CPUs are. A load's CPU work
+// (and a version's freeing) runs on a thread of its own, SCHED_IDLE under
+// --reload-priority idle (the default): it runs on the CPU time the workers
+// leave, and a worker woken by a request preempts it at once. The workers'
+// own share of a reload is the warm-up, one forward per turn.
 
 #include <deque>
 #include <filesystem>
@@ -54,7 +57,7 @@ using Loader = std::function<Result<std::unique_ptr<api::Model>>(const std::file
 
 class Manager final : public api::RepositoryControl {
  public:
-  // `prepare_thread`: the model runtime's setup of the manager's thread
+  // `prepare_thread`: the model runtime's setup of a loading thread
   // (one intra-op thread: a load must not fan out over the workers' CPUs).
   Manager(ReloadConfig config, Loader loader, std::function<void()> prepare_thread = {});
   ~Manager() override;
@@ -89,6 +92,11 @@ class Manager final : public api::RepositoryControl {
   Status check_memory(const repository::Version& v) const;
   void retire(const std::string& name, const std::string& version, const char* why);
   void free_retired(bool wait);
+  // Runs `work` on a new thread (it inherits this one's CPUs and memory
+  // policy), SCHED_IDLE under --reload-priority idle, and waits for it. A
+  // thread per load because one cannot leave SCHED_IDLE without
+  // CAP_SYS_NICE, so the manager's own could not be switched back.
+  void below_workers(const std::function<void()>& work) const;
   void set_entry(const std::string& name, const std::string& version, std::string state, std::string reason = {});
   void apply_labels(const std::string& name, const std::map<std::string, std::string>& labels);
   // A load or unload call, queued for the manager's thread (checked here first).
