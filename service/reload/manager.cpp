@@ -253,10 +253,10 @@ void Manager::run() {
   free_retired(false);
 }
 
-void Manager::below_workers(const std::function<void()>& work) const {
+void Manager::on_load_thread(const std::function<void()>& work) const {
   std::thread thread([&] {
-    // Below the workers: a SCHED_IDLE thread runs on what they leave idle,
-    // and a worker woken by a request preempts it at once (nice +10 did not:
+    // Under --reload-priority idle a SCHED_IDLE thread runs on what the
+    // workers leave idle, and a worker woken by a request preempts it at once (nice +10 did not:
     // it held a worker off for a scheduler slice, p99 x7 during reloads on
     // one CPU at 70% load, bench/reload.sh). Under saturation a load waits.
     sched_param idle{};
@@ -420,7 +420,7 @@ Status Manager::load_version(const repository::Model& model, const repository::V
   std::string result = "memory";
   Status ok;
   std::shared_ptr<api::ServedVersion> prepared;
-  below_workers([&] {
+  on_load_thread([&] {
     log(LogLevel::kInfo, "loading version",
         {{"model", name}, {"version", v.number}, {"complete", v.why}, {"priority", sched_getscheduler(0) == SCHED_IDLE ? "idle" : "normal"}});
     ok = check_memory(v);
@@ -486,24 +486,27 @@ void Manager::retire(const std::string& name, const std::string& version, const 
 void Manager::free_retired(bool wait) {
   const auto deadline = Clock::now() + kFreeLimit;
   for (;;) {
-    // What no request holds any more; the index names each once it is freed.
-    std::vector<api::HeldVersion> last;
-    std::vector<api::RepositoryEntry> freed;
+    // What no request holds any more; the index names each once it is freed
+    // (from copies: the names live in what is freed).
+    struct Freed {
+      std::string name, version, why;
+      api::HeldVersion held;  // moved last: a braced list is evaluated in order
+    };
+    std::vector<Freed> freed;
     std::erase_if(retiring_, [&](Retiring& r) {
       if (r.version.use_count() > 1) return false;
-      freed.push_back(api::RepositoryEntry{r.version->name, r.version->version, "UNAVAILABLE", r.why});
-      last.push_back(std::move(r.version));
+      freed.push_back(Freed{r.version->name, r.version->version, r.why, std::move(r.version)});
       return true;
     });
-    if (!last.empty()) {
-      below_workers([&last] {
-        last.clear();  // the last references: the weights are freed here
+    if (!freed.empty()) {
+      on_load_thread([&freed] {
+        for (auto& f : freed) f.held.reset();  // the last references: the weights are freed here
         // glibc keeps freed arenas' pages; the weights were hundreds of MiB.
         malloc_trim(0);
       });
-      for (auto& e : freed) {
-        log(LogLevel::kInfo, "version unloaded", {{"model", e.name}, {"version", e.version}});
-        set_entry(e.name, e.version, std::move(e.state), std::move(e.reason));
+      for (auto& f : freed) {
+        log(LogLevel::kInfo, "version unloaded", {{"model", f.name}, {"version", f.version}});
+        set_entry(f.name, f.version, "UNAVAILABLE", std::move(f.why));
       }
     }
     if (!wait || retiring_.empty() || Clock::now() >= deadline) break;

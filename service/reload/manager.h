@@ -96,7 +96,7 @@ class Manager final : public api::RepositoryControl {
   // policy), SCHED_IDLE under --reload-priority idle, and waits for it. A
   // thread per load because one cannot leave SCHED_IDLE without
   // CAP_SYS_NICE, so the manager's own could not be switched back.
-  void below_workers(const std::function<void()>& work) const;
+  void on_load_thread(const std::function<void()>& work) const;
   void set_entry(const std::string& name, const std::string& version, std::string state, std::string reason = {});
   void apply_labels(const std::string& name, const std::map<std::string, std::string>& labels);
   // A load or unload call, queued for the manager's thread (checked here first).
