@@ -150,7 +150,9 @@ int run_forward(const ForwardOptions& o) {
   std::vector<ForwardSide> sides;
   for (bool optimized : {true, false}) {
     if (o.graph_optimizations != "both" && (o.graph_optimizations == "on") != optimized) continue;
-    auto model = numaserve::model::TorchModel::load(o.model_dir, {optimized});
+    numaserve::model::LoadOptions load;
+    load.graph_optimizations = optimized;
+    auto model = numaserve::model::TorchModel::load(o.model_dir, load);
     if (!model) return fail(model.error().message);
     sides.push_back({optimized, std::move(*model), {}, 0});
   }

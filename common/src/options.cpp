@@ -319,6 +319,16 @@ OptionSpec quantity_option(std::string name, std::string help, std::uint64_t& ta
           [name, &target](const std::string& text) { return set_quantity(name, text, target); }};
 }
 
+OptionSpec share_option(std::string name, std::string help, double& target) {
+  return {name, "SHARE", std::move(help), format_number(target), [name, &target](const std::string& text) {
+            double value = 0;
+            if (auto ok = set_double(name, text, value); !ok) return ok;
+            if (!(value > 0 && value <= 1)) return Status(tl::unexpected(bad_value(name, text, "a share above 0 and at most 1")));
+            target = value;
+            return Status();
+          }};
+}
+
 OptionSpec seconds_option(std::string name, std::string help, double& seconds) {
   return {name, "DURATION", std::move(help), format_seconds(seconds),
           [name, &seconds](const std::string& text) { return set_seconds(name, text, seconds); }};

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "model/graph.h"
+#include "numaserve/common/paced_file.h"
 #include "numaserve/common/text_file.h"
 
 namespace numaserve::model {
@@ -195,9 +196,13 @@ Result<std::unique_ptr<TorchModel>> TorchModel::load(const std::filesystem::path
   if (!std::filesystem::is_regular_file(pt_path)) {
     return make_error(Error::Code::kNotFound, pt_path.string() + ": no such file (a model directory holds model.pt and model.yaml)");
   }
+  CpuPacer pacer(options.cpu_share);
+  auto file = PacedFile::open(pt_path, pacer);
+  if (!file) return tl::unexpected(file.error());
   auto impl = std::make_unique<Impl>();
   try {
-    impl->module = torch::jit::load(pt_path.string(), torch::kCPU);
+    std::istream in(file->get());
+    impl->module = torch::jit::load(in, torch::kCPU);
     impl->module.eval();
   } catch (const std::exception& e) {
     return tl::unexpected(torch_error(pt_path.string() + ": not a TorchScript model", e));
@@ -226,6 +231,7 @@ Result<std::unique_ptr<TorchModel>> TorchModel::load(const std::filesystem::path
     Optimized optimized = optimize_checked(impl->module, *spec);
     impl->optimized = std::move(optimized.module);
     impl->report = std::move(optimized.report);
+    pacer.pace();  // the rewrites and their check forward
   }
   return std::unique_ptr<TorchModel>(new TorchModel(dir, std::move(*spec), std::move(impl)));
 }

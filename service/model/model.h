@@ -39,6 +39,10 @@ struct LoadOptions {
   // The version a model repository's directory names (DIR/<model>/<version>/),
   // which is the version served; empty: model.yaml's.
   std::string version;
+  // The share of one CPU the load may take (CpuPacer: reading and parsing
+  // model.pt, the graph rewrites): a reload's --reload-cpu-share; 1
+  // (start-up) as fast as it can.
+  double cpu_share = 1.0;
 };
 
 // How far an optimized forward's scores may stray from the original's: the

@@ -21,6 +21,12 @@ struct ReloadConfig {
   // idle: a load's own CPU work (reading, checking, the synthetic forward)
   // runs SCHED_IDLE, on what the workers leave; normal: beside them.
   bool idle_priority = true;
+  // The share of one CPU a reload may take (CpuPacer: reading and parsing
+  // model.pt, the graph rewrites). The bound under normal priority, where a
+  // load at full speed competes with the workers for their CPU; at idle
+  // priority too, where the p50 during back-to-back reloads rose 31% at
+  // full speed and 9% at 0.25 (bench/reload.sh).
+  double cpu_share = 0.25;
   // poll: a full rescan this often, should an inotify event be missed
   // (overflow, a filesystem that sends none).
   double rescan_seconds = 10;

@@ -12,6 +12,7 @@
 #include <future>
 
 #include "numaserve/common/log.h"
+#include "numaserve/common/options.h"
 #include "numaserve/common/placement.h"
 #include "reload/watcher.h"
 
@@ -127,7 +128,7 @@ Result<std::vector<std::unique_ptr<api::Model>>> Manager::load_initial() {
     }
     for (const auto& number : want) {
       const auto& v = *std::find_if(model.versions.begin(), model.versions.end(), [&](const auto& x) { return x.number == number; });
-      auto loaded = loader_(v.dir, v.number);
+      auto loaded = loader_(v.dir, v.number, 1.0);  // nothing serves yet
       Status ok = loaded ? same_name(model.name, v, **loaded) : Status(tl::unexpected(loaded.error()));
       if (ok && contract) ok = features::same_feature_contract(*contract, (*loaded)->spec());
       if (!ok) {
@@ -422,11 +423,12 @@ Status Manager::load_version(const repository::Model& model, const repository::V
   std::shared_ptr<api::ServedVersion> prepared;
   on_load_thread([&] {
     log(LogLevel::kInfo, "loading version",
-        {{"model", name}, {"version", v.number}, {"complete", v.why}, {"priority", sched_getscheduler(0) == SCHED_IDLE ? "idle" : "normal"}});
+        {{"model", name}, {"version", v.number}, {"complete", v.why}, {"priority", sched_getscheduler(0) == SCHED_IDLE ? "idle" : "normal"},
+         {"cpu_share", format_number(config_.cpu_share)}});
     ok = check_memory(v);
     if (!ok) return;
     result = "load";
-    auto loaded = loader_(v.dir, v.number);
+    auto loaded = loader_(v.dir, v.number, config_.cpu_share);
     if (!loaded) {
       ok = tl::unexpected(loaded.error());
     } else if (auto named = same_name(name, v, **loaded); !named) {

@@ -50,10 +50,12 @@ namespace numaserve::reload {
 
 class Watcher;
 
-// Loads DIR/model.pt and DIR/model.yaml as `version` and checks it runs
-// (start-up's runtime.load): the calling thread's binding decides where the
-// weights land.
-using Loader = std::function<Result<std::unique_ptr<api::Model>>(const std::filesystem::path& dir, const std::string& version)>;
+// Loads DIR/model.pt and DIR/model.yaml as `version` (empty: model.yaml's)
+// and checks it runs, reading model.pt at up to `cpu_share` of one CPU
+// (PacedFile; start-up's loads 1): the calling thread's binding decides
+// where the weights land (start-up's runtime.load).
+using Loader = std::function<Result<std::unique_ptr<api::Model>>(const std::filesystem::path& dir, const std::string& version,
+                                                                 double cpu_share)>;
 
 class Manager final : public api::RepositoryControl {
  public:

@@ -101,7 +101,7 @@ void log_graph_report(const api::Model& model) {
 Result<std::vector<std::unique_ptr<api::Model>>> load_models(const ServeOptions& o, const Runtime& runtime) {
   std::vector<std::unique_ptr<api::Model>> models;
   for (const auto& dir : o.model_dirs) {
-    auto loaded = runtime.load(dir, "");
+    auto loaded = runtime.load(dir, "", 1.0);
     if (!loaded) return tl::unexpected(loaded.error());
     for (const auto& m : models) {
       if (m->spec().name == (*loaded)->spec().name) {

@@ -28,9 +28,12 @@ namespace numaserve::startup {
 // What start-up needs of the model runtime (model/'s LibTorch).
 struct Runtime {
   // Loads dir/model.pt and dir/model.yaml as `version` (empty: model.yaml's)
-  // and checks it runs; the calling thread's binding decides where the
-  // weights land.
-  std::function<Result<std::unique_ptr<api::Model>>(const std::filesystem::path& dir, const std::string& version)> load;
+  // and checks it runs, reading model.pt at up to `cpu_share` of one CPU;
+  // the calling thread's binding decides where the weights land. The
+  // repository manager's reload::Loader.
+  std::function<Result<std::unique_ptr<api::Model>>(const std::filesystem::path& dir, const std::string& version,
+                                                    double cpu_share)>
+      load;
   std::function<void(unsigned intra_op_threads)> prepare_worker_thread;
   std::function<std::string()> summary;  // "LibTorch 1.13.1 (OpenMP), BLAS ..."
 };

@@ -29,7 +29,9 @@ const std::filesystem::path& scripted_dir() {
 }
 
 std::unique_ptr<TorchModel> load(const std::filesystem::path& dir, bool optimize) {
-  auto m = TorchModel::load(dir, {optimize});
+  LoadOptions options;
+  options.graph_optimizations = optimize;
+  auto m = TorchModel::load(dir, options);
   EXPECT_TRUE(m.has_value()) << m.error().message;
   return m ? std::move(*m) : nullptr;
 }

@@ -358,7 +358,8 @@ TEST(Reload, BadVersionsAreRefusedWithTheReasonWhileTheOldServes) {
   EXPECT_NE(metrics.find(R"(numaserve_model_loads_total{model="ranker_a",result="load"})"), std::string::npos) << metrics;
   const auto log = slurp(service.served.log);
   EXPECT_NE(log.find("version refused; what served still serves"), std::string::npos);
-  EXPECT_NE(log.find("version=5 complete=\"named by a load call\" priority=idle"), std::string::npos) << log;
+  // The defaults: idle priority, a quarter of one CPU (the loading thread says both).
+  EXPECT_NE(log.find("version=5 complete=\"named by a load call\" priority=idle cpu_share=0.25"), std::string::npos) << log;
   fs::remove_all(repo);
 }
 

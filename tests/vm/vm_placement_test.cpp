@@ -266,7 +266,7 @@ class TouchedWeightsModel final : public api::Model {
  public:
   static constexpr std::size_t kWeightBytes = 8u << 20;
 
-  static Result<std::unique_ptr<api::Model>> load(const std::filesystem::path&, const std::string& version) {
+  static Result<std::unique_ptr<api::Model>> load(const std::filesystem::path&, const std::string& version, double) {
     const std::filesystem::path file = std::filesystem::path(NUMASERVE_FIXTURES_DIR) / "features/model.yaml";
     auto text = read_text_file(file);
     if (!text) return tl::unexpected(text.error());

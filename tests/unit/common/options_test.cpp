@@ -162,6 +162,22 @@ TEST(Options, Durations) {
   EXPECT_EQ(format_seconds(0), "0s");
 }
 
+TEST(Options, SharesAreAboveZeroAndAtMostOne) {
+  double share = 0.25;
+  const OptionSpec spec = share_option("cpu_share", "a share", share);
+  EXPECT_EQ(spec.default_text, "0.25");
+  for (const auto& [text, want] : std::vector<std::pair<std::string, double>>{{"1", 1}, {"0.5", 0.5}, {"1e-3", 0.001}}) {
+    ASSERT_TRUE(spec.set(text).has_value()) << text;
+    EXPECT_DOUBLE_EQ(share, want) << text;
+  }
+  for (const char* bad : {"0", "-0.5", "1.01", "2", "nan", "", "half"}) {
+    auto refused = spec.set(bad);
+    ASSERT_FALSE(refused.has_value()) << bad;
+    EXPECT_NE(refused.error().message.find("cpu_share: '" + std::string(bad) + "'"), std::string::npos) << refused.error().message;
+  }
+  EXPECT_DOUBLE_EQ(share, 0.001);  // a refused value changes nothing
+}
+
 TEST(Options, MarkdownTableListsEveryRow) {
   Config c;
   const std::string md = table_for(c).markdown();

@@ -88,6 +88,8 @@ OptionSpec number_option(std::string name, std::string value, std::string help, 
 OptionSpec quantity_option(std::string name, std::string help, std::uint64_t& target);
 // "30", "30s", "5m", "250ms", "1m30s"; shown as seconds.
 OptionSpec seconds_option(std::string name, std::string help, double& seconds);
+// A share: a number above 0 and at most 1.
+OptionSpec share_option(std::string name, std::string help, double& target);
 template <std::unsigned_integral T>
 OptionSpec count_option(std::string name, std::string value, std::string help, T& target,
                         T max = std::numeric_limits<T>::max());
