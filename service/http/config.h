@@ -20,6 +20,10 @@ struct ServerConfig {
   double header_timeout_seconds = 10;  // first byte of a request -> end of its header, else 408
   double body_timeout_seconds = 30;    // end of header -> end of body, and the longest send of a reply
   double idle_timeout_seconds = 60;    // a keep-alive connection with no request is closed after this
+  // During the drain a connection with no request is closed only once it
+  // has been idle this long: a client in a closed loop sends its next
+  // request microseconds after a reply, and closing under it would break it.
+  double shutdown_idle_seconds = 0.2;
   std::size_t max_header_bytes = 16u << 10;  // 431 beyond
   std::size_t max_body_bytes = 8u << 20;     // 413 beyond (chunked bodies count their decoded bytes)
   // Several processes may share the port (the per-NUMA-node supervisor);

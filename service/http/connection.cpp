@@ -52,7 +52,7 @@ void Connection::start() {
   socket_.set_option(tcp::no_delay(true), ec);
   enter(Phase::kIdle, worker.server.config.idle_timeout_seconds);
   if (worker.draining) {
-    serve_or_close();
+    drain();  // taken from the backlog as the port closed: its request may be on its way
   } else {
     arm();  // a wait: Asio re-arms the descriptor for it, so a request already here is reported
   }
@@ -97,7 +97,7 @@ void Connection::on_read(const error_code& ec, std::size_t bytes, std::size_t wa
     return;
   }
   if (ec == asio::error::operation_aborted) {
-    if (worker.draining) {
+    if (closing_idle_) {
       serve_or_close();
     } else {  // parked
       framer_.release_buffer();
@@ -118,7 +118,7 @@ void Connection::on_wait(const error_code& ec) {
   io_ = Io::kNone;
   if (phase_ == Phase::kClosed) return;
   if (ec == asio::error::operation_aborted) {
-    if (worker.draining) serve_or_close();
+    if (closing_idle_) serve_or_close();
     return;
   }
   if (ec) {
@@ -209,7 +209,7 @@ void Connection::header_done() {
 
 void Connection::dispatch() {
   auto taken = framer_.take();
-  keep_alive_ = taken.keep_alive && !worker.draining;
+  keep_alive_ = taken.keep_alive && !worker.server.closing.load(std::memory_order_relaxed);
   head_ = taken.head;
   http10_ = taken.http10;
   taken.request.admin = admin_;
@@ -244,7 +244,7 @@ void Connection::dropped() {
 
 void Connection::answer(Reply&& reply) {
   if (phase_ != Phase::kHandling) return;  // closed while the application had it
-  if (worker.draining) keep_alive_ = false;
+  if (worker.server.closing.load(std::memory_order_relaxed)) keep_alive_ = false;
   write(std::move(reply));
 }
 
@@ -340,9 +340,23 @@ void Connection::park() {
   if (idle() && io_ == Io::kRead) socket_.cancel(ec);  // on_read frees the buffer and waits
 }
 
+// Not at once: a client in a closed loop sends its next request
+// microseconds after its last reply, and a connection closed in between
+// breaks that request. An idle connection stays open, serving what comes,
+// until it has been idle for shutdown_idle_seconds (expire()).
 void Connection::drain() {
   if (phase_ != Phase::kIdle) return;  // mid-request: answered; lingering: ends by itself
+  deadline_ = std::min(deadline_, since_ + to_duration(worker.server.config.shutdown_idle_seconds));
+  if (deadline_ <= Clock::now()) {
+    close_if_idle();
+  } else {
+    arm();
+  }
+}
+
+void Connection::close_if_idle() {
   if (io_ != Io::kNone) {
+    closing_idle_ = true;
     error_code ec;
     socket_.cancel(ec);  // its handler comes back through serve_or_close()
     return;
@@ -350,10 +364,11 @@ void Connection::drain() {
   serve_or_close();
 }
 
-// The drain's look at an idle connection, whatever epoll has reported so
-// far: a request the client sent before the drain began is read and
-// answered (with Connection: close); else the connection closes.
+// The drain's last look at an idle connection, whatever epoll has reported
+// so far: a request the client has sent is read and answered (with
+// Connection: close); else the connection closes.
 void Connection::serve_or_close() {
+  closing_idle_ = false;
   if (phase_ != Phase::kIdle) return;
   readable_ = true;
   pump();
@@ -364,8 +379,12 @@ void Connection::expire() {
   const auto& config = worker.server.config;
   switch (phase_) {
     case Phase::kIdle:
-      bump(worker.counters.idle_closed);
-      close();
+      if (worker.draining) {
+        close_if_idle();
+      } else {
+        bump(worker.counters.idle_closed);
+        close();
+      }
       break;
     case Phase::kHeader:
       reject(408, "request header not received within " + std::to_string(config.header_timeout_seconds) + " s",
@@ -399,6 +418,19 @@ void Connection::close() {
     worker.counters.connections.store(worker.open, std::memory_order_relaxed);
     worker.server.open.fetch_sub(1, std::memory_order_relaxed);
   }
+}
+
+const char* to_string(Connection::Phase phase) {
+  switch (phase) {
+    case Connection::Phase::kIdle: return "idle";
+    case Connection::Phase::kHeader: return "reading_header";
+    case Connection::Phase::kBody: return "reading_body";
+    case Connection::Phase::kHandling: return "handling";
+    case Connection::Phase::kWriting: return "sending_reply";
+    case Connection::Phase::kLingering: return "lingering";
+    case Connection::Phase::kClosed: return "closed";
+  }
+  return "unknown";
 }
 
 }  // namespace numaserve::http

@@ -39,13 +39,20 @@ class Connection final : public ReplySink, public std::enable_shared_from_this<C
   void dropped() override;  // 500
   void expire();  // its deadline passed
   void park();    // idle for a while: wait without a buffer
-  void drain();   // the server stops: serve a request already sent, else close
+  // The server stops: a request under way is answered; an idle connection
+  // is closed once it has been idle for shutdown_idle_seconds.
+  void drain();
   void close();
 
   Phase phase() const { return phase_; }
   Clock::time_point since() const { return since_; }
   Clock::time_point deadline() const { return deadline_; }
   bool idle() const { return phase_ == Phase::kIdle && framer_.buffered() == 0; }
+  // A request is being read, handled or sent: closing now would break it.
+  bool mid_request() const {
+    return phase_ == Phase::kHeader || phase_ == Phase::kBody || phase_ == Phase::kHandling ||
+           phase_ == Phase::kWriting;
+  }
 
   Worker& worker;
   Connection* prev = nullptr;  // the worker's list of its connections
@@ -72,6 +79,7 @@ class Connection final : public ReplySink, public std::enable_shared_from_this<C
   void written();
   void linger();
   void discard();
+  void close_if_idle();
   void serve_or_close();
 
   boost::asio::ip::tcp::socket socket_;
@@ -86,9 +94,12 @@ class Connection final : public ReplySink, public std::enable_shared_from_this<C
   bool readable_ = false;     // bytes may be waiting in the socket
   bool needs_more_ = false;   // the parser cannot go on without more bytes
   bool pumping_ = false;
+  bool closing_idle_ = false;  // the pending operation was cancelled to close an idle connection
   bool keep_alive_ = true;
   bool head_ = false;
   bool http10_ = false;
 };
+
+const char* to_string(Connection::Phase phase);
 
 }  // namespace numaserve::http

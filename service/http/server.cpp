@@ -1,10 +1,14 @@
 #include "http/server.h"
 
+#include <linux/filter.h>
 #include <pthread.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -69,6 +73,7 @@ struct Server::Impl : ServerState {
   std::thread accept_thread;
 
   Status listen(Listener& listener, int port);
+  void close_listener(Listener& listener);
   void accept_next(Listener& listener);
   void accepted(Listener& listener, Worker& worker, tcp::socket socket);
   void retry_later(Listener& listener, const error_code& ec);
@@ -127,6 +132,46 @@ void Server::Impl::accepted(Listener& listener, Worker& worker, tcp::socket sock
   });
 }
 
+// Closing a listening socket resets the connections still in its backlog:
+// clients whose connect() has returned and who are sending a request. So the
+// port first stops answering new handshakes (a socket filter drops every
+// SYN without ACK: the client's connect retries it a second later and is
+// then refused), the backlog is taken and handed to the workers like any
+// connection, and a handshake already past its SYN (an ACK on its way, on
+// loopback microseconds) gets a moment to land before the port closes. An
+// accepted socket inherits the filter, which drops nothing on an
+// established connection.
+void Server::Impl::close_listener(Listener& listener) {
+  error_code ec;
+  listener.retry.cancel();
+  listener.acceptor.cancel(ec);  // the pending accept ends, operation_aborted
+  std::array<sock_filter, 5> drop_syn = {{
+      BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 13),  // the TCP header's flags (a TCP socket's filter starts there)
+      BPF_STMT(BPF_ALU | BPF_AND | BPF_K, 0x12),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0x02, 0, 1),  // SYN without ACK: drop
+      BPF_STMT(BPF_RET | BPF_K, 0),
+      BPF_STMT(BPF_RET | BPF_K, 0xffffffff),  // anything else: keep whole
+  }};
+  sock_fprog program{static_cast<unsigned short>(drop_syn.size()), drop_syn.data()};
+  const int fd = listener.acceptor.native_handle();
+  if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &program, sizeof program) != 0) {
+    log(LogLevel::kWarning, "cannot stop new handshakes before closing the port; its backlog may be reset",
+        {{"error", std::strerror(errno)}});
+  }
+  listener.acceptor.non_blocking(true, ec);
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    while (true) {
+      Worker& worker = *workers[next_worker++ % workers.size()];
+      tcp::socket socket(worker.context);
+      listener.acceptor.accept(socket, ec);
+      if (ec) break;
+      accepted(listener, worker, std::move(socket));
+    }
+  }
+  listener.acceptor.close(ec);
+}
+
 // Retrying at once would spin: the backlog keeps the connection until a
 // descriptor is free.
 void Server::Impl::retry_later(Listener& listener, const error_code& ec) {
@@ -175,18 +220,18 @@ void Server::wake(std::size_t worker) { impl_->workers.at(worker)->wake(); }
 
 asio::io_context& Server::context(std::size_t worker) { return impl_->workers.at(worker)->context; }
 
-void Server::stop() {
+void Server::announce_shutdown() { impl_->closing.store(true, std::memory_order_relaxed); }
+
+void Server::stop(Clock::time_point cut_at) {
   auto& s = *impl_;
   std::lock_guard lock(s.stop_mutex);
   if (s.stopped || !s.accept_thread.joinable()) return;
   s.stopped = true;
+  s.closing.store(true, std::memory_order_relaxed);
+  s.cut_at = cut_at;
   asio::post(s.accept_context, [&s] {
-    for (Listener* listener : {&s.main, s.admin ? &*s.admin : nullptr}) {
-      if (listener == nullptr) continue;
-      error_code ec;
-      listener->acceptor.close(ec);
-      listener->retry.cancel();
-    }
+    s.close_listener(s.main);
+    if (s.admin) s.close_listener(*s.admin);
   });
   s.accept_thread.join();
   // After the acceptor's last hand-over: each worker sees its new
@@ -201,7 +246,7 @@ std::vector<WorkerStats> Server::stats() const {
     const auto& c = worker->counters;
     auto get = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
     out.push_back({get(c.connections), get(c.accepted), get(c.requests), get(c.idle_closed), get(c.timed_out),
-                   get(c.rejected)});
+                   get(c.rejected), get(c.cut)});
   }
   return out;
 }

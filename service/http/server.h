@@ -16,6 +16,7 @@
 // body, sending the reply — checked by a sweep on each worker, not a timer
 // per connection; an idle connection holds no buffer.
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -39,6 +40,7 @@ struct WorkerStats {
   std::uint64_t idle_closed = 0;   // closed after the idle timeout
   std::uint64_t timed_out = 0;     // 408 at the header or body deadline, or a reply the client did not take
   std::uint64_t rejected = 0;      // 400 malformed, 413, 431: refused before the application saw them
+  std::uint64_t cut = 0;           // mid-request when the drain's time ran out
 };
 
 class Server {
@@ -62,10 +64,18 @@ class Server {
   // worker waiting for features keeps serving its other connections.
   boost::asio::io_context& context(std::size_t worker);
 
-  // The drain: stops accepting, closes idle connections, answers every
-  // request already read (with Connection: close), reads no new request,
-  // then ends the workers and returns. Idempotent.
-  void stop();
+  // SIGTERM: from now on every reply carries Connection: close, so each
+  // client learns on its next reply to reconnect (elsewhere, once the
+  // endpoints have dropped this replica), while the port still accepts.
+  void announce_shutdown();
+  // The drain: the port stops accepting (connections already in its
+  // backlog are taken, not reset), every request read or arriving is
+  // answered with Connection: close, and a connection without one is closed
+  // once it has been idle for shutdown_idle_seconds. At `cut_at` whatever
+  // is left is closed, logged and counted (WorkerStats::cut). Returns when
+  // every connection has closed and the workers have ended. Idempotent.
+  using Clock = std::chrono::steady_clock;
+  void stop(Clock::time_point cut_at = Clock::time_point::max());
 
   std::vector<WorkerStats> stats() const;
   std::uint64_t refused_connections() const;  // beyond max_connections

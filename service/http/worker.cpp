@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <map>
 #include <string>
 
 #include <boost/asio/executor_work_guard.hpp>
@@ -45,7 +46,8 @@ void Worker::unlink(Connection* c) {
 Clock::duration Worker::tick() const {
   const auto& c = server.config;
   double shortest = kLingerSeconds;
-  for (double t : {c.header_timeout_seconds, c.body_timeout_seconds, c.idle_timeout_seconds}) {
+  for (double t : {c.header_timeout_seconds, c.body_timeout_seconds, c.idle_timeout_seconds,
+                   draining ? c.shutdown_idle_seconds : 0.0}) {
     if (t > 0) shortest = std::min(shortest, t);
   }
   // A deadline is met within a tenth of the shortest timeout, by one pass
@@ -65,6 +67,10 @@ void Worker::arm_sweep() {
 
 void Worker::sweep(Clock::duration period) {
   const auto now = Clock::now();
+  if (draining && now >= server.cut_at) {
+    cut();
+    return;
+  }
   for (Connection* c = first; c != nullptr;) {
     Connection* next = c->next;
     const auto keep = c->shared_from_this();
@@ -91,12 +97,37 @@ void Worker::adopt(asio::ip::tcp::socket socket, bool counted, bool admin) {
 
 void Worker::drain() {
   draining = true;
+  arm_sweep();  // at the drain's shorter tick
   for (Connection* c = first; c != nullptr;) {
     Connection* next = c->next;
     const auto keep = c->shared_from_this();
     c->drain();
     c = next;
   }
+}
+
+// The drain's time is over: what is left is closed. A request being read,
+// handled or sent is cut, and counted; an idle or lingering connection
+// owed its client nothing more.
+void Worker::cut() {
+  std::map<std::string, std::size_t> by_phase;
+  for (Connection* c = first; c != nullptr;) {
+    Connection* next = c->next;
+    const auto keep = c->shared_from_this();
+    if (c->mid_request()) ++by_phase[to_string(c->phase())];
+    c->close();
+    c = next;
+  }
+  std::size_t total = 0;
+  LogFields fields = {{"worker", std::to_string(index)}};
+  for (const auto& [phase, count] : by_phase) {
+    total += count;
+    fields.emplace_back(phase, std::to_string(count));
+  }
+  if (total == 0) return;
+  counters.cut.fetch_add(total, std::memory_order_relaxed);
+  fields.emplace_back("requests", std::to_string(total));
+  log(LogLevel::kError, "drain cut requests at the end of the shutdown grace", fields);
 }
 
 void Worker::run() {

@@ -39,7 +39,7 @@ inline void bump(std::atomic<std::uint64_t>& counter) {
 }
 
 struct alignas(64) WorkerCounters {
-  std::atomic<std::uint64_t> connections{0}, accepted{0}, requests{0}, idle_closed{0}, timed_out{0}, rejected{0};
+  std::atomic<std::uint64_t> connections{0}, accepted{0}, requests{0}, idle_closed{0}, timed_out{0}, rejected{0}, cut{0};
 };
 
 // What the workers share.
@@ -49,6 +49,11 @@ struct ServerState {
   std::size_t max_connections = 0;
   std::atomic<std::size_t> open{0};  // over all workers
   std::atomic<std::uint64_t> refused{0};
+  // Every reply carries Connection: close (Server::announce_shutdown).
+  std::atomic<bool> closing{false};
+  // When the drain closes what is left; written before the workers are
+  // told to drain, read only after.
+  std::chrono::steady_clock::time_point cut_at = std::chrono::steady_clock::time_point::max();
   std::vector<std::unique_ptr<Worker>> workers;
 };
 
@@ -89,6 +94,7 @@ class Worker {
  private:
   void arm_sweep();
   void sweep(std::chrono::steady_clock::duration period);
+  void cut();
   std::chrono::steady_clock::duration tick() const;
 };
 

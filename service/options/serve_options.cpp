@@ -136,6 +136,10 @@ std::vector<OptionSpec> transport_options(http::ServerConfig& h) {
                      h.body_timeout_seconds),
       seconds_option("idle_timeout", "A keep-alive connection without a request is closed after this",
                      h.idle_timeout_seconds),
+      seconds_option("shutdown_idle",
+                     "During the drain, a connection without a request is closed once it has been idle this long "
+                     "(a request that comes before is answered, with Connection: close)",
+                     h.shutdown_idle_seconds),
       switch_option("reuse_port", "Share the port with other processes (SO_REUSEPORT)", h.reuse_port),
   };
 }

@@ -26,6 +26,10 @@ namespace {
 
 using serve::ServeOptions;
 
+// After the grace period the transport cuts what is left within a sweep
+// tick; a worker still not back from its turn this much later is stuck.
+constexpr double kStuckDrainSeconds = 2;
+
 int fail(const std::string& message) {
   log(LogLevel::kError, message);
   return 1;
@@ -138,6 +142,7 @@ void transport_gauges(const http::Server& server, metrics::Gauges& g) {
     g.transport.idle_closed += w.idle_closed;
     g.transport.timed_out += w.timed_out;
     g.transport.rejected += w.rejected;
+    g.transport.cut += w.cut;
   }
   g.transport.refused = server.refused_connections();
   g.transport.max_connections = server.max_connections();
@@ -155,27 +160,39 @@ Status start_serving(const ServeOptions& o, http::Server& server, api::Router& r
 }
 
 // Ready until SIGTERM (SIGUSR1 opens the supervisor's group), then the drain,
-// which must end within the grace period even if a client stalls.
-void drain(const ServeOptions& o, const sigset_t& signals, http::Server& server, api::Service& service,
-           reload::Manager* manager) {
+// which must end within the grace period even if a client stalls: at its
+// end the transport cuts what is left (logged, counted) and the exit status
+// is 1. Returns the exit status.
+int drain(const ServeOptions& o, const sigset_t& signals, http::Server& server, api::Service& service,
+          reload::Manager* manager) {
   int signal = 0;
   while (sigwait(&signals, &signal) == 0 && signal == SIGUSR1) {
     service.readiness().open_group();
     log(LogLevel::kInfo, "ready: the group is open");
   }
   log(LogLevel::kInfo, "draining", {{"signal", signal == SIGTERM ? "SIGTERM" : "SIGINT"}});
+  const auto cut_at = std::chrono::steady_clock::now() + to_duration(o.shutdown_delay + o.shutdown_grace);
   service.readiness().begin_drain();
+  server.announce_shutdown();
+  // The last resort, should a worker never come back from its turn.
   std::thread([grace = o.shutdown_grace + o.shutdown_delay] {
-    std::this_thread::sleep_for(to_duration(grace));
-    log(LogLevel::kError, "shutdown grace period over; exiting with requests unanswered");
+    std::this_thread::sleep_for(to_duration(grace + kStuckDrainSeconds));
+    log(LogLevel::kError, "the workers did not end after the shutdown grace period; exiting");
     _exit(1);
   }).detach();
   std::this_thread::sleep_for(to_duration(o.shutdown_delay));
   // No load after this: one under way ends first (the workers still serve
   // its warm-up).
   if (manager != nullptr) manager->stop();
-  server.stop();
+  server.stop(cut_at);
+  std::uint64_t cut = 0;
+  for (const auto& worker : server.stats()) cut += worker.cut;
+  if (cut != 0) {
+    log(LogLevel::kError, "shutdown grace period over; requests cut", {{"requests", std::to_string(cut)}});
+    return 1;
+  }
   log(LogLevel::kInfo, "stopped");
+  return 0;
 }
 
 // Placement first: nothing is allocated or started before we know where.
@@ -264,8 +281,7 @@ int serve(const ServeOptions& o, const std::string& version, const Runtime& runt
   }
   log(LogLevel::kInfo, supervised ? "warm" : "ready", {{"summary", service.startup_summary()}});
   supervisor::report_ready();
-  drain(o, signals, server, service, manager.get());
-  return 0;
+  return drain(o, signals, server, service, manager.get());
 }
 
 int supervise(const ServeOptions& o, std::vector<std::string> command) {

@@ -22,21 +22,10 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-// Tiny demo models and their store (200 items "i0".."i199"), made once.
-const std::filesystem::path& models() {
-  static const std::filesystem::path dir = [] {
-    const auto d = make_temp_dir("numaserve-hostile");
-    const std::string command = std::string(NUMASERVE_BINARY) + " make-demo-models " + d.string() +
-                                " --embedding-mb 1 --users 50 --items 200 > /dev/null";
-    EXPECT_EQ(std::system(command.c_str()), 0);
-    return d;
-  }();
-  return dir;
-}
-
 Served serve(std::vector<std::string> extra, int cpu = -1) {
-  std::vector<std::string> args = {"serve",       "--model-dir", (models() / "ranker_a").string(), "--feature-store",
-                                   (models() / "store.jsonl").string(), "--port", "0", "--listen-address",
+  const auto& models = tiny_demo_models();
+  std::vector<std::string> args = {"serve",       "--model-dir", (models / "ranker_a").string(), "--feature-store",
+                                   (models / "store.jsonl").string(), "--port", "0", "--listen-address",
                                    "127.0.0.1", "--warmup-rounds", "1"};
   args.insert(args.end(), extra.begin(), extra.end());
   return start_served(NUMASERVE_BINARY, args, "msg=ready", cpu);
@@ -335,7 +324,9 @@ class RunOn {
     pinned_ = sched_setaffinity(0, sizeof set, &set) == 0;
   }
   ~RunOn() {
-    if (pinned_) EXPECT_EQ(sched_setaffinity(0, sizeof saved_, &saved_), 0);
+    if (pinned_) {
+      EXPECT_EQ(sched_setaffinity(0, sizeof saved_, &saved_), 0);
+    }
   }
   RunOn(const RunOn&) = delete;
   RunOn& operator=(const RunOn&) = delete;

@@ -104,6 +104,21 @@ inline int wait_exit(pid_t pid, int seconds) {
   return -1;
 }
 
+#ifdef NUMASERVE_BINARY
+// Tiny demo models and their store (200 items "i0".."i199"), made once per
+// test binary by the binary itself.
+inline const std::filesystem::path& tiny_demo_models() {
+  static const std::filesystem::path dir = [] {
+    const auto d = make_temp_dir("numaserve-tiny-models");
+    const std::string command = std::string(NUMASERVE_BINARY) + " make-demo-models " + d.string() +
+                                " --embedding-mb 1 --users 50 --items 200 > /dev/null";
+    EXPECT_EQ(std::system(command.c_str()), 0);
+    return d;
+  }();
+  return dir;
+}
+#endif
+
 inline int free_port() {
   const int sock = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};

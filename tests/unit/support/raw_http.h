@@ -85,6 +85,9 @@ class RawConnection {
     }
   }
 
+  // Bytes received and not yet taken as a response.
+  const std::string& unread() const { return buffer_; }
+
   // True when the server closes (or resets) the connection within `timeout`.
   bool wait_closed(std::chrono::milliseconds timeout) {
     const auto deadline = Clock::now() + timeout;
