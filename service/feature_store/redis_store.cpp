@@ -39,7 +39,7 @@ struct RedisStore::Asked {
   Done done;
   Found found;
   bool user = false;                  // the first command is the user's
-  std::vector<std::size_t> items;     // request item of each following command
+  std::vector<std::size_t> items{};   // request item of each following command
   std::uint64_t generation = 0;       // the item cache's when its rows were found
   bool asked_again = false;           // the cache was emptied while the first query was out
 };

@@ -73,7 +73,7 @@ struct FleetConfig {
   double uniform_min_use = 0.9;  // of the planned nodes' allocatable CPUs
   // Hugepages each replica asks ("hugepages-2Mi" -> bytes): a zone holds
   // only as many replicas as its allocatable hugepages of each size cover.
-  std::map<std::string, std::uint64_t> hugepages_per_replica;
+  std::map<std::string, std::uint64_t> hugepages_per_replica{};
 };
 // "hugepages-2Mi=1Gi,hugepages-1Gi=2Gi" (empty: none), as --hugepages-per-replica takes it.
 Result<std::map<std::string, std::uint64_t>> parse_hugepages(std::string_view text);

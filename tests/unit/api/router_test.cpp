@@ -84,7 +84,7 @@ struct Setup {
   bool admin_port = false;
   bool warm = true;
   // More versions of the fixture's model, each scoring 1000 x its number above it.
-  std::vector<std::string> versions;
+  std::vector<std::string> versions{};
 };
 
 // A one-worker service on this thread's own CPUs (so pinning changes nothing).
@@ -120,7 +120,9 @@ class Harness {
     router_ = std::make_unique<Router>(*service_, s.admin_port);
     router_->on_worker_start(0);
     for (std::size_t v = 0; v <= s.versions.size(); ++v) router_->on_turn(0);  // one warm-up forward per version
-    if (s.warm) EXPECT_TRUE(service_->readiness().wait_until_warm().has_value());
+    if (s.warm) {
+      EXPECT_TRUE(service_->readiness().wait_until_warm().has_value());
+    }
   }
 
   // Hands a request to the router; the reply, once the worker has run the turns it needs.
