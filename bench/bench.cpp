@@ -81,6 +81,11 @@ struct ForwardOptions {
   std::string graph_optimizations = "on";  // on, off, or both side by side
   bool roofline = false;
   std::string kernels;  // empty: the CPU's best path
+  // What a call's rows share: "request" (one request of `items` items: every
+  // row has its user's bags) or "nothing" (`items` one-item requests of
+  // different users joined).
+  std::string rows_share = "request";
+  bool bag_reuse_both = false;  // also the optimized forward pooling every bag (model::set_bag_reuse)
 };
 
 // The Fortran BLAS entry point, from the library the alternatives system
@@ -138,7 +143,8 @@ double gather_bytes_per_s(double seconds) {
 // what its calls measured.
 struct ForwardSide {
   bool optimized = true;
-  std::unique_ptr<numaserve::model::TorchModel> model;
+  bool bag_reuse = true;
+  std::shared_ptr<numaserve::model::TorchModel> model;
   std::vector<double> ms;
   double seconds = 0;
 };
@@ -154,15 +160,32 @@ int run_forward(const ForwardOptions& o) {
     load.graph_optimizations = optimized;
     auto model = numaserve::model::TorchModel::load(o.model_dir, load);
     if (!model) return fail(model.error().message);
-    sides.push_back({optimized, std::move(*model), {}, 0});
+    sides.push_back({optimized, true, std::move(*model), {}, 0});
   }
+  // The same model, its weights at the same addresses: random gathers of
+  // another copy of the tables may meet other pages (huge or not).
+  if (o.bag_reuse_both && sides.front().optimized) sides.push_back({true, false, sides.front().model, {}, 0});
   const auto& spec = sides.front().model->spec();
   auto store = numaserve::feature_store::Entities::load(o.store);
   if (!store) return fail(store.error().message);
-  auto set = numaserve::bench::make_requests(o.store, 64, o.items, 1);
+  const bool share_nothing = o.rows_share == "nothing";
+  if (share_nothing && o.with_extraction) return fail("--rows-share nothing joins extracted rows: not with --with-extraction");
+  constexpr std::size_t kBatches = 64;
+  auto set = numaserve::bench::make_requests(o.store, share_nothing ? kBatches * o.items : kBatches,
+                                             share_nothing ? 1 : o.items, 1);
   if (!set) return fail(set.error().message);
+  std::vector<numaserve::features::Batch> rows;
+  for (const auto& r : set->requests) rows.push_back(*numaserve::feature_store::extract(spec, r, **store));
   std::vector<numaserve::features::Batch> batches;
-  for (const auto& r : set->requests) batches.push_back(*numaserve::feature_store::extract(spec, r, **store));
+  if (share_nothing) {
+    for (std::size_t b = 0; b < kBatches; ++b) {
+      std::vector<const numaserve::features::Batch*> parts;
+      for (std::size_t i = 0; i < o.items; ++i) parts.push_back(&rows[b * o.items + i]);
+      batches.push_back(numaserve::features::concat(parts));
+    }
+  } else {
+    batches = std::move(rows);
+  }
 
   return print(on_pinned_thread(o.cpus, [&]() -> json {
     numaserve::model::set_intra_op_threads(o.threads);
@@ -172,6 +195,7 @@ int run_forward(const ForwardOptions& o) {
       const auto from = start + numaserve::to_duration(warmup);
       const auto end = from + numaserve::to_duration(seconds);
       const auto interval = o.rate > 0 ? numaserve::to_duration(1 / o.rate) : Clock::duration{};
+      numaserve::model::set_bag_reuse(side.bag_reuse);
       for (std::size_t i = 0;; ++i) {
         // Paced, a call's latency counts from when it was due, as a server's
         // does from when its request came: the thread's wake-up included.
@@ -242,10 +266,14 @@ int run_forward(const ForwardOptions& o) {
                     {"kernels", numaserve::model::kernel_isa()},
                     {"runtime", numaserve::model::runtime_summary()}});
     if (!roofline.is_null()) out["roofline"] = roofline;
-    if (sides.size() > 1) {
-      out["off"] = stats(sides.back());
-      out["speedup"] = out["items_per_s"].get<double>() / out["off"]["items_per_s"].get<double>();
+    out["rows_share"] = o.rows_share;
+    for (std::size_t i = 1; i < sides.size(); ++i) {
+      const char* name = sides[i].optimized ? "no_bag_reuse" : "off";
+      out[name] = stats(sides[i]);
+      const double ratio = out["items_per_s"].get<double>() / out[name]["items_per_s"].get<double>();
+      out[sides[i].optimized ? "bag_reuse_speedup" : "speedup"] = ratio;
     }
+    numaserve::model::set_bag_reuse(true);
     return out;
   }));
 }
@@ -415,6 +443,13 @@ int main(int argc, char** argv) {
                     "Also measure sgemm GFLOP/s and random-gather bandwidth here and report the model's roofline");
   forward->add_option("--rate", f.rate, "Calls per second, each at its due time (latency from then); 0: back to back")
       ->capture_default_str();
+  forward->add_option("--rows-share", f.rows_share,
+                      "request: a call is one request of --items items (its rows share the user's bags); nothing: "
+                      "--items one-item requests of different users joined")
+      ->check(CLI::IsMember({"request", "nothing"}))
+      ->capture_default_str();
+  forward->add_flag("--bag-reuse-both", f.bag_reuse_both,
+                    "Also run the optimized forward pooling every bag, even one repeating the row before's ids");
 
   LoadOptions l;
   auto* load = app.add_subcommand("load", "HTTP load: closed loop, or open loop at --rate");

@@ -7,8 +7,11 @@
 # multiply-adds at the sgemm rate measured here plus its gathered bytes at
 # the random-gather bandwidth measured here) and the share of it each side
 # reaches; and ranker_a and dlrm at 200 rows on the kernels' narrower paths
-# (AVX2, portable), what a machine without AVX-512 gets. Prints a table,
-# writes a JSON results file. Not a test.
+# (AVX2, portable), what a machine without AVX-512 gets; each also with the
+# fused forward pooling every bag (no reuse of a bag that repeats the row
+# before's: a request's user bags), and at 200 rows that share nothing
+# (every row another user's). Prints a table, writes a JSON results file.
+# Not a test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,11 +47,14 @@ measure() {  # model items [forward flags...]
   echo "forward: $model, $items rows $* ..." >&2
   runs+=("$(timeout $((seconds * 3 + 120)) "$bench" forward --model-dir "$models/$model" \
     --feature-store "$models/store.jsonl" --items "$items" --cpus "$cpus" --seconds "$seconds" --warmup 2 \
-    --graph-optimizations both --roofline "$@")")
+    --graph-optimizations both --bag-reuse-both --roofline "$@")")
 }
 for model in ranker_a ranker_b dlrm; do
   for items in 200 1000; do measure "$model" "$items"; done
 done
+# Rows that share nothing (each row another user's): what looking for
+# repeated bags costs when there are none.
+for model in ranker_a dlrm; do measure "$model" 200 --rows-share nothing; done
 for kernels in avx2 portable; do
   for model in ranker_a dlrm; do
     "$bench" forward --model-dir "$models/$model" --feature-store "$models/store.jsonl" --seconds 0 --warmup 0 \
@@ -58,6 +64,6 @@ done
 printf '%s\n' "${runs[@]}" | jq -s --arg machine "$(lscpu | sed -n 's/^Model name: *//p')" \
   '{machine: $machine, runs: .}' > "$out"
 jq -r '"machine: \(.machine); sgemm \(.runs[0].roofline.sgemm_gflops | floor) GFLOP/s, gather \(.runs[0].roofline.gather_gb_per_s * 10 | floor / 10) GB/s",
-  "model     kernels   rows  off items/s  on items/s  speedup  p50 off/on ms   roofline items/s  off/on of roofline",
-  (.runs[] | "\(.model | .+"        " | .[0:9]) \(.kernels | .+"         " | .[0:9]) \(.items_per_call | tostring | .+"     " | .[0:5]) \(.off.items_per_s | floor | tostring | .+"            " | .[0:12]) \(.items_per_s | floor | tostring | .+"           " | .[0:11]) \(.speedup * 100 | round / 100 | tostring | .+"        " | .[0:8]) \(.off.p50_ms * 1000 | round / 1000)/\(.p50_ms * 1000 | round / 1000)     \(.roofline.items_per_s | floor | tostring | .+"                 " | .[0:17]) \(.off.of_roofline * 100 | round)%/\(.of_roofline * 100 | round)%")' "$out"
+  "model     kernels   rows  share    off items/s  on, no reuse  on items/s  on/off  reuse  p50 off/on ms   roofline items/s  off/on of roofline",
+  (.runs[] | "\(.model | .+"        " | .[0:9]) \(.kernels | .+"         " | .[0:9]) \(.items_per_call | tostring | .+"     " | .[0:5]) \(.rows_share | .+"        " | .[0:8]) \(.off.items_per_s | floor | tostring | .+"            " | .[0:12]) \(.no_bag_reuse.items_per_s | floor | tostring | .+"             " | .[0:13]) \(.items_per_s | floor | tostring | .+"           " | .[0:11]) \(.speedup * 100 | round / 100 | tostring | .+"       " | .[0:7]) \(.bag_reuse_speedup * 100 | round / 100 | tostring | .+"      " | .[0:6]) \(.off.p50_ms * 1000 | round / 1000)/\(.p50_ms * 1000 | round / 1000)     \(.roofline.items_per_s | floor | tostring | .+"                 " | .[0:17]) \(.off.of_roofline * 100 | round)%/\(.of_roofline * 100 | round)%")' "$out"
 echo "results: $out" >&2

@@ -417,6 +417,22 @@ Batch concat(const std::vector<const Batch*>& batches) {
   if (batches.empty()) return out;
   out.dense_width = batches.front()->dense_width;
   out.bags.resize(batches.front()->bags.size());
+  // Sized once: growing by each part's insert copied the joined rows again
+  // at every doubling, and freshly grown buffers fault their pages in.
+  std::size_t dense = 0;
+  std::vector<std::size_t> indices(out.bags.size()), offsets(out.bags.size());
+  for (const Batch* b : batches) {
+    dense += b->dense.size();
+    for (std::size_t k = 0; k < out.bags.size(); ++k) {
+      indices[k] += b->bags[k].indices.size();
+      offsets[k] += b->bags[k].offsets.size();
+    }
+  }
+  out.dense.reserve(dense);
+  for (std::size_t k = 0; k < out.bags.size(); ++k) {
+    out.bags[k].indices.reserve(indices[k]);
+    out.bags[k].offsets.reserve(offsets[k]);
+  }
   for (const Batch* b : batches) {
     out.rows += b->rows;
     out.dense.insert(out.dense.end(), b->dense.begin(), b->dense.end());

@@ -30,6 +30,7 @@ namespace prim = c10::prim;
 
 // The kernels' path: the CPU's best, unless the benchmark narrowed it.
 std::atomic<kernels::Isa> isa{kernels::best_isa()};
+std::atomic<bool> bag_reuse{true};  // set_bag_reuse()
 
 // Rows per task when an op's rows are split over the intra-op threads: a
 // row of either kernel is well under a microsecond, so smaller tasks would
@@ -150,7 +151,8 @@ std::vector<at::Tensor> embedding_bags(at::TensorList tables, at::TensorList ind
     fused.push_back(*bag);
   }
   at::parallel_for(0, rows, kGrain, [&](std::int64_t begin, std::int64_t end) {
-    kernels::embedding_bags(isa.load(std::memory_order_relaxed), fused.data(), fused.size(), begin, end);
+    kernels::embedding_bags(isa.load(std::memory_order_relaxed), fused.data(), fused.size(), begin, end,
+                            bag_reuse.load(std::memory_order_relaxed));
   });
   return out;
 }
@@ -476,6 +478,8 @@ Optimized optimize(const torch::jit::Module& module) {
 }
 
 std::string kernel_isa() { return std::string(kernels::isa_name(isa.load())); }
+
+void set_bag_reuse(bool reuse) { bag_reuse.store(reuse); }
 
 Status set_kernel_isa(const std::string& name) {
   std::string names;

@@ -129,6 +129,10 @@ std::string kernel_isa();
 // Narrows it to another path this CPU runs, for the benchmark to measure
 // what a machine without AVX-512 would get; serve always runs the best.
 Status set_kernel_isa(const std::string& name);
+// Off: every embedding bag is pooled, also one that repeats the row
+// before's ids (a request's user bags), for the benchmark to measure what
+// reusing them saves; serve always reuses.
+void set_bag_reuse(bool reuse);
 
 // What LibTorch was built with, for the startup summary: "OpenMP, 2 threads".
 std::string runtime_summary();

@@ -11,6 +11,7 @@
 #include <cstdlib>
 
 #include "demo_dir.h"
+#include "feature_store/embedded.h"
 #include "model/model.h"
 
 namespace numaserve::model {
@@ -109,6 +110,44 @@ TEST(GraphOptimizations, TheFusedOpsSplitRowsOverTheIntraOpThreadsWithTheSameSco
     EXPECT_LE(std::abs((*one)[r] - (*two)[r]), kScoreTolerance * std::max(1.f, std::abs((*one)[r]))) << r;
   }
   expect_same_scores(*a, batch);
+}
+
+// The rows of one request repeat their user's and context's bags, which the
+// fused op pools once; rows of several requests joined repeat them in runs;
+// rows of different users share nothing. In each case the fused forward's
+// scores are the model's (the load's bound), and pooling every bag anyway
+// gives the very same bits.
+TEST(GraphOptimizations, RepeatedUserBagsArePooledOnceWithTheSameScores) {
+  auto a = load(demo_dir() / "ranker_a", true);
+  ASSERT_TRUE(a);
+  auto store = feature_store::Entities::load(demo_dir() / "store.jsonl");
+  ASSERT_TRUE(store.has_value()) << store.error().message;
+  auto request = [&](const std::string& user, int items, int first_item, double hour) {
+    features::Request r;
+    r.user.id = user;
+    r.context = {{"hour", hour}, {"device", std::string("ios")}};
+    for (int i = 0; i < items; ++i) r.items.push_back({"i" + std::to_string((first_item + i) % 200), {}});
+    auto batch = feature_store::extract(a->spec(), r, **store);
+    EXPECT_TRUE(batch.has_value());
+    return batch ? std::move(*batch) : features::Batch{};
+  };
+  const auto one_request = request("u1", 200, 0, 20);
+  const auto a1 = request("u1", 30, 0, 20), a2 = request("u2", 1, 40, 20), a3 = request("u2", 50, 7, 9);
+  const auto joined = features::concat({&a1, &a2, &a3});
+  std::vector<features::Batch> singles;
+  for (int u = 0; u < 64; ++u) singles.push_back(request("u" + std::to_string(u), 1, u * 3, u % 24));
+  std::vector<const features::Batch*> parts;
+  for (const auto& b : singles) parts.push_back(&b);
+  const auto nothing_shared = features::concat(parts);
+  for (const auto* batch : {&one_request, &joined, &nothing_shared}) {
+    expect_same_scores(*a, *batch);
+    set_bag_reuse(false);
+    const auto every_bag = a->forward(*batch);
+    set_bag_reuse(true);
+    const auto reused = a->forward(*batch);
+    ASSERT_TRUE(every_bag && reused);
+    EXPECT_EQ(*every_bag, *reused) << "rows " << batch->rows;
+  }
 }
 
 TEST(GraphOptimizations, OffRunsTheModelAsWritten) {

@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
 
 // GCC 12's AVX-512 headers initialize their "undefined" vectors from
 // themselves (`__m512 __Y = __Y;`) and warn about it wherever one inlines.
@@ -170,11 +171,47 @@ __attribute__((target("avx512f"))) void bag_avx512(const Bag& bag, std::int64_t 
   }
 }
 
+// Bag b holds the same ids (and weights, bit for bit) as bag b - 1: its
+// pooled vector is the same, bit for bit, as the adds run in the same order.
+// The rows of one request share their user's and context's bags, so most
+// rows of a batch repeat the row before for those features; comparing the
+// ids costs a fraction of gathering their table rows.
+bool repeats_previous(const Bag& bag, std::int64_t b) {
+  const std::int64_t start = bag.offsets[b], previous = bag.offsets[b - 1];
+  const std::int64_t length = bag_end(bag, b) - start;
+  if (start - previous != length) return false;
+  // The first id decides most comparisons (an item's bag) without a call.
+  if (length > 0 && bag.indices[previous] != bag.indices[start]) return false;
+  if (std::memcmp(bag.indices + previous, bag.indices + start, sizeof(std::int64_t) * length) != 0) return false;
+  return bag.weights == nullptr || std::memcmp(bag.weights + previous, bag.weights + start, sizeof(float) * length) == 0;
+}
+
+// Rows ahead whose table rows are prefetched: a bag of one id (an item's)
+// has nothing ahead of it within the bag, so the misses of the next rows'
+// bags are started while this row's are added.
+constexpr std::int64_t kPrefetchBags = 4;
+constexpr std::int64_t kPrefetchIdsPerBag = 8;
+
+void prefetch_bag(const Bag& bag, std::int64_t b) {
+  if (b >= bag.bags) return;
+  const std::int64_t start = bag.offsets[b];
+  const std::int64_t stop = std::min(bag_end(bag, b), start + kPrefetchIdsPerBag);
+  for (std::int64_t i = start; i < stop; ++i) prefetch_row(bag, i, stop);
+}
+
 template <void (*one)(const Bag&, std::int64_t)>
-void bags_rows(const Bag* bags, std::size_t count, std::int64_t begin, std::int64_t end) {
+void bags_rows(const Bag* bags, std::size_t count, std::int64_t begin, std::int64_t end, bool reuse) {
   for (std::int64_t b = begin; b < end; ++b) {
     for (std::size_t k = 0; k < count; ++k) {
-      if (b < bags[k].bags) one(bags[k], b);
+      const Bag& bag = bags[k];
+      if (b >= bag.bags) continue;
+      if (b + kPrefetchBags < end) prefetch_bag(bag, b + kPrefetchBags);
+      // Only within [begin, end): the bag before `begin` may be another thread's, not yet written.
+      if (reuse && b > begin && repeats_previous(bag, b)) {
+        std::memcpy(bag.out + b * bag.dim, bag.out + (b - 1) * bag.dim, sizeof(float) * bag.dim);
+      } else {
+        one(bag, b);
+      }
     }
   }
 }
@@ -215,13 +252,13 @@ void dot_pairs(Isa isa, const DotPairs& job, std::int64_t begin, std::int64_t en
   dot_pairs_portable(job, begin, end);
 }
 
-void embedding_bags(Isa isa, const Bag* bags, std::size_t count, std::int64_t begin, std::int64_t end) {
+void embedding_bags(Isa isa, const Bag* bags, std::size_t count, std::int64_t begin, std::int64_t end, bool reuse) {
   switch (isa) {
-    case Isa::kAvx512: return bags_rows<bag_avx512>(bags, count, begin, end);
-    case Isa::kAvx2: return bags_rows<bag_avx2>(bags, count, begin, end);
+    case Isa::kAvx512: return bags_rows<bag_avx512>(bags, count, begin, end, reuse);
+    case Isa::kAvx2: return bags_rows<bag_avx2>(bags, count, begin, end, reuse);
     case Isa::kPortable: break;
   }
-  bags_rows<bag_portable>(bags, count, begin, end);
+  bags_rows<bag_portable>(bags, count, begin, end, reuse);
 }
 
 }  // namespace numaserve::kernels

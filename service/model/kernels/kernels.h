@@ -64,7 +64,12 @@ struct Bag {
 };
 // Bags [begin, end) of every table in `bags`, row by row: each row reads all
 // its tables before the next row starts, so one pass over the rows serves
-// them all. A table with fewer bags than `end` is done at its last.
-void embedding_bags(Isa isa, const Bag* bags, std::size_t count, std::int64_t begin, std::int64_t end);
+// them all. A table with fewer bags than `end` is done at its last. A bag
+// with the same ids and weights as the bag before it in [begin, end) (the
+// user's bags on every row of one request) is a copy of that bag's output:
+// the same bits its own pooling would give; `reuse` false pools every bag
+// (what the reuse saves, for the benchmark).
+void embedding_bags(Isa isa, const Bag* bags, std::size_t count, std::int64_t begin, std::int64_t end,
+                    bool reuse = true);
 
 }  // namespace numaserve::kernels

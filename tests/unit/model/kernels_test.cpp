@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -167,6 +168,52 @@ TEST_P(KernelPaths, ATableWithFewerBagsStopsAtItsLast) {
   EXPECT_EQ(out[0], t.table[16 + 0] + t.table[32 + 0]);
   EXPECT_EQ(out[16], t.table[48]);
   for (std::size_t d = 32; d < out.size(); ++d) EXPECT_EQ(out[d], -1.f);
+}
+
+// Rows of one request repeat their user's bags; a batch joins requests.
+// Bags that repeat the one before (wholly, in part, or with other weights)
+// must come out bit for bit as pooled on their own: each bag is computed
+// alone (a range of one, where nothing can be reused) as the reference.
+TEST_P(KernelPaths, RepeatedBagsEqualTheirOwnPoolingBitForBit) {
+  std::mt19937 rng(5);
+  const Tables t = random_table(rng, 500, 40);
+  // Runs of equal bags, a bag sharing a prefix, one a permutation (another
+  // order of adds), an empty run, equal ids with another weight, and a
+  // last bag that repeats the one before.
+  const std::vector<std::vector<std::int64_t>> ids = {
+      {3, 9, 27}, {3, 9, 27}, {3, 9, 27}, {3, 9}, {3, 9, 28}, {27, 9, 3}, {}, {}, {7}, {7}, {7}, {4, 4}, {4, 4}};
+  BagInput in;
+  for (std::size_t b = 0; b < ids.size(); ++b) {
+    in.offsets.push_back(static_cast<std::int64_t>(in.indices.size()));
+    for (std::int64_t id : ids[b]) {
+      in.indices.push_back(id);
+      in.weights.push_back(b == 10 ? 0.5f : 1.25f);  // bag 10: the ids of bag 9, another weight
+    }
+  }
+  for (bool weighted : {false, true}) {
+    for (Bag::Mode mode : {Bag::Mode::kSum, Bag::Mode::kMean}) {
+      std::vector<float> got(ids.size() * 40, NAN), want(ids.size() * 40, NAN);
+      Bag bag;
+      bag.table = t.table.data();
+      bag.dim = 40;
+      bag.indices = in.indices.data();
+      bag.offsets = in.offsets.data();
+      bag.bags = static_cast<std::int64_t>(ids.size());
+      bag.last_end = static_cast<std::int64_t>(in.indices.size());
+      bag.weights = weighted ? in.weights.data() : nullptr;
+      bag.mode = mode;
+      bag.out = got.data();
+      embedding_bags(GetParam(), &bag, 1, 0, 5);  // two threads' shares: the first bag of the second repeats
+      embedding_bags(GetParam(), &bag, 1, 5, bag.bags);
+      bag.out = want.data();
+      for (std::int64_t b = 0; b < bag.bags; ++b) embedding_bags(GetParam(), &bag, 1, b, b + 1);
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
+            << "bag " << i / 40 << " element " << i % 40 << (weighted ? " weighted" : "") << ": " << got[i]
+            << " != " << want[i];
+      }
+    }
+  }
 }
 
 std::string path_name(const ::testing::TestParamInfo<Isa>& path) { return std::string(isa_name(path.param)); }
