@@ -4,6 +4,7 @@
 #include <array>
 #include <exception>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <boost/asio/buffer.hpp>
@@ -88,6 +89,9 @@ void Connection::arm() {
 // this handler, which then does what the cancel was for.
 void Connection::on_read(const error_code& ec, std::size_t bytes, std::size_t wanted) {
   io_ = Io::kNone;
+  // Cleared whatever came: a cancel that came too late (the read had
+  // completed) must not close the connection at a later park's abort.
+  const bool closing_idle = std::exchange(closing_idle_, false);
   if (phase_ == Phase::kClosed) return;
   if (phase_ == Phase::kLingering) {  // the reply went out while this read was pending
     framer_.clear();
@@ -97,7 +101,7 @@ void Connection::on_read(const error_code& ec, std::size_t bytes, std::size_t wa
     return;
   }
   if (ec == asio::error::operation_aborted) {
-    if (closing_idle_) {
+    if (closing_idle) {
       serve_or_close();
     } else {  // parked
       framer_.release_buffer();
@@ -116,9 +120,10 @@ void Connection::on_read(const error_code& ec, std::size_t bytes, std::size_t wa
 
 void Connection::on_wait(const error_code& ec) {
   io_ = Io::kNone;
+  const bool closing_idle = std::exchange(closing_idle_, false);
   if (phase_ == Phase::kClosed) return;
   if (ec == asio::error::operation_aborted) {
-    if (closing_idle_) serve_or_close();
+    if (closing_idle) serve_or_close();
     return;
   }
   if (ec) {
@@ -368,7 +373,6 @@ void Connection::close_if_idle() {
 // so far: a request the client has sent is read and answered (with
 // Connection: close); else the connection closes.
 void Connection::serve_or_close() {
-  closing_idle_ = false;
   if (phase_ != Phase::kIdle) return;
   readable_ = true;
   pump();

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -158,14 +159,27 @@ void Server::Impl::close_listener(Listener& listener) {
     log(LogLevel::kWarning, "cannot stop new handshakes before closing the port; its backlog may be reset",
         {{"error", std::strerror(errno)}});
   }
-  listener.acceptor.non_blocking(true, ec);
+  // accept4 itself, not Asio's synchronous accept: that one waits for the
+  // next connection after ECONNABORTED (a client gone from the backlog),
+  // and with the filter no next connection comes. Bounded in time should
+  // the filter not hold (a kernel without socket filters).
+  const auto protocol = listener.acceptor.local_endpoint(ec).protocol();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
   for (int pass = 0; pass < 2; ++pass) {
     if (pass == 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    while (true) {
+    while (std::chrono::steady_clock::now() < until) {
+      const int accepted_fd = ::accept4(fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (accepted_fd < 0) {
+        if (errno == ECONNABORTED || errno == EPROTO || errno == EINTR) continue;
+        break;  // EAGAIN: the backlog is empty; else nothing more to take
+      }
       Worker& worker = *workers[next_worker++ % workers.size()];
       tcp::socket socket(worker.context);
-      listener.acceptor.accept(socket, ec);
-      if (ec) break;
+      socket.assign(protocol, accepted_fd, ec);
+      if (ec) {
+        ::close(accepted_fd);
+        continue;
+      }
       accepted(listener, worker, std::move(socket));
     }
   }
