@@ -85,6 +85,8 @@ struct ForwardOptions {
   // row has its user's bags) or "nothing" (`items` one-item requests of
   // different users joined).
   std::string rows_share = "request";
+  std::size_t join = 1;  // requests of --items items joined into one call
+  bool huge_pages = true;  // LoadOptions::huge_pages
   bool bag_reuse_both = false;  // also the optimized forward pooling every bag (model::set_bag_reuse)
 };
 
@@ -158,6 +160,7 @@ int run_forward(const ForwardOptions& o) {
     if (o.graph_optimizations != "both" && (o.graph_optimizations == "on") != optimized) continue;
     numaserve::model::LoadOptions load;
     load.graph_optimizations = optimized;
+    load.huge_pages = o.huge_pages;
     auto model = numaserve::model::TorchModel::load(o.model_dir, load);
     if (!model) return fail(model.error().message);
     sides.push_back({optimized, true, std::move(*model), {}, 0});
@@ -168,24 +171,28 @@ int run_forward(const ForwardOptions& o) {
   const auto& spec = sides.front().model->spec();
   auto store = numaserve::feature_store::Entities::load(o.store);
   if (!store) return fail(store.error().message);
+  // A call joins `requests` requests of `per_request` items, as a worker
+  // joins what arrived together.
   const bool share_nothing = o.rows_share == "nothing";
-  if (share_nothing && o.with_extraction) return fail("--rows-share nothing joins extracted rows: not with --with-extraction");
+  const std::size_t requests = share_nothing ? o.items : o.join;
+  const std::size_t per_request = share_nothing ? 1 : o.items;
+  if (requests > 1 && o.with_extraction) return fail("--rows-share nothing and --join join extracted rows: not with --with-extraction");
   constexpr std::size_t kBatches = 64;
-  auto set = numaserve::bench::make_requests(o.store, share_nothing ? kBatches * o.items : kBatches,
-                                             share_nothing ? 1 : o.items, 1);
+  auto set = numaserve::bench::make_requests(o.store, kBatches * requests, per_request, 1);
   if (!set) return fail(set.error().message);
   std::vector<numaserve::features::Batch> rows;
   for (const auto& r : set->requests) rows.push_back(*numaserve::feature_store::extract(spec, r, **store));
   std::vector<numaserve::features::Batch> batches;
-  if (share_nothing) {
+  if (requests > 1) {
     for (std::size_t b = 0; b < kBatches; ++b) {
       std::vector<const numaserve::features::Batch*> parts;
-      for (std::size_t i = 0; i < o.items; ++i) parts.push_back(&rows[b * o.items + i]);
+      for (std::size_t i = 0; i < requests; ++i) parts.push_back(&rows[b * requests + i]);
       batches.push_back(numaserve::features::concat(parts));
     }
   } else {
     batches = std::move(rows);
   }
+  const std::size_t items_per_call = requests * per_request;
 
   return print(on_pinned_thread(o.cpus, [&]() -> json {
     numaserve::model::set_intra_op_threads(o.threads);
@@ -232,7 +239,7 @@ int run_forward(const ForwardOptions& o) {
       auto work = sides.front().model->workload(batches.front());
       if (!work) return {{"error", work.error().message}};
       const double seconds = 2 * work->multiply_adds / (gflops * 1e9) + work->gathered_bytes / gather;
-      roofline_items_per_s = static_cast<double>(o.items) / seconds;
+      roofline_items_per_s = static_cast<double>(items_per_call) / seconds;
       roofline = {{"sgemm_gflops", gflops},
                   {"gather_gb_per_s", gather / 1e9},
                   {"multiply_adds_per_call", work->multiply_adds},
@@ -244,7 +251,7 @@ int run_forward(const ForwardOptions& o) {
     auto stats = [&](ForwardSide& side) {
       std::sort(side.ms.begin(), side.ms.end());
       const auto& ms = side.ms;
-      const double items_per_s = static_cast<double>(ms.size() * o.items) / side.seconds;
+      const double items_per_s = static_cast<double>(ms.size() * items_per_call) / side.seconds;
       json out = {{"graph_optimizations", side.optimized ? "on" : "off"},
                   {"graph", side.model->graph_report().state},
                   {"calls", ms.size()},
@@ -262,7 +269,7 @@ int run_forward(const ForwardOptions& o) {
                     {"model", spec.name},
                     {"cpus", o.cpus},
                     {"intra_op_threads", o.threads},
-                    {"items_per_call", o.items},
+                    {"items_per_call", items_per_call}, {"requests_per_call", requests}, {"huge_pages", o.huge_pages},
                     {"kernels", numaserve::model::kernel_isa()},
                     {"runtime", numaserve::model::runtime_summary()}});
     if (!roofline.is_null()) out["roofline"] = roofline;
@@ -447,6 +454,11 @@ int main(int argc, char** argv) {
                       "request: a call is one request of --items items (its rows share the user's bags); nothing: "
                       "--items one-item requests of different users joined")
       ->check(CLI::IsMember({"request", "nothing"}))
+      ->capture_default_str();
+  forward->add_option("--huge-pages", f.huge_pages, "Weights of 4 MiB and more in transparent huge pages (as serve loads them)")
+      ->capture_default_str();
+  forward->add_option("--join", f.join, "Requests of --items items joined into each call, as a worker joins them")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   forward->add_flag("--bag-reuse-both", f.bag_reuse_both,
                     "Also run the optimized forward pooling every bag, even one repeating the row before's ids");

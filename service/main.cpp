@@ -92,9 +92,10 @@ int check_model(const std::string& dir, bool graph_optimizations) {
 int serve(const numaserve::serve::ServeOptions& options) {
   namespace model = numaserve::model;
   numaserve::startup::Runtime runtime;
-  runtime.load = [graph = options.graph_optimizations](const std::filesystem::path& dir, const std::string& version,
-                                                      double cpu_share) -> numaserve::Result<std::unique_ptr<numaserve::api::Model>> {
-    auto loaded = model::TorchModel::load(dir, model::LoadOptions{graph, version, cpu_share});
+  runtime.load = [graph = options.graph_optimizations, huge = options.huge_pages](
+                     const std::filesystem::path& dir, const std::string& version,
+                     double cpu_share) -> numaserve::Result<std::unique_ptr<numaserve::api::Model>> {
+    auto loaded = model::TorchModel::load(dir, model::LoadOptions{graph, version, cpu_share, huge});
     if (!loaded) return tl::unexpected(loaded.error());
     // What a request would otherwise find: the signature, and a forward on
     // synthetic rows that returns one finite score per row.

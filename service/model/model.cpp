@@ -7,9 +7,12 @@
 #include <ATen/record_function.h>
 #include <torch/version.h>
 
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <cstring>
 #include <cmath>
 #include <fstream>
 #include <random>
@@ -23,6 +26,53 @@
 
 namespace numaserve::model {
 namespace {
+
+// The memory a re-homed weight lives in: an anonymous mapping, unmapped
+// with the storage that points into it.
+struct HugeMapping {
+  void* base;
+  std::size_t bytes;
+  static void unmap(void* self) {
+    auto* m = static_cast<HugeMapping*>(self);
+    munmap(m->base, m->bytes);
+    delete m;
+  }
+};
+
+constexpr std::size_t kHugePage = 2u << 20;
+
+// Random gathers from embedding tables of hundreds of MB miss the TLB on
+// nearly every row with 4 KiB pages. With transparent huge pages in
+// "madvise" mode (Debian's default, and what the agent recommends) memory
+// gets 2 MiB pages only if it asks before it is first touched, which a
+// tensor LibTorch allocated and filled while loading never did. So each
+// large storage is copied into a mapping that asked (MADV_HUGEPAGE), first
+// touched here — on this thread's NUMA node, as the load's other pages —
+// and its storage is pointed there in place, so that every tensor viewing
+// it, the frozen copy's constants included, follows. Where the kernel says
+// no (THP "never"), the copy costs a memcpy and changes nothing.
+void move_weights_to_huge_pages(const torch::jit::Module& module) {
+  std::vector<c10::StorageImpl*> storages;
+  auto add = [&storages](const at::Tensor& t) {
+    if (!t.defined() || !t.has_storage() || t.storage().nbytes() < kHugePageWeightBytes) return;
+    c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+    if (std::find(storages.begin(), storages.end(), storage) == storages.end()) storages.push_back(storage);
+  };
+  for (const auto& p : module.named_parameters()) add(p.value);
+  for (const auto& b : module.named_buffers()) add(b.value);
+  for (c10::StorageImpl* storage : storages) {
+    const std::size_t bytes = storage->nbytes();
+    const std::size_t mapped = (bytes + 2 * kHugePage - 1) / kHugePage * kHugePage;  // room to align
+    void* base = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) continue;
+    auto* aligned = reinterpret_cast<void*>((reinterpret_cast<std::uintptr_t>(base) + kHugePage - 1) & ~(kHugePage - 1));
+    madvise(aligned, bytes, MADV_HUGEPAGE);  // an error (THP "never") leaves 4 KiB pages: still correct
+    std::memcpy(aligned, storage->data(), bytes);
+    auto* mapping = new HugeMapping{base, mapped};
+    // The loader's allocation is freed as the DataPtr it gets back goes.
+    storage->set_data_ptr(at::DataPtr(aligned, mapping, &HugeMapping::unmap, storage->device()));
+  }
+}
 
 Error torch_error(const std::string& what, const std::exception& e) {
   // c10 messages carry a C++ backtrace after the first line; the first line
@@ -209,6 +259,11 @@ Result<std::unique_ptr<TorchModel>> TorchModel::load(const std::filesystem::path
   }
   if (!impl->module.find_method("forward")) {
     return make_error(Error::Code::kInvalidArgument, pt_path.string() + ": has no forward method");
+  }
+  // Before the rewrites: the frozen copy then shares the moved storages.
+  if (options.huge_pages) {
+    move_weights_to_huge_pages(impl->module);
+    pacer.pace();  // the copy
   }
   // Every emb_<table> of model.pt must be one of model.yaml's tables, of its
   // rows: a model.pt exported for another contract fails here, not on its

@@ -43,7 +43,12 @@ struct LoadOptions {
   // model.pt, the graph rewrites): a reload's --reload-cpu-share; 1
   // (start-up) as fast as it can.
   double cpu_share = 1.0;
+  // Weights of at least kHugePageWeightBytes moved into memory that asked
+  // the kernel for transparent huge pages (madvise mode): an embedding
+  // table read at random then costs a TLB miss per 2 MiB, not per 4 KiB.
+  bool huge_pages = true;
 };
+inline constexpr std::size_t kHugePageWeightBytes = 4u << 20;
 
 // How far an optimized forward's scores may stray from the original's: the
 // fused ops sum in another order than ATen's BLAS calls, so scores may

@@ -178,6 +178,10 @@ std::vector<OptionSpec> serve_options(ServeOptions& o) {
       list_option("model_dir", "DIR", "A model directory (model.pt + model.yaml); the first is the default model",
                   o.model_dirs),
       graph_optimizations_option(o.graph_optimizations),
+      switch_option("huge_pages",
+                    "Move each model's weights of 4 MiB and more into memory that asks for transparent huge pages "
+                    "(THP mode madvise or always): embedding tables read at random miss the TLB far less",
+                    o.huge_pages),
       count_option("workers", "N", "Inference workers; 0: one per physical core of the cpuset", o.threads.workers),
       count_option("intra_op_threads", "N",
                    "LibTorch threads per worker; 0: the worker's CPUs (workers x threads <= cpuset)",

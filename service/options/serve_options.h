@@ -33,6 +33,7 @@ struct ServeOptions {
   supervisor::SupervisorConfig supervisor;  // command and grace are start-up's to set
   // model/'s LoadOptions, which this torch-free table cannot see.
   bool graph_optimizations = true;
+  bool huge_pages = true;  // model/'s LoadOptions::huge_pages
   // Start-up's own: the memory policy, and the shutdown's timing.
   bool memory_bind = true;
   double shutdown_delay = 0;   // seconds serving not-ready after SIGTERM
