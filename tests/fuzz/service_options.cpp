@@ -20,7 +20,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   FUZZ_CHECK(o.http.admin_port >= -1 && o.http.admin_port <= 65535, "admin port %d", o.http.admin_port);
   const double queue_delay = std::chrono::duration<double>(o.service.batching.max_queue_delay).count();
   for (double seconds : {queue_delay, o.http.header_timeout_seconds, o.http.body_timeout_seconds,
-                         o.http.idle_timeout_seconds, o.shutdown_delay, o.shutdown_grace}) {
+                         o.http.idle_timeout_seconds, o.http.shutdown_idle_seconds, o.shutdown_delay,
+                         o.shutdown_grace}) {
     FUZZ_CHECK(seconds >= 0 && seconds <= kMaxSeconds, "a duration of %g s", seconds);
   }
   return 0;
