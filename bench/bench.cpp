@@ -16,6 +16,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstring>
 #include <functional>
 #include <iostream>
 #include <random>
@@ -264,6 +266,24 @@ int run_forward(const ForwardOptions& o) {
       return out;
     };
     json out = stats(sides.front());
+    // Issue 41's third part: does a call's score depend on the calls joined
+    // with it? The first call's rows alone against the same rows ahead of
+    // three others in one forward.
+    if (batches.size() >= 4) {
+      const auto alone = sides.front().model->forward(batches[0]);
+      const auto joined = sides.front().model->forward(
+          numaserve::features::concat({&batches[0], &batches[1], &batches[2], &batches[3]}));
+      if (alone && joined) {
+        std::vector<std::size_t> differing;
+        double largest = 0;
+        for (std::size_t r = 0; r < alone->size(); ++r) {
+          const float a = (*alone)[r], b = (*joined)[r];
+          if (std::memcmp(&a, &b, sizeof a) != 0) differing.push_back(r);
+          largest = std::max(largest, static_cast<double>(std::abs(a - b)));
+        }
+        out["joined_scores"] = {{"rows", alone->size()}, {"rows_differing", differing}, {"largest_difference", largest}};
+      }
+    }
     out.update(json{{"what", o.with_extraction ? "extract+forward" : "forward"},
                     {"rate", o.rate},
                     {"model", spec.name},
