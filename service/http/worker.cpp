@@ -32,6 +32,16 @@ thread_local const Worker* current_worker = nullptr;
 
 bool Worker::runs_here() const { return current_worker == this; }
 
+template <typename F>
+void Worker::each_connection(F f) {
+  for (Connection* c = first; c != nullptr;) {
+    Connection* next = c->next;
+    const auto keep = c->shared_from_this();
+    f(*c);
+    c = next;
+  }
+}
+
 void Worker::link(Connection* c) {
   c->next = first;
   if (first != nullptr) first->prev = c;
@@ -71,16 +81,13 @@ void Worker::sweep(Clock::duration period) {
     cut();
     return;
   }
-  for (Connection* c = first; c != nullptr;) {
-    Connection* next = c->next;
-    const auto keep = c->shared_from_this();
-    if (c->deadline() <= now) {
-      c->expire();
-    } else if (c->idle() && now - c->since() >= period) {
-      c->park();  // a busy connection keeps its buffer between requests, an idle one does not
+  each_connection([&](Connection& c) {
+    if (c.deadline() <= now) {
+      c.expire();
+    } else if (c.idle() && now - c.since() >= period) {
+      c.park();  // a busy connection keeps its buffer between requests, an idle one does not
     }
-    c = next;
-  }
+  });
 }
 
 void Worker::adopt(asio::ip::tcp::socket socket, bool counted, bool admin) {
@@ -98,12 +105,7 @@ void Worker::adopt(asio::ip::tcp::socket socket, bool counted, bool admin) {
 void Worker::drain() {
   draining = true;
   arm_sweep();  // at the drain's shorter tick
-  for (Connection* c = first; c != nullptr;) {
-    Connection* next = c->next;
-    const auto keep = c->shared_from_this();
-    c->drain();
-    c = next;
-  }
+  each_connection([](Connection& c) { c.drain(); });
 }
 
 // The drain's time is over: what is left is closed. A request being read,
@@ -111,13 +113,10 @@ void Worker::drain() {
 // owed its client nothing more.
 void Worker::cut() {
   std::map<std::string, std::size_t> by_phase;
-  for (Connection* c = first; c != nullptr;) {
-    Connection* next = c->next;
-    const auto keep = c->shared_from_this();
-    if (c->mid_request()) ++by_phase[to_string(c->phase())];
-    c->close();
-    c = next;
-  }
+  each_connection([&by_phase](Connection& c) {
+    if (c.mid_request()) ++by_phase[to_string(c.phase())];
+    c.close();
+  });
   std::size_t total = 0;
   LogFields fields = {{"worker", std::to_string(index)}};
   for (const auto& [phase, count] : by_phase) {
@@ -125,7 +124,7 @@ void Worker::cut() {
     fields.emplace_back(phase, std::to_string(count));
   }
   if (total == 0) return;
-  counters.cut.fetch_add(total, std::memory_order_relaxed);
+  counters.cut.store(counters.cut.load(std::memory_order_relaxed) + total, std::memory_order_relaxed);
   fields.emplace_back("requests", std::to_string(total));
   log(LogLevel::kError, "drain cut requests at the end of the shutdown grace", fields);
 }

@@ -96,6 +96,10 @@ class Worker {
   void sweep(std::chrono::steady_clock::duration period);
   void cut();
   std::chrono::steady_clock::duration tick() const;
+  // Calls `f` on each connection, holding it meanwhile: `f` may close it,
+  // and the last reference may go with that.
+  template <typename F>
+  void each_connection(F f);  // worker.cpp, its only user
 };
 
 }  // namespace numaserve::http
