@@ -145,17 +145,17 @@ std::uint64_t id_hash(std::string_view id) { return std::hash<std::string_view>{
 
 void ItemCache::index_ids() {
   std::size_t size = 16;
-  while (size < 2 * item_ids_.size()) size *= 2;
+  while (size < 2 * records_at_.size()) size *= 2;
   slots_.assign(size, Slot{});
-  for (std::uint32_t row = 0; row < item_ids_.size(); ++row) index(row);
+  for (std::uint32_t row = 0; row < records_at_.size(); ++row) index(row);
 }
 
 void ItemCache::index(std::uint32_t row) {
-  const std::uint64_t h = id_hash(item_ids_[row]);
+  const std::uint64_t h = id_hash(record_id(records_at_[row]));
   const std::size_t mask = slots_.size() - 1;
   std::size_t at = h & mask;
   while (slots_[at].row != kNoRow) at = (at + 1) & mask;
-  slots_[at] = Slot{h, row};
+  slots_[at] = Slot{h, row, records_at_[row]};
 }
 
 std::size_t ItemCache::next_match(std::uint64_t hash, std::size_t at) const {
@@ -174,26 +174,22 @@ void ItemCache::find_rows(const Request& request, std::vector<std::int64_t>& row
     hashes[i] = id_hash(request.items[i].id);
     __builtin_prefetch(&slots_[hashes[i] & mask]);
   }
-  // The slots are on their way; the ids of their first matches next.
+  // The slots are on their way; the records of their first matches next.
   std::vector<std::size_t> at(n);
   for (std::size_t i = 0; i < n; ++i) {
     if (!cacheable(i)) continue;
     at[i] = next_match(hashes[i], hashes[i] & mask);
-    if (slots_[at[i]].row != kNoRow) __builtin_prefetch(item_ids_[slots_[at[i]].row].data());
+    if (slots_[at[i]].row != kNoRow) prefetch(slots_[at[i]].record);
   }
   // Each match confirmed by its id; a second id with the same 64-bit hash
   // sends the probe on.
   for (std::size_t i = 0; i < n; ++i) {
     if (!cacheable(i)) continue;
     for (std::size_t slot = at[i]; slots_[slot].row != kNoRow; slot = next_match(hashes[i], (slot + 1) & mask)) {
-      const std::uint32_t row = slots_[slot].row;
-      if (item_ids_[row] != request.items[i].id) continue;
+      if (record_id(slots_[slot].record) != request.items[i].id) continue;
       // An expired row: a newer one of this id, if any, comes later in the run.
-      if (!expires_.empty() && expires_[row] <= now) continue;
-      rows[i] = row;
-      // What extraction copies next.
-      if (dense_width_ > 0) __builtin_prefetch(&dense_[row * dense_width_]);
-      if (sparse_width_ > 0) __builtin_prefetch(&id_starts_[row * sparse_width_]);
+      if (!expires_.empty() && expires_[slots_[slot].row] <= now) continue;
+      rows[i] = slots_[slot].record;
       break;
     }
   }
@@ -207,6 +203,8 @@ ItemCache ItemCache::with_slots(const ModelSpec& model) {
   for (const auto* f : model.sparse_features()) {
     cache.sparse_slot_.push_back(f->source == Source::kItem ? static_cast<int>(cache.sparse_width_++) : -1);
   }
+  cache.header_words_ = (cache.sparse_width_ + 2 + 1) / 2;
+  cache.dense_words_ = (cache.dense_width_ + 1) / 2;
   return cache;
 }
 
@@ -219,34 +217,51 @@ ItemCache ItemCache::empty(const ModelSpec& model, std::size_t max_rows) {
 
 void ItemCache::clear() {
   ++generation_;
-  item_ids_.clear();
-  dense_.clear();
-  ids_.clear();
+  records_at_.clear();
+  records_.clear();
   expires_.clear();
-  id_starts_.assign(1, 0);
   slots_.assign(16, Slot{});
 }
 
-void ItemCache::put(const std::string& id, const Batch& batch, std::size_t i, Clock::time_point expires) {
-  if (item_ids_.size() >= max_rows_) clear();
-  const auto row = static_cast<std::uint32_t>(item_ids_.size());
-  item_ids_.push_back(id);
-  expires_.push_back(expires);
+void ItemCache::append_record(std::string_view id, const Batch& batch, std::size_t i) {
+  const std::size_t at = records_.size();
+  records_at_.push_back(static_cast<std::uint32_t>(at));
+  records_.resize(at + header_words_ + dense_words_);
+  auto set_header = [&](std::size_t k, std::size_t value) {
+    const auto v = static_cast<std::uint32_t>(value);
+    std::memcpy(reinterpret_cast<char*>(records_.data() + at) + 4 * k, &v, sizeof v);
+  };
+  char* record = reinterpret_cast<char*>(records_.data() + at);
   for (std::size_t c = 0; c < dense_slot_.size(); ++c) {
-    if (dense_slot_[c] >= 0) dense_.push_back(batch.dense[i * batch.dense_width + c]);
+    if (dense_slot_[c] < 0) continue;
+    std::memcpy(record + 8 * header_words_ + 4 * static_cast<std::size_t>(dense_slot_[c]),
+                &batch.dense[i * batch.dense_width + c], sizeof(float));
   }
-  id_starts_.pop_back();
   for (std::size_t b = 0; b < sparse_slot_.size(); ++b) {
     if (sparse_slot_[b] < 0) continue;
     const Bag& bag = batch.bags[b];
     const auto from = static_cast<std::size_t>(bag.offsets[i]);
     const auto to = i + 1 < bag.offsets.size() ? static_cast<std::size_t>(bag.offsets[i + 1]) : bag.indices.size();
-    id_starts_.push_back(static_cast<std::uint32_t>(ids_.size()));
-    ids_.insert(ids_.end(), bag.indices.begin() + static_cast<std::ptrdiff_t>(from),
-                bag.indices.begin() + static_cast<std::ptrdiff_t>(to));
+    records_.insert(records_.end(), bag.indices.begin() + static_cast<std::ptrdiff_t>(from),
+                    bag.indices.begin() + static_cast<std::ptrdiff_t>(to));
+    set_header(static_cast<std::size_t>(sparse_slot_[b]), records_.size() - at - header_words_ - dense_words_);
   }
-  id_starts_.push_back(static_cast<std::uint32_t>(ids_.size()));
-  if (2 * item_ids_.size() > slots_.size()) {
+  set_header(sparse_width_, records_.size() - at - header_words_ - dense_words_);  // where the item id starts
+  set_header(sparse_width_ + 1, id.size());
+  const std::size_t id_at = records_.size();
+  records_.resize(id_at + (id.size() + 7) / 8);
+  std::memcpy(records_.data() + id_at, id.data(), id.size());
+  // Lines to prefetch per row: the mean record's, and the one it may straddle.
+  const std::size_t mean_bytes = 8 * records_.size() / records_at_.size();
+  record_lines_ = std::min<std::size_t>(4, (mean_bytes + 63) / 64 + 1);
+}
+
+void ItemCache::put(const std::string& id, const Batch& batch, std::size_t i, Clock::time_point expires) {
+  if (records_at_.size() >= max_rows_) clear();
+  const auto row = static_cast<std::uint32_t>(records_at_.size());
+  expires_.push_back(expires);
+  append_record(id, batch, i);
+  if (2 * records_at_.size() > slots_.size()) {
     index_ids();
   } else {
     index(row);
@@ -255,9 +270,6 @@ void ItemCache::put(const std::string& id, const Batch& batch, std::size_t i, Cl
 
 Result<ItemCache> ItemCache::build(const ModelSpec& model, const std::function<void(const EntityVisitor&)>& for_each_item) {
   ItemCache cache = with_slots(model);
-  const auto dense = model.dense_features();
-  const auto sparse = model.sparse_features();
-
   std::optional<Error> failed;
   Request one;
   one.items.resize(1);
@@ -272,18 +284,9 @@ Result<ItemCache> ItemCache::build(const ModelSpec& model, const std::function<v
       failed = row.error();
       return;
     }
-    cache.item_ids_.push_back(id);
-    for (std::size_t c = 0; c < dense.size(); ++c) {
-      if (cache.dense_slot_[c] >= 0) cache.dense_.push_back(row->dense[c]);
-    }
-    for (std::size_t k = 0; k < sparse.size(); ++k) {
-      if (cache.sparse_slot_[k] < 0) continue;
-      cache.id_starts_.push_back(static_cast<std::uint32_t>(cache.ids_.size()));
-      cache.ids_.insert(cache.ids_.end(), row->bags[k].indices.begin(), row->bags[k].indices.end());
-    }
+    cache.append_record(id, *row, 0);
   });
   if (failed) return tl::unexpected(std::move(*failed).with_context("model " + model.name));
-  cache.id_starts_.push_back(static_cast<std::uint32_t>(cache.ids_.size()));
   cache.index_ids();
   return cache;
 }
@@ -345,6 +348,16 @@ Status fill_dense(const std::vector<const FeatureSpec*>& dense, const Rows& rows
   return {};
 }
 
+// Appends `ids` to `out`, which has room for them: one id (most item bags)
+// is a store, where a call to memmove per row cost more than the copy.
+void append(std::vector<std::int64_t>& out, std::span<const std::int64_t> ids) {
+  if (ids.size() == 1) {
+    out.push_back(ids.front());
+  } else {
+    out.insert(out.end(), ids.begin(), ids.end());
+  }
+}
+
 Status fill_bags(const ModelSpec& model, const std::vector<const FeatureSpec*>& sparse, const Rows& rows,
                  Batch& batch) {
   const std::size_t n = rows.count();
@@ -352,23 +365,31 @@ Status fill_bags(const ModelSpec& model, const std::vector<const FeatureSpec*>& 
     const FeatureSpec& spec = *sparse[b];
     const std::uint64_t table_rows = model.tables.at(spec.table);
     Bag& bag = batch.bags[b];
-    bag.offsets.reserve(n);
+    bag.offsets.resize(n);
     if (spec.source != Source::kItem) {  // once per request, repeated on every row
-      std::vector<std::int64_t> shared;
-      if (auto s = append_ids(spec, rows.find(spec, 0), {spec.source}, model.hash_seed, table_rows, shared); !s) return s;
-      bag.indices.reserve(n * shared.size());
-      for (std::size_t i = 0; i < n; ++i) {
-        bag.offsets.push_back(static_cast<std::int64_t>(bag.indices.size()));
-        bag.indices.insert(bag.indices.end(), shared.begin(), shared.end());
+      if (auto s = append_ids(spec, rows.find(spec, 0), {spec.source}, model.hash_seed, table_rows, bag.indices); !s) return s;
+      const std::size_t width = bag.indices.size();
+      bag.indices.resize(n * width);
+      for (std::size_t i = 0; i < n; ++i) bag.offsets[i] = static_cast<std::int64_t>(i * width);
+      if (width == 1) {
+        std::fill(bag.indices.begin() + 1, bag.indices.end(), bag.indices.front());
+      } else {
+        for (std::size_t i = 1; i < n; ++i) std::copy_n(bag.indices.data(), width, bag.indices.data() + i * width);
       }
       continue;
     }
-    bag.indices.reserve(n);
+    // Sized once from the cached rows (the rest grow it if they must):
+    // growing a list bag by doubling copied it several times a request.
+    std::size_t size = 0;
     for (std::size_t i = 0; i < n; ++i) {
-      bag.offsets.push_back(static_cast<std::int64_t>(bag.indices.size()));
+      const auto row = rows.cached(i);
+      size += row >= 0 ? rows.cache->ids(row, b).size() : std::max<std::size_t>(spec.max_len, 1);
+    }
+    bag.indices.reserve(size);
+    for (std::size_t i = 0; i < n; ++i) {
+      bag.offsets[i] = static_cast<std::int64_t>(bag.indices.size());
       if (const auto row = rows.cached(i); row >= 0) {
-        const auto ids = rows.cache->ids(row, b);
-        bag.indices.insert(bag.indices.end(), ids.begin(), ids.end());
+        append(bag.indices, rows.cache->ids(row, b));
         continue;
       }
       if (auto s = append_ids(spec, rows.find(spec, i), {Source::kItem, i}, model.hash_seed, table_rows, bag.indices);
@@ -397,7 +418,7 @@ Result<Batch> extract(const ModelSpec& model, const Request& request, const Stor
   // Each cached row's embedding ids on their way before the copies need
   // them (their offsets were prefetched by the query).
   for (const std::int64_t row : cached) {
-    if (row >= 0) cache->prefetch_ids(row);
+    if (row >= 0) cache->prefetch(row);
   }
   const auto dense = model.dense_features();
   const auto sparse = model.sparse_features();

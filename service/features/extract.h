@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <span>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "features/features.h"
 #include "features/model_spec.h"
+#include "numa/huge_pages.h"
 
 namespace numaserve::features {
 
@@ -67,7 +69,7 @@ class ItemCache {
   // An empty cache for `model` holding at most `max_rows` rows (when full,
   // every row goes: a cache, not a store).
   static ItemCache empty(const ModelSpec& model, std::size_t max_rows);
-  std::size_t items() const { return item_ids_.size(); }
+  std::size_t items() const { return records_at_.size(); }
 
   // Sets rows[i] to the row of request item i, for items without inline
   // features that the cache holds unexpired at `now` (others keep -1).
@@ -80,19 +82,21 @@ class ItemCache {
 
   // A cached row's value of the model's dense feature `column`, and its ids
   // of sparse feature `bag` (in ModelSpec::dense_features() and
-  // sparse_features() order; item features only).
+  // sparse_features() order; item features only). `row` is what
+  // find_rows() gave: where the row's record starts.
   float dense_value(std::int64_t row, std::size_t column) const {
-    return dense_[static_cast<std::size_t>(row) * dense_width_ + static_cast<std::size_t>(dense_slot_[column])];
+    float value;
+    std::memcpy(&value, bytes(row) + 8 * header_words_ + 4 * static_cast<std::size_t>(dense_slot_[column]), sizeof value);
+    return value;
   }
   std::span<const std::int64_t> ids(std::int64_t row, std::size_t bag) const {
-    const std::size_t at = static_cast<std::size_t>(row) * sparse_width_ + static_cast<std::size_t>(sparse_slot_[bag]);
-    return {ids_.data() + id_starts_[at], ids_.data() + id_starts_[at + 1]};
+    const auto slot = static_cast<std::size_t>(sparse_slot_[bag]);
+    const std::int64_t* first = records_.data() + row + header_words_ + dense_words_;
+    return {first + (slot == 0 ? 0 : id_end(row, slot - 1)), first + id_end(row, slot)};
   }
-  // Starts loading a row's embedding ids, all bags together, into the cache.
-  void prefetch_ids(std::int64_t row) const {
-    if (sparse_width_ == 0) return;
-    const std::int64_t* ids = ids_.data() + id_starts_[static_cast<std::size_t>(row) * sparse_width_];
-    for (std::size_t line = 0; line < 4; ++line) __builtin_prefetch(ids + 8 * line);
+  // Starts loading a row's record into the cache.
+  void prefetch(std::int64_t row) const {
+    for (std::size_t line = 0; line < record_lines_; ++line) __builtin_prefetch(bytes(row) + 64 * line);
   }
 
  private:
@@ -102,10 +106,23 @@ class ItemCache {
   void index_ids();
   void index(std::uint32_t row);  // into slots_, which has room
   void clear();
+  // Appends row `i` of `batch` (extracted for the cache's model) as item `id`'s record.
+  void append_record(std::string_view id, const Batch& batch, std::size_t i);
+  // The item id a record was kept for.
+  std::string_view record_id(std::int64_t row) const {
+    const char* first = bytes(row) + 8 * (header_words_ + dense_words_) + 8 * id_end(row, sparse_width_);
+    return {first, id_end(row, sparse_width_ + 1)};
+  }
+  const char* bytes(std::int64_t row) const { return reinterpret_cast<const char*>(records_.data() + row); }
+  std::uint32_t id_end(std::int64_t row, std::size_t slot) const {
+    std::uint32_t end;
+    std::memcpy(&end, bytes(row) + 4 * slot, sizeof end);
+    return end;
+  }
   std::vector<int> dense_slot_;   // per dense feature: its column here, -1 if not an item feature
   std::vector<int> sparse_slot_;  // per sparse feature: likewise
   std::size_t dense_width_ = 0, sparse_width_ = 0;
-  // Item id -> row: open addressing in one flat array, so a request's 200
+  // Item id -> record: open addressing in one flat array, so a request's 200
   // ids can be hashed and their slots prefetched before the first is probed
   // — one trip to memory for all of them instead of 200 in a row. In the
   // server every forward evicts the table, so these misses were most of the
@@ -113,13 +130,21 @@ class ItemCache {
   struct Slot {
     std::uint64_t hash = 0;
     std::uint32_t row = kNoRow;
+    std::uint32_t record = 0;  // where the row's record starts in records_
   };
   static constexpr std::uint32_t kNoRow = ~std::uint32_t{0};
-  std::vector<Slot> slots_;               // a power of two, at most half full
-  std::vector<std::string> item_ids_;     // by row
-  std::vector<float> dense_;              // rows x dense_width_
-  std::vector<std::uint32_t> id_starts_;  // rows x sparse_width_, + 1
-  std::vector<std::int64_t> ids_;         // the rows' embedding ids
+  // In huge pages, as records_: 200 random rows would otherwise be 400 TLB misses.
+  std::vector<Slot, numa::HugePageAllocator<Slot>> slots_;  // a power of two, at most half full
+  std::vector<std::uint32_t> records_at_;  // by row: where its record starts
+  // Each row's record, contiguous, so a row found is one or two cache lines
+  // on their way at once (the forward evicts them between requests; with
+  // the ids, values, id offsets and ids in four arrays each row took four
+  // misses, some waiting on others): a header of uint32s (the ends of its
+  // bags' ids, sparse_width_ of them, their total, the item id's length), its dense
+  // values (float, dense_width_), each padded to whole words, its bags' ids,
+  // then the item id's bytes, which confirm a slot's match.
+  std::vector<std::int64_t, numa::HugePageAllocator<std::int64_t>> records_;
+  std::size_t header_words_ = 0, dense_words_ = 0, record_lines_ = 1;
   // Filled as requests go (empty()): each row's expiry, and the bound.
   std::vector<Clock::time_point> expires_;
   std::size_t max_rows_ = 0;

@@ -7,7 +7,6 @@
 #include <ATen/record_function.h>
 #include <torch/version.h>
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,36 +20,31 @@
 #include <vector>
 
 #include "model/graph.h"
+#include "numa/huge_pages.h"
 #include "numaserve/common/paced_file.h"
 #include "numaserve/common/text_file.h"
 
 namespace numaserve::model {
 namespace {
 
-// The memory a re-homed weight lives in: an anonymous mapping, unmapped
-// with the storage that points into it.
-struct HugeMapping {
-  void* base;
+// The memory a re-homed weight lives in, freed with the storage that points into it.
+struct HugeStorage {
+  void* data;
   std::size_t bytes;
-  static void unmap(void* self) {
-    auto* m = static_cast<HugeMapping*>(self);
-    munmap(m->base, m->bytes);
+  static void free(void* self) {
+    auto* m = static_cast<HugeStorage*>(self);
+    numa::free_huge_pages(m->data, m->bytes);
     delete m;
   }
 };
 
-constexpr std::size_t kHugePage = 2u << 20;
-
 // Random gathers from embedding tables of hundreds of MB miss the TLB on
-// nearly every row with 4 KiB pages. With transparent huge pages in
-// "madvise" mode (Debian's default, and what the agent recommends) memory
-// gets 2 MiB pages only if it asks before it is first touched, which a
-// tensor LibTorch allocated and filled while loading never did. So each
-// large storage is copied into a mapping that asked (MADV_HUGEPAGE), first
-// touched here — on this thread's NUMA node, as the load's other pages —
-// and its storage is pointed there in place, so that every tensor viewing
-// it, the frozen copy's constants included, follows. Where the kernel says
-// no (THP "never"), the copy costs a memcpy and changes nothing.
+// nearly every row with 4 KiB pages, and a tensor LibTorch allocated and
+// filled while loading never asked for huge pages (numa/huge_pages.h). So
+// each large storage is copied into memory that did, first touched here —
+// on this thread's NUMA node, as the load's other pages — and its storage
+// is pointed there in place, so that every tensor viewing it, the frozen
+// copy's constants included, follows.
 void move_weights_to_huge_pages(const torch::jit::Module& module) {
   std::vector<c10::StorageImpl*> storages;
   auto add = [&storages](const at::Tensor& t) {
@@ -62,15 +56,11 @@ void move_weights_to_huge_pages(const torch::jit::Module& module) {
   for (const auto& b : module.named_buffers()) add(b.value);
   for (c10::StorageImpl* storage : storages) {
     const std::size_t bytes = storage->nbytes();
-    const std::size_t mapped = (bytes + 2 * kHugePage - 1) / kHugePage * kHugePage;  // room to align
-    void* base = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (base == MAP_FAILED) continue;
-    auto* aligned = reinterpret_cast<void*>((reinterpret_cast<std::uintptr_t>(base) + kHugePage - 1) & ~(kHugePage - 1));
-    madvise(aligned, bytes, MADV_HUGEPAGE);  // an error (THP "never") leaves 4 KiB pages: still correct
-    std::memcpy(aligned, storage->data(), bytes);
-    auto* mapping = new HugeMapping{base, mapped};
+    void* data = numa::allocate_huge_pages(bytes);
+    if (data == nullptr) continue;
+    std::memcpy(data, storage->data(), bytes);
     // The loader's allocation is freed as the DataPtr it gets back goes.
-    storage->set_data_ptr(at::DataPtr(aligned, mapping, &HugeMapping::unmap, storage->device()));
+    storage->set_data_ptr(at::DataPtr(data, new HugeStorage{data, bytes}, &HugeStorage::free, storage->device()));
   }
 }
 
