@@ -17,8 +17,12 @@
 #         its user only), and cold, every item fetched every time
 #         (--item-cache-ttl 0); with Redis's CPU per request and the p99
 #         they add to (b)
+# Then the sweep: b/a again (own rounds, same server CPU) for each of
+# --sizes items per request on ranker_a, and for ranker_b (the tiny model,
+# where the request's own overhead is most of its CPU) at --items.
 # Prints items/s, the ratios b/a, b16/a, p/a and w/b (each taken within its
-# round, median over rounds), p50/p99, the mean batch, and the server's CPU
+# round, median over rounds), the sweep's b/a per size and model,
+# p50/p99, the mean batch, and the server's CPU
 # per request: the stages it measures itself (parse, query, extract,
 # forward, encode) and the transport, what is left (socket reads and
 # writes, HTTP framing, the loop). Writes a JSON results file. Not a test:
@@ -26,13 +30,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-server_cpus=0 client_cpus=1 items=200 seconds=5 warmup=2 connections=4 repeats=5 profile=0
+server_cpus=0 client_cpus=1 items=200 seconds=5 warmup=2 connections=4 repeats=5 profile=0 sizes="32 1000"
 build=${BUILD_DIR:-build} models="" out="" numaserve=""
 usage() {
   cat <<USAGE
 Usage: bench/serving.sh [--server-cpus LIST] [--client-cpus LIST] [--items N] [--seconds S]
                         [--connections C] [--repeats R] [--models DIR] [--out FILE] [--numaserve BINARY]
-                        [--profile]
+                        [--profile] [--sizes "N ..."]
 Defaults: server on CPU $server_cpus, client on CPU $client_cpus, $items items, ${seconds}s per
 measurement after ${warmup}s warm-up, $connections connections (and 4x for b16), $repeats rounds
 (medians; a ratio is the median of the rounds' own ratios), demo models (200 MiB of embeddings)
@@ -40,6 +44,7 @@ made in $build/bench-models. --numaserve measures another build's server (e.g. a
 commit's) with the same load; figures it does not export are left out. --profile samples
 the server's kernel stacks with perf during (b) and splits its CPU per request into the
 socket system calls (the send into the loopback delivery to the client) and the rest.
+--sizes: the request sizes of the sweep besides --items (default "$sizes"; "" for none).
 USAGE
 }
 while (($#)); do
@@ -54,6 +59,7 @@ while (($#)); do
     --out) out=$2; shift 2 ;;
     --numaserve) numaserve=$2; shift 2 ;;
     --profile) profile=1; shift ;;
+    --sizes) sizes=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "bench/serving.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -165,6 +171,30 @@ for ((r = 1; r <= repeats; r++)); do
        "wrk $(jq .items_per_s <<< "${wrks[-1]}"), $((connections * 4)) connections $(jq .items_per_s <<< "${batched[-1]}")," \
        "pipeline $(jq .items_per_s <<< "${stages[-1]}") items/s" >&2
 done
+
+# sweep MODEL ITEMS PORT: rounds of (a) and (b) for MODEL at ITEMS items
+# per request; prints one JSON object with the median of the rounds' b/a.
+sweep() {
+  local model=$1 n=$2 sweep_port=$3 a b ratios=() r
+  for ((r = 1; r <= repeats; r++)); do
+    a=$(timeout $limit "$bench" forward --model-dir "$models/$model" --feature-store "$models/store.jsonl" \
+      --items "$n" --cpus "$server_cpus" --seconds "$seconds" --warmup "$warmup" | jq .items_per_s)
+    b=$(timeout $limit "$bench" load --port "$sweep_port" --feature-store "$models/store.jsonl" --items "$n" \
+      --connections "$connections" --seconds "$seconds" --warmup "$warmup" --cpus "$client_cpus" | jq .items_per_s)
+    ratios+=("$(jq -n --argjson a "$a" --argjson b "$b" '{a: $a, b: $b, b_a: ($b / $a)}')")
+  done
+  printf '%s\n' "${ratios[@]}" | jq -sc --arg model "$model" --argjson items "$n" '
+    def median: sort | .[(length / 2 | floor)];
+    {model: $model, items: $items, forward_items_per_s: ([.[].a] | median),
+     predict_items_per_s: ([.[].b] | median), b_a: ([.[].b_a] | median)}'
+  echo "sweep: $model, $n items: b/a $(jq .b_a <<< "${ratios[-1]}") (last round)" >&2
+}
+swept=()
+for n in $sizes; do swept+=("$(sweep ranker_a "$n" "$port")"); done
+b_port=$(free_port)
+start_server "$b_port" "$server_cpus" "$models/ranker_b" "$models/store.jsonl"
+swept+=("$(sweep ranker_b "$items" "$b_port")")
+
 stop_servers
 [[ -z $redis_pid ]] || { kill "$redis_pid"; wait "$redis_pid" 2> /dev/null || true; rm -rf "$redis_dir"; }
 
@@ -175,6 +205,7 @@ jq -n --argjson forward "$(printf '%s\n' "${forward[@]}" | jq -s .)" \
   --argjson wrks "$(printf '%s\n' "${wrks[@]}" | jq -s .)" \
   --argjson redis_warm "$(printf '%s\n' "${redis_warm[@]}" | jq -s .)" \
   --argjson redis_cold "$(printf '%s\n' "${redis_cold[@]}" | jq -s .)" \
+  --argjson sweep "$(printf '%s\n' "${swept[@]}" | jq -s .)" \
   --arg machine "$(machine_summary)" --arg server_cpus "$server_cpus" --arg client_cpus "$client_cpus" \
   --arg numaserve "$numaserve" --argjson connections "$connections" '
   def median: map(select(. != null)) | sort | if length == 0 then null else .[(length / 2 | floor)] end;
@@ -204,6 +235,7 @@ jq -n --argjson forward "$(printf '%s\n' "${forward[@]}" | jq -s .)" \
                           reply: ([$stages[].reply_us] | median)}},
    ratios: {b_a: per_round_ratio($served; $forward), b16_a: per_round_ratio($batched; $forward),
             p_a: per_round_ratio($stages; $forward), w_b: per_round_ratio($wrks; $served)},
+   sweep: $sweep,
    rounds: {forward: $forward, predict: $served, batched: $batched, stages: $stages, wrk: $wrks,
             redis_warm: $redis_warm, redis_cold: $redis_cold}}' > "$out"
 
@@ -221,6 +253,7 @@ jq -r '
   (["warm", .redis_warm], ["cold", .redis_cold] | select(.[1] != null) | .[0] as $cache | .[1] |
     "(r)   Redis, item cache \($cache): \(.items_per_s | floor) items/s = \(.vs_embedded | r3) x (b), p99 \(.p99_ms | r2) ms (\(.p99_added_ms | r2) ms over (b)), query \(.stages_us.query | round) us/request, Redis CPU \(.redis_cpu_us_per_request) us/request, errors \(.errors)"),
   "ratios: b/a \(.ratios.b_a | r3), b16/a \(.ratios.b16_a | r3), p/a \(.ratios.p_a | r3), wrk/b \(.ratios.w_b | r3)",
+  (.sweep[] | "sweep: \(.model), \(.items) items per request: b/a \(.b_a | r3) (forward \(.forward_items_per_s | floor), /predict \(.predict_items_per_s | floor) items/s)"),
   "server CPU per request in (b), by thread: \(.predict.cpu_us_per_request | to_entries | map(select(.value > 0)) | map("\(.key) \(.value) us") | join(", "))",
   "  where it goes (b):   \(.predict | breakdown) us",
   "  where it goes (b16): \(.batched | breakdown) us",
