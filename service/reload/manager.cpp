@@ -109,7 +109,7 @@ std::vector<api::RepositoryEntry> Manager::index() const {
 }
 
 Result<std::vector<std::unique_ptr<api::Model>>> Manager::load_initial() {
-  auto models = repository::scan(config_.repository);
+  auto models = repository::scan(config_.repository, repository::ReadAt::kStartUp);
   if (!models) return tl::unexpected(std::move(models.error()).with_context("reading --model-repository"));
   if (models->empty()) {
     return make_error(Error::Code::kNotFound, config_.repository + ": no model directory (DIR/<model>/<version>/model.pt)", "model_repository");
@@ -121,8 +121,8 @@ Result<std::vector<std::unique_ptr<api::Model>>> Manager::load_initial() {
     std::optional<features::ModelSpec> contract;
     std::string failures;
     for (const auto& v : model.versions) {
-      // What was complete before anything watched stays so; later versions
-      // complete by the watcher's word or their marker.
+      // What was there at start-up stays complete; later versions complete
+      // by the watcher's word, their marker or a load call.
       if (v.complete) renamed_.insert(v.dir);
       (void)to_be_loaded(model.name, v, want);
     }
@@ -140,6 +140,7 @@ Result<std::vector<std::unique_ptr<api::Model>>> Manager::load_initial() {
       }
       if (!contract) contract = (*loaded)->spec();
       set_entry(model.name, v.number, "READY");
+      log(LogLevel::kInfo, "version loaded at start-up", {{"model", model.name}, {"version", v.number}, {"complete", v.why}});
       out.push_back(std::move(*loaded));
     }
     if (!contract) {
@@ -289,7 +290,7 @@ void Manager::serve_request(Request& r) {
   }
   unloaded_.erase(r.name);
   service_->models().set_unloaded(r.name, false);
-  auto model = repository::scan_model(config_.repository, r.name, renamed_, false);
+  auto model = repository::scan_model(config_.repository, r.name, repository::ReadAt::kLoadCall, renamed_);
   if (!model) {
     log(LogLevel::kWarning, "model directory unreadable; still serving what serves", {{"model", r.name}, {"reason", model.error().message}});
     return r.done(tl::unexpected(model.error()));
@@ -298,7 +299,7 @@ void Manager::serve_request(Request& r) {
 }
 
 void Manager::reconcile_all() {
-  auto models = repository::scan(config_.repository, renamed_, false);
+  auto models = repository::scan(config_.repository, repository::ReadAt::kPolling, renamed_);
   if (!models) {
     log(LogLevel::kWarning, "repository unreadable; still serving what serves", {{"reason", models.error().message}});
     return;
@@ -321,16 +322,6 @@ Status Manager::reconcile(repository::Model& model, bool asked) {
   if (!model.policy) {
     log(LogLevel::kWarning, "version policy refused; still serving what serves", {{"model", name}, {"reason", model.policy.error().message}});
     return tl::unexpected(model.policy.error());
-  }
-  // A load call says the directories are complete (explicit mode's contract).
-  if (asked && config_.control_mode == ControlMode::kExplicit) {
-    for (auto& v : model.versions) {
-      std::error_code ec;
-      if (!v.complete && fs::exists(v.dir / "model.pt", ec) && fs::exists(v.dir / "model.yaml", ec)) {
-        v.complete = true;
-        v.why = "named by a load call";
-      }
-    }
   }
   const auto want = repository::wanted(*model.policy, model.versions);
   auto& table = service_->models();

@@ -66,8 +66,9 @@ Result<Policy> parse_version_policy(const std::string& file, const YamlNode& nod
   return policy;
 }
 
+// The last modification and, for a directory, its last change (ns).
 struct Times {
-  std::int64_t change = 0, modify = 0;  // ns
+  std::int64_t change = 0, modify = 0;
 };
 
 std::optional<Times> times_of(const fs::path& p) {
@@ -91,16 +92,13 @@ bool in_atomic_writer_volume(const fs::path& dir) {
 }
 
 // Whether `dir` is complete by the header's rules, why, and its fingerprint.
-void judge(Version& v, const std::set<fs::path>& renamed, bool by_times) {
+void judge(Version& v, const std::set<fs::path>& renamed, ReadAt at) {
   std::error_code ec;
   bool has_pt = false, has_yaml = false, has_marker = false;
-  Times newest;
   std::string fingerprint;
   for (auto it = fs::recursive_directory_iterator(v.dir, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
     const auto t = times_of(it->path());
     if (!t) continue;  // removed meanwhile
-    newest.change = std::max(newest.change, t->change);
-    newest.modify = std::max(newest.modify, t->modify);
     const auto rel = fs::relative(it->path(), v.dir, ec).string();
     const auto size = it->is_regular_file(ec) ? it->file_size(ec) : 0;
     fingerprint += rel + ":" + std::to_string(size) + ":" + std::to_string(t->modify) + ";";
@@ -114,26 +112,26 @@ void judge(Version& v, const std::set<fs::path>& renamed, bool by_times) {
     v.why = std::string("no ") + (has_pt ? "model.yaml" : "model.pt") + " yet";
     return;
   }
+  v.complete = true;
   if (has_marker) {
-    v.complete = true;
     v.why = std::string("marker ") + kMarker;
   } else if (renamed.contains(v.dir)) {
-    v.complete = true;
     v.why = "moved into place";
   } else if (in_atomic_writer_volume(v.dir)) {
-    v.complete = true;
     v.why = "in a Kubernetes atomic-writer volume (..data)";
-  } else if (by_times && self && self->change >= std::max(newest.change, newest.modify) && self->change >= self->modify) {
-    v.complete = true;
-    v.why = "nothing in it changed since it arrived (a rename)";
+  } else if (at == ReadAt::kStartUp) {
+    v.why = "present at start-up";
+  } else if (at == ReadAt::kLoadCall) {
+    v.why = "named by a load call";
   } else {
+    v.complete = false;
     v.why = std::string("being written in place (or moved in unseen): waiting for the marker ") + kMarker;
   }
 }
 
 bool hidden(const fs::path& p) { return p.filename().string().starts_with("."); }
 
-Model read_model(const fs::path& dir, const std::string& name, const std::set<fs::path>& renamed, bool by_times) {
+Model read_model(const fs::path& dir, const std::string& name, const std::set<fs::path>& renamed, ReadAt at) {
   Model model{name, dir, Policy{}, {}};
   const fs::path policy_file = dir / kPolicyFile;
   std::error_code ec;
@@ -145,7 +143,7 @@ Model read_model(const fs::path& dir, const std::string& name, const std::set<fs
     const std::string number = it->path().filename().string();
     if (!is_version_number(number) || !it->is_directory(ec)) continue;
     Version v{number, dir / number, false, {}, {}};
-    judge(v, renamed, by_times);
+    judge(v, renamed, at);
     model.versions.push_back(std::move(v));
   }
   std::sort(model.versions.begin(), model.versions.end(),
@@ -187,26 +185,26 @@ Result<Policy> parse_policy(const std::string& text, const std::string& file) {
   return policy;
 }
 
-Result<std::vector<Model>> scan(const fs::path& root, const std::set<fs::path>& renamed, bool by_times) {
+Result<std::vector<Model>> scan(const fs::path& root, ReadAt at, const std::set<fs::path>& renamed) {
   std::error_code ec;
   std::vector<Model> models;
   auto it = fs::directory_iterator(root, ec);
   if (ec) return make_error(Error::Code::kNotFound, root.string() + ": cannot read the model repository: " + ec.message(), "model_repository");
   for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
     if (hidden(it->path()) || !it->is_directory(ec)) continue;
-    models.push_back(read_model(it->path(), it->path().filename().string(), renamed, by_times));
+    models.push_back(read_model(it->path(), it->path().filename().string(), renamed, at));
   }
   std::sort(models.begin(), models.end(), [](const Model& a, const Model& b) { return a.name < b.name; });
   return models;
 }
 
-Result<Model> scan_model(const fs::path& root, const std::string& name, const std::set<fs::path>& renamed, bool by_times) {
+Result<Model> scan_model(const fs::path& root, const std::string& name, ReadAt at, const std::set<fs::path>& renamed) {
   if (auto ok = check_model_name(name); !ok) return tl::unexpected(ok.error());
   std::error_code ec;
   if (!fs::is_directory(root / name, ec)) {
     return make_error(Error::Code::kNotFound, "no model '" + name + "' in the repository", "name");
   }
-  return read_model(root / name, name, renamed, by_times);
+  return read_model(root / name, name, renamed, at);
 }
 
 std::vector<std::string> wanted(const Policy& policy, const std::vector<Version>& versions) {

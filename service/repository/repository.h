@@ -6,23 +6,25 @@
 // reading: which versions exist, which are complete, which the policy wants.
 // What to do about them is reload/'s.
 //
-// A version directory counts only when complete, since a tool may still be
-// copying it. Any one of these makes it complete (docs/operate.md):
-//   1. its marker file, kMarker, exists (a tool writing in place writes it
-//      last);
-//   2. it appeared by a rename (written elsewhere on the same filesystem,
-//      then moved into place): the watcher saw the move (reload/), or, for
-//      what was there before anything watched (start-up: by_times), the
-//      directory's change time is not older than anything in it — a rename
-//      sets the moved directory's ctime, while a copy in place writes its
-//      files after the directory last changed. Timestamps are one kernel
-//      tick coarse, so a copy in place caught within the tick of its last
-//      file's creation passes for renamed: after start-up only the watcher's
-//      word counts;
-//   3. it lives in a Kubernetes atomic-writer volume (configMap, secret,
-//      projected, downwardAPI; git-sync works the same way): its real path
-//      goes through a "..<timestamp>" directory, which the kubelet swaps in
-//      through the `..data` symlink only when every file is written.
+// A version directory counts only when complete. When the repository is
+// read decides what that takes (ReadAt):
+//   - at start-up, and for a model a load call names, what is there is
+//     complete: the tool that put it there is done (Triton's and TF
+//     Serving's rule; a load call is itself the signal). A half-written one
+//     fails to load with its reason, and is tried again once its files
+//     change;
+//   - while polling, a tool may still be copying it, so one of these makes
+//     it complete (docs/operate.md):
+//     1. its marker file, kMarker, exists (a tool writing in place writes
+//        it last);
+//     2. it appeared by a rename (written elsewhere on the same filesystem,
+//        then moved into place) and the watcher saw the move (reload/);
+//     3. it lives in a Kubernetes atomic-writer volume (configMap, secret,
+//        projected, downwardAPI; git-sync works the same way): its real path
+//        goes through a "..<timestamp>" directory, which the kubelet swaps
+//        in through the `..data` symlink only when every file is written.
+//   Never a guess from timestamps: a directory's change time passed a small
+//   copy in place for a rename and refused a large one, by the kernel's tick.
 // A file changing under a version already served changes nothing: the
 // repository is read for versions not served yet.
 
@@ -78,16 +80,18 @@ struct Model {
   std::vector<Version> versions;  // every version directory, lowest first
 };
 
+// When the repository is read (the header's rules).
+enum class ReadAt { kStartUp, kLoadCall, kPolling };
+
 // Every model directory under `root`, hidden entries (".*", the kubelet's
 // "..data") left out. `renamed`: version directories a watcher saw moved
-// into place; `by_times`: whether rule 2 may also be judged from timestamps.
-// An error only when `root` itself cannot be read.
-Result<std::vector<Model>> scan(const std::filesystem::path& root, const std::set<std::filesystem::path>& renamed = {},
-                                bool by_times = true);
+// into place. An error only when `root` itself cannot be read.
+Result<std::vector<Model>> scan(const std::filesystem::path& root, ReadAt at,
+                                const std::set<std::filesystem::path>& renamed = {});
 
 // One model's directory only: what a load call names.
-Result<Model> scan_model(const std::filesystem::path& root, const std::string& name,
-                         const std::set<std::filesystem::path>& renamed = {}, bool by_times = true);
+Result<Model> scan_model(const std::filesystem::path& root, const std::string& name, ReadAt at,
+                         const std::set<std::filesystem::path>& renamed = {});
 
 // The complete versions the policy wants, lowest first.
 std::vector<std::string> wanted(const Policy& policy, const std::vector<Version>& versions);

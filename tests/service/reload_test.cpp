@@ -515,6 +515,33 @@ TEST(Reload, AVersionThatDoesNotFitTheCgroupLimitIsRefused) {
   fs::remove_all(repo);
 }
 
+// What a new user does, Triton's habit: `cp -r` a model into repo/<model>/1
+// (no marker, no rename), then start. The copy takes many kernel ticks
+// (model.pt written in chunks, a pause between): whatever its timing, what
+// is there at start-up is served.
+TEST(Reload, ACopyInPlaceBeforeStartIsServed) {
+  const auto repo = make_temp_dir("numaserve-reload-copied");
+  const fs::path v = repo / "ranker_a" / "1";
+  fs::create_directories(v);
+  fs::copy_file(demo().one / "model.yaml", v / "model.yaml");
+  std::ifstream in(demo().one / "model.pt", std::ios::binary);
+  const std::string weights((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  {
+    std::ofstream out(v / "model.pt", std::ios::binary);
+    const std::size_t chunk = weights.size() / 8 + 1;
+    for (std::size_t at = 0; at < weights.size(); at += chunk) {
+      out.write(weights.data() + at, static_cast<std::streamsize>(std::min(chunk, weights.size() - at)));
+      out.flush();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  Service service(repo, "explicit");
+  ASSERT_GT(service.served.pid, 0) << "never became ready";
+  EXPECT_EQ(service.serving(), "1");
+  EXPECT_NE(slurp(service.served.log).find("complete=\"present at start-up\""), std::string::npos) << slurp(service.served.log);
+  fs::remove_all(repo);
+}
+
 TEST(Reload, ExplicitModeNeedsTheAdminPortAndARepositoryItsNames) {
   const auto repo = make_temp_dir("numaserve-reload-cli");
   install(repo, "1", demo().one);

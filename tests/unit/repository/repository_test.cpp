@@ -124,8 +124,8 @@ TEST(Names, OnlyOnePathSegmentInsideTheRepository) {
 }
 
 TEST_F(RepositoryTest, AVersionMovedIntoPlaceIsComplete) {
-  moved_in("ranker", "1");
-  auto models = scan(root_);
+  const fs::path v = moved_in("ranker", "1");
+  auto models = scan(root_, ReadAt::kPolling, {v});
   ASSERT_TRUE(models) << models.error().message;
   ASSERT_EQ(models->size(), 1u);  // the hidden staging directory is not a model
   const auto& m = models->front();
@@ -138,8 +138,8 @@ TEST_F(RepositoryTest, ACopyInPlaceWaitsForItsMarker) {
   const fs::path v = root_ / "ranker" / "2";
   fs::create_directories(v);
   write(v / "model.yaml", "name: ranker");
-  {
-    auto m = scan_model(root_, "ranker");
+  for (const ReadAt at : {ReadAt::kStartUp, ReadAt::kLoadCall, ReadAt::kPolling}) {
+    auto m = scan_model(root_, "ranker", at);
     ASSERT_TRUE(m);
     EXPECT_FALSE(version_of(*m, "2").complete);
     EXPECT_NE(version_of(*m, "2").why.find("model.pt"), std::string::npos) << version_of(*m, "2").why;
@@ -152,12 +152,12 @@ TEST_F(RepositoryTest, ACopyInPlaceWaitsForItsMarker) {
   pt << " of the weights";
   pt.close();
   next_tick();
-  auto m = scan_model(root_, "ranker");
+  auto m = scan_model(root_, "ranker", ReadAt::kPolling);
   ASSERT_TRUE(m);
   EXPECT_FALSE(version_of(*m, "2").complete) << version_of(*m, "2").why;
   const std::string before = version_of(*m, "2").fingerprint;
   write(v / kMarker, "");
-  m = scan_model(root_, "ranker");
+  m = scan_model(root_, "ranker", ReadAt::kPolling);
   ASSERT_TRUE(m);
   EXPECT_TRUE(version_of(*m, "2").complete) << version_of(*m, "2").why;
   EXPECT_NE(version_of(*m, "2").fingerprint, before);
@@ -170,26 +170,55 @@ TEST_F(RepositoryTest, TheWatchersWordCountsAsARename) {
   write(v / "model.pt", "w");
   next_tick();
   write(v / "model.pt", "weights");  // written after the directory last changed
-  auto m = scan_model(root_, "ranker");
+  auto m = scan_model(root_, "ranker", ReadAt::kPolling);
   ASSERT_TRUE(m);
   EXPECT_FALSE(version_of(*m, "3").complete);
-  m = scan_model(root_, "ranker", {v});
+  m = scan_model(root_, "ranker", ReadAt::kPolling, {v});
   ASSERT_TRUE(m);
   EXPECT_TRUE(version_of(*m, "3").complete);
 }
 
-// After start-up the manager judges without timestamps: a version moved in
-// counts only when the watcher saw it (or by its marker).
-TEST_F(RepositoryTest, WithoutTimestampsOnlyTheWatchersWordOrTheMarkerCount) {
+// While polling, a version moved in counts only when the watcher saw it (or
+// by its marker): never by its timestamps.
+TEST_F(RepositoryTest, WhilePollingOnlyTheWatchersWordOrTheMarkerCount) {
   const fs::path v = moved_in("ranker", "4");
-  auto m = scan_model(root_, "ranker", {}, false);
+  auto m = scan_model(root_, "ranker", ReadAt::kPolling);
   ASSERT_TRUE(m);
   EXPECT_FALSE(version_of(*m, "4").complete) << version_of(*m, "4").why;
-  m = scan_model(root_, "ranker", {v}, false);
+  m = scan_model(root_, "ranker", ReadAt::kPolling, {v});
   EXPECT_TRUE(version_of(*m, "4").complete);
   write(v / kMarker, "");
-  m = scan_model(root_, "ranker", {}, false);
+  m = scan_model(root_, "ranker", ReadAt::kPolling);
   EXPECT_TRUE(version_of(*m, "4").complete);
+}
+
+// Triton's habit: `cp -r` a model into repo/<model>/1, then start, or call
+// load. What is there is complete however long the copy took (each chunk
+// of model.pt a kernel tick after the last: the change-time rule this
+// replaces passed such a copy or not by the tick); only while polling does
+// it wait for its marker.
+TEST_F(RepositoryTest, AtStartUpAndOnALoadCallWhatIsThereCounts) {
+  const fs::path v = root_ / "ranker" / "1";
+  fs::create_directories(v);
+  write(v / "model.yaml", "name: ranker");
+  {
+    std::ofstream pt(v / "model.pt", std::ios::binary);
+    for (int chunk = 0; chunk < 8; ++chunk) {
+      pt << std::string(1 << 16, static_cast<char>('a' + chunk));
+      pt.flush();
+      next_tick();
+    }
+  }
+  auto m = scan_model(root_, "ranker", ReadAt::kStartUp);
+  ASSERT_TRUE(m);
+  EXPECT_TRUE(version_of(*m, "1").complete) << version_of(*m, "1").why;
+  EXPECT_EQ(version_of(*m, "1").why, "present at start-up");
+  m = scan_model(root_, "ranker", ReadAt::kLoadCall);
+  EXPECT_TRUE(version_of(*m, "1").complete) << version_of(*m, "1").why;
+  EXPECT_EQ(version_of(*m, "1").why, "named by a load call");
+  m = scan_model(root_, "ranker", ReadAt::kPolling);
+  EXPECT_FALSE(version_of(*m, "1").complete);
+  EXPECT_NE(version_of(*m, "1").why.find(kMarker), std::string::npos) << version_of(*m, "1").why;
 }
 
 // The kubelet's atomic writer: files in "..<timestamp>/", "..data" a symlink
@@ -203,7 +232,7 @@ TEST_F(RepositoryTest, AnAtomicWriterVolumeIsCompleteThroughItsDataLink) {
   write(generation / "ranker" / "1" / "model.yaml", "name: ranker");
   fs::create_directory_symlink(generation.filename(), root_ / "..data");
   fs::create_directory_symlink(fs::path("..data") / "ranker", root_ / "ranker");
-  auto models = scan(root_);
+  auto models = scan(root_, ReadAt::kPolling);
   ASSERT_TRUE(models) << models.error().message;
   ASSERT_EQ(models->size(), 1u);
   ASSERT_EQ(models->front().versions.size(), 1u);
@@ -217,7 +246,7 @@ TEST_F(RepositoryTest, PolicyFileAndItsErrorsStayWithTheirModel) {
   write(root_ / "good" / kPolicyFile, "version_policy: all\nlabels: {stable: 1}\n");
   write(root_ / "bad" / kPolicyFile, "version_policy: {latest: -1}\n");
   fs::create_directories(root_ / "good" / "notes");  // not a version
-  auto models = scan(root_);
+  auto models = scan(root_, ReadAt::kStartUp);
   ASSERT_TRUE(models) << models.error().message;
   ASSERT_EQ(models->size(), 2u);
   const auto& bad = (*models)[0];
@@ -232,19 +261,19 @@ TEST_F(RepositoryTest, PolicyFileAndItsErrorsStayWithTheirModel) {
 
 TEST_F(RepositoryTest, VersionsSortByNumberAndLoadCallsNameOnlyModels) {
   for (const char* n : {"10", "9", "100"}) moved_in("ranker", n);
-  auto m = scan_model(root_, "ranker");
+  auto m = scan_model(root_, "ranker", ReadAt::kStartUp);
   ASSERT_TRUE(m);
   ASSERT_EQ(m->versions.size(), 3u);
   EXPECT_EQ(m->versions[0].number, "9");
   EXPECT_EQ(m->versions[2].number, "100");
   EXPECT_EQ(wanted(m->policy.value(), m->versions), (std::vector<std::string>{"100"}));
-  auto outside = scan_model(root_, "../" + root_.filename().string());
+  auto outside = scan_model(root_, "../" + root_.filename().string(), ReadAt::kLoadCall);
   ASSERT_FALSE(outside);
   EXPECT_EQ(outside.error().code, Error::Code::kInvalidArgument);
-  auto missing = scan_model(root_, "absent");
+  auto missing = scan_model(root_, "absent", ReadAt::kLoadCall);
   ASSERT_FALSE(missing);
   EXPECT_EQ(missing.error().code, Error::Code::kNotFound);
-  EXPECT_FALSE(scan(root_ / "absent"));
+  EXPECT_FALSE(scan(root_ / "absent", ReadAt::kStartUp));
 }
 
 }  // namespace
