@@ -63,6 +63,22 @@ void install(const fs::path& repo, const std::string& number, const fs::path& fr
   fs::rename(staging, repo / "ranker_a" / number);
 }
 
+// Copies `from` to `to` as a slow `cp` does: in 8 chunks, `pause` after each
+// (many kernel timestamp ticks in all), then `after_chunk()`.
+void copy_slowly(const fs::path& from, const fs::path& to, std::chrono::milliseconds pause,
+                 const std::function<void()>& after_chunk = [] {}) {
+  std::ifstream in(from, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::ofstream out(to, std::ios::binary);
+  const std::size_t chunk = bytes.size() / 8 + 1;
+  for (std::size_t at = 0; at < bytes.size(); at += chunk) {
+    out.write(bytes.data() + at, static_cast<std::streamsize>(std::min(chunk, bytes.size() - at)));
+    out.flush();
+    std::this_thread::sleep_for(pause);
+    after_chunk();
+  }
+}
+
 // Polls `done` every 10 ms until it holds; false after `seconds`.
 bool eventually(double seconds, const std::function<bool()>& done) {
   for (auto deadline = Clock::now() + std::chrono::duration<double>(seconds); Clock::now() < deadline;) {
@@ -371,18 +387,8 @@ TEST(Reload, PollModeWaitsForACopyInPlaceToFinishAndSeesItsMarker) {
   const fs::path v = repo / "ranker_a" / "2";
   fs::create_directories(v);
   fs::copy_file(demo().two / "model.yaml", v / "model.yaml");
-  std::ifstream in(demo().two / "model.pt", std::ios::binary);
-  const std::string weights((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  {
-    std::ofstream out(v / "model.pt", std::ios::binary);
-    const std::size_t chunk = weights.size() / 8 + 1;
-    for (std::size_t at = 0; at < weights.size(); at += chunk) {
-      out.write(weights.data() + at, static_cast<std::streamsize>(std::min(chunk, weights.size() - at)));
-      out.flush();
-      std::this_thread::sleep_for(std::chrono::milliseconds(150));
-      EXPECT_EQ(service.serving(), "1") << "loaded while still being copied";
-    }
-  }
+  copy_slowly(demo().two / "model.pt", v / "model.pt", std::chrono::milliseconds(150),
+              [&] { EXPECT_EQ(service.serving(), "1") << "loaded while still being copied"; });
   std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // rescans and events come and go
   EXPECT_EQ(service.serving(), "1") << "a copy in place without its marker was loaded";
   EXPECT_EQ(service.entry("2").value("state", ""), "UNAVAILABLE") << service.index();
@@ -524,17 +530,7 @@ TEST(Reload, ACopyInPlaceBeforeStartIsServed) {
   const fs::path v = repo / "ranker_a" / "1";
   fs::create_directories(v);
   fs::copy_file(demo().one / "model.yaml", v / "model.yaml");
-  std::ifstream in(demo().one / "model.pt", std::ios::binary);
-  const std::string weights((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  {
-    std::ofstream out(v / "model.pt", std::ios::binary);
-    const std::size_t chunk = weights.size() / 8 + 1;
-    for (std::size_t at = 0; at < weights.size(); at += chunk) {
-      out.write(weights.data() + at, static_cast<std::streamsize>(std::min(chunk, weights.size() - at)));
-      out.flush();
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
+  copy_slowly(demo().one / "model.pt", v / "model.pt", std::chrono::milliseconds(20));
   Service service(repo, "explicit");
   ASSERT_GT(service.served.pid, 0) << "never became ready";
   EXPECT_EQ(service.serving(), "1");
