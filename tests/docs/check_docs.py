@@ -158,7 +158,8 @@ class Checker:
         if "<" in word or ">" in word or "..." in word or "…" in word or "$" in word or "|" in word:
             return  # a placeholder or an elided path, not one file
         for path in self.expand(word):
-            if any(path.startswith(folder) for folder in self.ignored):
+            # The folder itself (`tests/clients/.venv`, made by a test run) or anything in it.
+            if any((path.rstrip("/") + "/").startswith(folder) for folder in self.ignored):
                 continue
             self.paths += 1
             full = os.path.join(self.root, path)
