@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <stdexcept>
 
 #include "api/errors.h"
 #include "numaserve/common/duration.h"
@@ -31,10 +30,22 @@ batching::BatcherConfig batching_of(const ServiceConfig& config, const Placement
 
 }  // namespace
 
-Service::Service(Parts parts)
+Result<std::unique_ptr<Service>> Service::create(Parts parts) {
+  auto models = std::move(parts.models);
+  std::unique_ptr<Service> service(new Service(std::move(parts), model_names(models)));
+  // Start-up refuses two models of one name (--model-dir) and versions of
+  // one name whose feature contracts differ (the repository's manager); a
+  // refusal here is a caller's bug, reported as an error, not thrown.
+  for (auto& m : models) {
+    if (auto added = service->models_.add(std::move(m)); !added) return tl::unexpected(added.error());
+  }
+  return service;
+}
+
+Service::Service(Parts parts, std::vector<std::string> model_names)
     : config_(std::move(parts.config)),
       placement_(std::move(parts.placement)),
-      models_(model_names(parts.models)),
+      models_(std::move(model_names)),
       store_(std::move(parts.store)),
       prepare_worker_thread_(std::move(parts.prepare_worker_thread)),
       transport_gauges_(std::move(parts.transport_gauges)),
@@ -51,14 +62,7 @@ Service::Service(Parts parts)
                }),
       readiness_(placement_.plan.workers.size(), config_.wait_for_group),
       warmup_left_(placement_.plan.workers.size(), 0),
-      warm_queues_(placement_.plan.workers.size()) {
-  // Start-up refuses two models of one name (--model-dir) and versions of
-  // one name whose feature contracts differ (the repository's manager), so
-  // no add can be refused: if one is, it is a bug.
-  for (auto& m : parts.models) {
-    if (auto added = models_.add(std::move(m)); !added) throw std::invalid_argument(added.error().message);
-  }
-}
+      warm_queues_(placement_.plan.workers.size()) {}
 
 void Service::start_worker(std::size_t worker) {
   // Pin first: the runtime's thread pool the first forward creates inherits

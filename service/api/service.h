@@ -86,7 +86,9 @@ class RepositoryControl {
 
 class Service {
  public:
-  explicit Service(Parts parts);
+  // An error when its model table refuses one of parts.models (a version
+  // repeated, or one whose feature contract differs from its name's first).
+  static Result<std::unique_ptr<Service>> create(Parts parts);
   Service(const Service&) = delete;
   Service& operator=(const Service&) = delete;
 
@@ -145,6 +147,7 @@ class Service {
   std::string startup_summary() const;
 
  private:
+  Service(Parts parts, std::vector<std::string> model_names);  // the models are create()'s to add
   struct Pending;
   void complete(Pending& pending, batching::Outcome&& outcome);
   void warm_up_step(std::size_t worker);

@@ -265,7 +265,9 @@ int serve(const ServeOptions& o, const std::string& version, const Runtime& runt
                    [&server](metrics::Gauges& g) { transport_gauges(server, g); }, [&server](std::size_t w) { server.wake(w); }};
   parts.config.version = version;
   parts.config.wait_for_group = supervised;
-  api::Service service(std::move(parts));
+  auto made = api::Service::create(std::move(parts));
+  if (!made) return fail(made.error().message);
+  api::Service& service = **made;
   if (manager) service.attach(*manager);
   api::Router router(service, o.http.admin_port >= 0);
   if (auto started = start_serving(o, server, router); !started) return fail(started.error().message);

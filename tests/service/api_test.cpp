@@ -67,7 +67,7 @@ class Running {
         std::move(*feature_store::Entities::load(demo_dir() / "store.jsonl")), specs));
     parts.models = std::move(models);
     parts.prepare_worker_thread = model::set_intra_op_threads;
-    service_ = std::make_unique<Service>(std::move(parts));
+    service_ = Service::create(std::move(parts)).value();
     router_ = std::make_unique<Router>(*service_, o.admin_port >= 0);
     EXPECT_TRUE(server_->start(*router_).has_value());
     EXPECT_TRUE(service_->readiness().wait_until_warm().has_value());

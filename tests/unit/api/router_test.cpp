@@ -116,7 +116,7 @@ class Harness {
       other->offset = 1000.f * std::stof(version);
       parts.models.push_back(std::move(other));
     }
-    service_ = std::make_unique<Service>(std::move(parts));
+    service_ = Service::create(std::move(parts)).value();
     router_ = std::make_unique<Router>(*service_, s.admin_port);
     router_->on_worker_start(0);
     for (std::size_t v = 0; v <= s.versions.size(); ++v) router_->on_turn(0);  // one warm-up forward per version
@@ -270,6 +270,24 @@ TEST(ModelTable, RefusesAnUnknownNameATakenVersionAndAnotherFeatureContract) {
   table.publish(prepared);
   EXPECT_EQ(table.resolve(std::nullopt, "4").value(), prepared);
   EXPECT_EQ(table.slot(prepared->slot), prepared);
+}
+
+// What the table refuses at start is an error from Service::create, not an
+// exception escaping start-up unlogged.
+TEST(ModelTable, AServiceWhoseModelsItRefusesIsAnError) {
+  const auto spec = fixture_spec();
+  Parts parts;
+  parts.placement.plan.workers.push_back({CpuSet{0}});
+  parts.store = feature_store::EmbeddedStore::open(feature_store::Entities::load(testing::fixtures_dir() / "features/store.jsonl").value(),
+                                                   {&spec}).value();
+  auto reseeded = fixture_spec();
+  reseeded.version = "2";
+  reseeded.hash_seed += 1;
+  parts.models.push_back(std::make_unique<FakeModel>(fixture_spec()));
+  parts.models.push_back(std::make_unique<FakeModel>(reseeded));
+  const auto made = Service::create(std::move(parts));
+  ASSERT_FALSE(made);
+  EXPECT_NE(made.error().message.find("hash_seed"), std::string::npos) << made.error().message;
 }
 
 TEST(Router, ARequestWithoutAnIdGetsOneOfItsOwn) {
