@@ -45,7 +45,7 @@ async def predict(request: Request):
         return JSONResponse(e.to_json(), status_code=e.status)
     with torch.inference_mode():
         scores = MODEL(dense, indices, offsets)
-    return Response(json.dumps({"model": SPEC.name, "version": SPEC.version, "request_id": parsed.request_id,
+    return Response(json.dumps({"model": SPEC.name, "model_version": SPEC.version, "request_id": parsed.request_id,
                                 "scores": scores.reshape(-1).tolist()}),
                     media_type="application/json")
 

@@ -342,7 +342,7 @@ std::string to_json(const PredictResponse& response) {
   // cost more than the rest of the reply. Keys in nlohmann's dump order,
   // null for NaN/inf.
   std::string out;
-  out.reserve(80 + response.model.size() + 2 * response.version.size() + response.request_id.size() +
+  out.reserve(80 + response.model.size() + response.version.size() + response.request_id.size() +
               24 * response.scores.size());
   out += R"({"model":)";
   out += json(response.model).dump();
@@ -366,9 +366,7 @@ std::string to_json(const PredictResponse& response) {
     // A score stays a float to parsers that tell 1 from 1.0.
     if (std::string_view(number, written.ptr).find_first_of(".e") == std::string_view::npos) out += ".0";
   }
-  out += R"(],"version":)";
-  out += json(response.version).dump();
-  out += '}';
+  out += "]}";
   return out;
 }
 

@@ -4,9 +4,8 @@
 //    "user": {"id": "u1", "features"?: {...}},
 //    "context"?: {"hour": 13},
 //    "items": [{"id": "i1", "features"?: {...}}, ...]}
-// and the reply {"model", "model_version", "request_id", "scores": [...],
-// "version"} ("version" is "model_version" under its older name), as plain
-// types and their JSON codec (both the API's, not the transport's).
+// and the reply {"model", "model_version", "request_id", "scores": [...]},
+// as plain types and their JSON codec (both the API's, not the transport's).
 // Feature values are numbers, strings, or lists of strings (integer ids in a
 // list are taken as their decimal text). Every rejection names the field a
 // client wrote: "items[3].features.price: want a number, a string or a list".

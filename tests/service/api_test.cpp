@@ -117,7 +117,7 @@ TEST(Predict, ScoresEqualADirectForwardOnTheSameTensors) {
   ASSERT_EQ(res->status, 200) << res->body;
   const json body = json::parse(res->body);
   EXPECT_EQ(body["model"], "ranker_a");  // the first model is the default
-  EXPECT_EQ(body["version"], "1");
+  EXPECT_EQ(body["model_version"], "1");
   EXPECT_EQ(body["request_id"], "r-1");
 
   auto request = api::parse_predict_request(kPredict, {});

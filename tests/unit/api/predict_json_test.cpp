@@ -240,7 +240,7 @@ TEST(PredictJson, TooManyFeaturesOrIdsNameTheLimit) {
 TEST(PredictJson, ResponseCarriesScoresInOrder) {
   const auto body = nlohmann::json::parse(to_json({"ranker_a", "3", "r-1", {0.25f, 0.5f}}));
   EXPECT_EQ(body["model"], "ranker_a");
-  EXPECT_EQ(body["version"], "3");
+  EXPECT_EQ(body["model_version"], "3");
   EXPECT_EQ(body["request_id"], "r-1");
   EXPECT_EQ(body["scores"], nlohmann::json::parse("[0.25, 0.5]"));
 }
@@ -255,7 +255,7 @@ TEST(PredictJson, ResponseIsExactJsonForAnyScoreAndId) {
   const std::string text = to_json({"ranker_a", "v\"2", id, scores});
   const auto body = nlohmann::json::parse(text);
   EXPECT_EQ(body["request_id"], id);
-  EXPECT_EQ(body["version"], "v\"2");
+  EXPECT_EQ(body["model_version"], "v\"2");
   ASSERT_EQ(body["scores"].size(), scores.size());
   for (std::size_t i = 0; i < scores.size(); ++i) {
     if (!std::isfinite(scores[i])) {
@@ -268,7 +268,7 @@ TEST(PredictJson, ResponseIsExactJsonForAnyScoreAndId) {
   // score in the shortest text that reads back as the same float32 (nlohmann
   // widens it to a double: 0.1f is 0.10000000149011612 there), a float
   // always with its point or exponent.
-  std::string want = nlohmann::json{{"model", "ranker_a"}, {"model_version", "v\"2"}, {"version", "v\"2"}, {"request_id", id},
+  std::string want = nlohmann::json{{"model", "ranker_a"}, {"model_version", "v\"2"}, {"request_id", id},
                                     {"scores", nlohmann::json::array()}}.dump();
   want.replace(want.find("[]"), 2, "[0.17319746,1e-30,3.4e+38,-0.0,1.0,0.33333334,0.1,123456.0,null,null,1e-45]");
   EXPECT_EQ(text, want);

@@ -179,7 +179,7 @@ TEST(Router, PredictScoresTheRowsExtractionBuildsInRequestOrder) {
   ASSERT_EQ(reply.status, 200) << reply.body;
   const json body = json::parse(reply.body);
   EXPECT_EQ(body["model"], h.model().spec().name);
-  EXPECT_EQ(body["version"], h.model().spec().version);
+  EXPECT_EQ(body["model_version"], h.model().spec().version);
   EXPECT_EQ(body["request_id"], "r-1");
   const auto request = parse_predict_request(kPredict, {}).value();
   const auto expected = FakeModel::scores(feature_store::extract(h.model().spec(), request.features, h.entities()).value());
