@@ -21,7 +21,7 @@
 namespace {
 
 constexpr const char* kProgram = "numaserve";
-constexpr const char* kVersion = "0.1.0";
+constexpr const char* kVersion = NUMASERVE_VERSION;
 
 int health(const numaserve::serve::HealthOptions& o) {
   auto status = numaserve::http::probe(static_cast<int>(o.port), o.path, o.timeout_seconds);
