@@ -61,8 +61,8 @@ Answer repository_index(Service& service, Call& call) {
   }
   auto out = nlohmann::json::array();
   for (const auto& e : (*control)->index()) {
-    if (only_ready && e.state != "READY") continue;
-    nlohmann::json entry{{"name", e.name}, {"version", e.version}, {"state", e.state}};
+    if (only_ready && e.state != repository::VersionState::kReady) continue;
+    nlohmann::json entry{{"name", e.name}, {"version", e.version}, {"state", repository::state_name(e.state)}};
     if (!e.reason.empty()) entry["reason"] = e.reason;
     out.push_back(std::move(entry));
   }

@@ -36,6 +36,7 @@
 #include "metrics/metrics.h"
 #include "numa/numa.h"
 #include "numaserve/common/placement.h"
+#include "repository/plan.h"
 #include "threads/threads.h"
 
 namespace numaserve::api {
@@ -71,7 +72,7 @@ struct Parts {
 // (reload/'s manager), so api/ need not know how a version is loaded.
 struct RepositoryEntry {
   std::string name, version;
-  std::string state;  // READY, LOADING, UNAVAILABLE, UNLOADING (Triton's repository extension)
+  repository::VersionState state = repository::VersionState::kUnavailable;
   std::string reason;
 };
 class RepositoryControl {

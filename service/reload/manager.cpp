@@ -20,12 +20,11 @@ namespace numaserve::reload {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+using repository::VersionState;
 
 namespace {
 
-// Why a version left: the index keeps saying it once the version is freed,
-// the same words a later rescan writes for a version the policy leaves out.
-constexpr const char* kNotWanted = "not wanted by the version policy";
+// Why a version left: the index keeps saying it once the version is freed.
 constexpr const char* kUnloadCall = "unloaded";
 
 constexpr auto kRetireCheck = std::chrono::milliseconds(50);
@@ -44,8 +43,6 @@ std::vector<std::string> served_numbers(const api::ModelTable& table, const std:
   for (const auto& v : table.versions(name)) out.push_back(v->version);
   return out;
 }
-
-bool contains(const std::vector<std::string>& v, const std::string& s) { return std::find(v.begin(), v.end(), s) != v.end(); }
 
 // A model's name is its directory's: model.yaml must say the same.
 Status same_name(const std::string& name, const repository::Version& v, const api::Model& loaded) {
@@ -91,7 +88,7 @@ Manager::~Manager() {
   if (event_fd_ >= 0) ::close(event_fd_);
 }
 
-void Manager::set_entry(const std::string& name, const std::string& version, std::string state, std::string reason) {
+void Manager::set_entry(const std::string& name, const std::string& version, VersionState state, std::string reason) {
   std::lock_guard lock(mutex_);
   entries_[name][version] = api::RepositoryEntry{name, version, std::move(state), std::move(reason)};
 }
@@ -117,29 +114,30 @@ Result<std::vector<std::unique_ptr<api::Model>>> Manager::load_initial() {
   std::vector<std::unique_ptr<api::Model>> out;
   for (const auto& model : *models) {
     if (!model.policy) return tl::unexpected(model.policy.error());
-    const auto want = repository::wanted(*model.policy, model.versions);
+    // Nothing serves and nothing failed yet: the plan loads what the policy wants.
+    const repository::Plan plan = repository::plan({&model, {}, {}, {}, true, config_.availability});
     std::optional<features::ModelSpec> contract;
     std::string failures;
     for (const auto& v : model.versions) {
       // What was there at start-up stays complete; later versions complete
       // by the watcher's word, their marker or a load call.
       if (v.complete) renamed_.insert(v.dir);
-      (void)to_be_loaded(model.name, v, want);
     }
-    for (const auto& number : want) {
+    for (const auto& u : plan.unavailable) set_entry(model.name, u.version, VersionState::kUnavailable, u.reason);
+    for (const auto& number : plan.load) {
       const auto& v = *std::find_if(model.versions.begin(), model.versions.end(), [&](const auto& x) { return x.number == number; });
       auto loaded = loader_(v.dir, v.number, 1.0);  // nothing serves yet
       Status ok = loaded ? same_name(model.name, v, **loaded) : Status(tl::unexpected(loaded.error()));
       if (ok && contract) ok = features::same_feature_contract(*contract, (*loaded)->spec());
       if (!ok) {
         failed_[model.name + "/" + v.number] = v.fingerprint;
-        set_entry(model.name, v.number, "UNAVAILABLE", ok.error().message);
+        set_entry(model.name, v.number, VersionState::kUnavailable, ok.error().message);
         failures += (failures.empty() ? "" : "; ") + ok.error().message;
         log(LogLevel::kWarning, "version not loaded", {{"model", model.name}, {"version", v.number}, {"reason", ok.error().message}});
         continue;
       }
       if (!contract) contract = (*loaded)->spec();
-      set_entry(model.name, v.number, "READY");
+      set_entry(model.name, v.number, VersionState::kReady);
       log(LogLevel::kInfo, "version loaded at start-up", {{"model", model.name}, {"version", v.number}, {"complete", v.why}});
       out.push_back(std::move(*loaded));
     }
@@ -311,7 +309,7 @@ void Manager::reconcile_all() {
       continue;
     }
     for (const auto& v : m.versions) {
-      set_entry(m.name, v.number, "UNAVAILABLE",
+      set_entry(m.name, v.number, VersionState::kUnavailable,
                 "a model added after start needs a restart (the feature store was opened for the models served at start)");
     }
   }
@@ -323,66 +321,47 @@ Status Manager::reconcile(repository::Model& model, bool asked) {
     log(LogLevel::kWarning, "version policy refused; still serving what serves", {{"model", name}, {"reason", model.policy.error().message}});
     return tl::unexpected(model.policy.error());
   }
-  const auto want = repository::wanted(*model.policy, model.versions);
   auto& table = service_->models();
-  const auto served = served_numbers(table, name);
-  std::vector<const repository::Version*> to_load;
+  repository::PlanInput input{&model, served_numbers(table, name), {}, failed_of(name), asked, config_.availability};
   {
     std::lock_guard lock(mutex_);
-    auto& entries = entries_[name];
-    // Versions gone from disk and not served leave the index.
-    std::erase_if(entries, [&](const auto& e) {
-      return !contains(served, e.first) && e.second.state != "UNLOADING" &&
-             std::none_of(model.versions.begin(), model.versions.end(), [&](const auto& v) { return v.number == e.first; });
-    });
+    for (const auto& [number, e] : entries_[name]) input.shown[number] = e.state;
   }
-  for (const auto& v : model.versions) {
-    if (contains(served, v.number)) continue;
-    if (!to_be_loaded(name, v, want)) continue;
-    const auto failed = failed_.find(name + "/" + v.number);
-    if (asked || failed == failed_.end() || failed->second != v.fingerprint) to_load.push_back(&v);
+  const repository::Plan plan = repository::plan(input);
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& number : plan.forget) entries_[name].erase(number);
   }
-  std::vector<std::string> to_unload;
-  for (const auto& number : served) {
-    if (!contains(want, number)) to_unload.push_back(number);
-  }
+  for (const auto& u : plan.unavailable) set_entry(name, u.version, VersionState::kUnavailable, u.reason);
   Status result;
-  auto load_all = [&] {
-    for (const auto* v : to_load) {
-      if (auto ok = load_version(model, *v, asked); !ok && result) result = ok;
+  auto load = [&](const std::vector<std::string>& numbers, bool asked_now) {
+    for (const auto& number : numbers) {
+      const auto v = std::find_if(model.versions.begin(), model.versions.end(), [&](const auto& x) { return x.number == number; });
+      if (v == model.versions.end()) continue;  // a retired version gone from disk cannot come back
+      if (auto ok = load_version(model, *v, asked_now); !ok && result) result = ok;
     }
   };
-  if (!config_.availability && !to_load.empty()) {
+  if (plan.retire_first) {
     // resource: the old versions go first, so only one is in memory.
-    for (const auto& number : to_unload) retire(name, number, kNotWanted);
+    for (const auto& number : plan.retire) retire(name, number, repository::kNotWanted);
     free_retired(true);
-    load_all();
-    if (table.versions(name).empty()) {
-      for (const auto& v : model.versions) {
-        if (contains(to_unload, v.number)) (void)load_version(model, v, true);
-      }
-    }
-  } else {
-    load_all();
-    // Never the last version serving, unless one the policy wants serves.
-    const auto now = served_numbers(table, name);
-    const bool wanted_serves = std::any_of(now.begin(), now.end(), [&](const auto& n) { return contains(want, n); });
-    if (!wanted_serves && !to_unload.empty()) to_unload.pop_back();  // keep the highest
-    for (const auto& number : to_unload) retire(name, number, kNotWanted);
+  }
+  load(plan.load, asked);
+  load(repository::restore(plan, served_numbers(table, name)), true);
+  for (const auto& number : repository::retire_after_loads(plan, served_numbers(table, name))) {
+    retire(name, number, repository::kNotWanted);
   }
   apply_labels(name, model.policy->labels);
   return result;
 }
 
-bool Manager::to_be_loaded(const std::string& name, const repository::Version& v, const std::vector<std::string>& want) {
-  if (!v.complete) {
-    set_entry(name, v.number, "UNAVAILABLE", v.why);
-  } else if (!contains(want, v.number)) {
-    set_entry(name, v.number, "UNAVAILABLE", kNotWanted);
-  } else {
-    return true;
+std::map<std::string, std::string> Manager::failed_of(const std::string& name) const {
+  std::map<std::string, std::string> out;
+  const std::string prefix = name + "/";
+  for (const auto& [key, fingerprint] : failed_) {
+    if (key.starts_with(prefix)) out[key.substr(prefix.size())] = fingerprint;
   }
-  return false;
+  return out;
 }
 
 Status Manager::check_memory(const repository::Version& v) const {
@@ -407,7 +386,7 @@ Status Manager::check_memory(const repository::Version& v) const {
 Status Manager::load_version(const repository::Model& model, const repository::Version& v, bool asked) {
   const std::string& name = model.name;
   const std::string key = name + "/" + v.number;
-  set_entry(name, v.number, "LOADING");
+  set_entry(name, v.number, VersionState::kLoading);
   const auto started = Clock::now();
   std::string result = "memory";
   Status ok;
@@ -453,7 +432,7 @@ Status Manager::load_version(const repository::Model& model, const repository::V
     if (!e.message.starts_with("model " + name + " version ")) e.message = "model " + name + " version " + v.number + ": " + e.message;
     if (e.field.empty()) e.field = "version";
     failed_[key] = v.fingerprint;
-    set_entry(name, v.number, "UNAVAILABLE", ok.error().message);
+    set_entry(name, v.number, VersionState::kUnavailable, ok.error().message);
     service_->metrics().count_load(name, result);
     log(LogLevel::kWarning, "version refused; what served still serves",
         {{"model", name}, {"version", v.number}, {"result", result}, {"reason", ok.error().message}, {"asked", asked ? "true" : "false"}});
@@ -461,7 +440,7 @@ Status Manager::load_version(const repository::Model& model, const repository::V
   }
   failed_.erase(key);
   service_->models().publish(prepared);
-  set_entry(name, v.number, "READY");
+  set_entry(name, v.number, VersionState::kReady);
   service_->metrics().count_load(name, "ok");
   service_->metrics().observe_load(name, load_seconds, warm_seconds);
   log(LogLevel::kInfo, "version serving",
@@ -471,7 +450,7 @@ Status Manager::load_version(const repository::Model& model, const repository::V
 
 void Manager::retire(const std::string& name, const std::string& version, const char* why) {
   if (auto held = service_->models().remove(name, version)) {
-    set_entry(name, version, "UNLOADING");
+    set_entry(name, version, VersionState::kUnloading);
     retiring_.push_back(Retiring{std::move(held), why});
   }
 }
@@ -499,7 +478,7 @@ void Manager::free_retired(bool wait) {
       });
       for (auto& f : freed) {
         log(LogLevel::kInfo, "version unloaded", {{"model", f.name}, {"version", f.version}});
-        set_entry(f.name, f.version, "UNAVAILABLE", std::move(f.why));
+        set_entry(f.name, f.version, VersionState::kUnavailable, std::move(f.why));
       }
     }
     if (!wait || retiring_.empty() || Clock::now() >= deadline) break;

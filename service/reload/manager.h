@@ -10,7 +10,10 @@
 // serve: the manager's thread inherits its CPUs and memory policy, so every
 // later version's weights are local too.
 //
-// A change, on the manager's thread, one model at a time (reconcile):
+// A change, on the manager's thread, one model at a time (reconcile): the
+// model's directory is read (repository::scan_model), repository::plan
+// decides what to load and retire (every rule is there, pure), and this
+// acts:
 //   availability (default): load the new version -> check (signature,
 //   tables, a synthetic forward) -> the memory it needs fits the cgroup ->
 //   warm it on every worker (Service::warm: one forward per worker turn) ->
@@ -44,7 +47,7 @@
 
 #include "api/service.h"
 #include "reload/config.h"
-#include "repository/repository.h"
+#include "repository/plan.h"
 
 namespace numaserve::reload {
 
@@ -88,8 +91,8 @@ class Manager final : public api::RepositoryControl {
   void run();
   void reconcile_all();
   Status reconcile(repository::Model& model, bool asked);  // `model` as just read
-  // Records why a version that does not serve is not loaded; true when it is one to load.
-  bool to_be_loaded(const std::string& name, const repository::Version& v, const std::vector<std::string>& want);
+  // The versions of `name` that failed to load -> the fingerprint they failed with.
+  std::map<std::string, std::string> failed_of(const std::string& name) const;
   Status load_version(const repository::Model& model, const repository::Version& v, bool asked);
   Status check_memory(const repository::Version& v) const;
   void retire(const std::string& name, const std::string& version, const char* why);
@@ -99,7 +102,7 @@ class Manager final : public api::RepositoryControl {
   // thread per load because one cannot leave SCHED_IDLE without
   // CAP_SYS_NICE, so the manager's own could not be switched back.
   void on_load_thread(const std::function<void()>& work) const;
-  void set_entry(const std::string& name, const std::string& version, std::string state, std::string reason = {});
+  void set_entry(const std::string& name, const std::string& version, repository::VersionState state, std::string reason = {});
   void apply_labels(const std::string& name, const std::map<std::string, std::string>& labels);
   // A load or unload call, queued for the manager's thread (checked here first).
   void ask(Request::Kind kind, const std::string& name, std::function<void(Status)> done);

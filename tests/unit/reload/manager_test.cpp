@@ -1,0 +1,200 @@
+// The repository's manager on its own thread, acting on a real repository
+// in a temp dir for a real Service (router-less: the model table, warm-up,
+// metrics), with a fake loader in place of LibTorch: what the repository
+// and the load calls do to what serves and to the index, in milliseconds.
+// The rules themselves are plan_test.cpp's; this checks they are acted on.
+#include "reload/manager.h"
+
+#include <gtest/gtest.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <future>
+#include <thread>
+
+#include "fake_model.h"
+#include "feature_store/embedded.h"
+
+namespace numaserve::reload {
+namespace {
+
+namespace fs = std::filesystem;
+using repository::VersionState;
+
+class ManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() / ("numaserve-manager-" + std::to_string(::getpid()) + "-" +
+                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+  }
+  void TearDown() override {
+    if (manager_) manager_->stop();
+    service_.reset();
+    fs::remove_all(root_);
+  }
+
+  // A version written elsewhere and moved into place (complete while polling
+  // too); `weights` "corrupt" makes the fake loader refuse it.
+  void put(const std::string& number, const std::string& weights = "weights") {
+    const fs::path staging = root_ / (".m-" + number + "-" + weights);
+    fs::create_directories(staging);
+    std::ofstream(staging / "model.pt") << weights;
+    std::ofstream(staging / "model.yaml") << "name: m\n";
+    fs::create_directories(root_ / "m");
+    fs::rename(staging, root_ / "m" / number);
+  }
+
+  // Loads DIR as the fixture's model named "m" at `version`, counting calls.
+  Loader loader() {
+    return [this](const fs::path& dir, const std::string& version, double) -> Result<std::unique_ptr<api::Model>> {
+      std::ifstream in(dir / "model.pt");
+      std::string weights((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      {
+        std::lock_guard lock(mutex_);
+        ++loads_[version];
+      }
+      if (weights == "corrupt") return make_error(Error::Code::kInvalidArgument, "model.pt: not a TorchScript archive", "model");
+      auto spec = api::fixture_spec();
+      spec.name = "m";
+      spec.version = version;
+      return std::unique_ptr<api::Model>(std::make_unique<api::FakeModel>(spec));
+    };
+  }
+
+  // Start-up as startup.cpp runs it: the manager's first load, the service
+  // on what it loaded, then the manager's thread.
+  void start(ControlMode mode, bool availability = true) {
+    ReloadConfig config;
+    config.repository = root_.string();
+    config.control_mode = mode;
+    config.availability = availability;
+    config.idle_priority = false;
+    config.rescan_seconds = 0.05;
+    manager_ = std::make_unique<Manager>(config, loader());
+    auto models = manager_->load_initial();
+    ASSERT_TRUE(models.has_value()) << models.error().message;
+    cpu_set_t mask;
+    ASSERT_EQ(pthread_getaffinity_np(pthread_self(), sizeof mask, &mask), 0);
+    CpuSet own;
+    for (unsigned c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &mask)) own.insert(c);
+    }
+    api::Parts parts;
+    parts.config.warmup_rounds = 0;  // a version serves once prepared: no worker turns here
+    parts.placement.plan.cpus = own;
+    parts.placement.plan.workers.push_back({own});
+    const auto store = testing::fixtures_dir() / "features/store.jsonl";
+    parts.store = feature_store::EmbeddedStore::open(feature_store::Entities::load(store).value(), {&(*models)[0]->spec()}).value();
+    parts.models = std::move(*models);
+    service_ = api::Service::create(std::move(parts)).value();
+    ASSERT_TRUE(manager_->start(*service_).has_value());
+  }
+
+  Status call(bool load) {
+    auto promise = std::make_shared<std::promise<Status>>();
+    auto done = [promise](Status s) { promise->set_value(std::move(s)); };
+    if (load) manager_->load("m", done);
+    else manager_->unload("m", done);
+    auto future = promise->get_future();
+    if (future.wait_for(std::chrono::seconds(10)) != std::future_status::ready) return make_error(Error::Code::kUnavailable, "no answer in 10 s");
+    return future.get();
+  }
+
+  std::vector<std::string> serving() const {
+    std::vector<std::string> out;
+    for (const auto& v : service_->models().versions("m")) out.push_back(v->version);
+    return out;
+  }
+
+  // The index's entry for version `number`, once it shows `state` (up to 5 s).
+  std::optional<api::RepositoryEntry> shown(const std::string& number, VersionState state) const {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    do {
+      for (const auto& e : manager_->index()) {
+        if (e.version == number && e.state == state) return e;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    } while (std::chrono::steady_clock::now() < deadline);
+    return std::nullopt;
+  }
+
+  int loads(const std::string& version) {
+    std::lock_guard lock(mutex_);
+    return loads_[version];
+  }
+
+  fs::path root_;
+  std::unique_ptr<Manager> manager_;
+  std::unique_ptr<api::Service> service_;
+  std::mutex mutex_;
+  std::map<std::string, int> loads_;
+};
+
+TEST_F(ManagerTest, ALoadCallServesTheNewVersionAndFreesTheOld) {
+  put("1");
+  start(ControlMode::kExplicit);
+  EXPECT_EQ(serving(), std::vector<std::string>{"1"});
+  put("2");
+  ASSERT_TRUE(call(true).has_value());
+  EXPECT_EQ(serving(), std::vector<std::string>{"2"});
+  ASSERT_TRUE(shown("2", VersionState::kReady));
+  const auto old = shown("1", VersionState::kUnavailable);
+  ASSERT_TRUE(old);
+  EXPECT_EQ(old->reason, repository::kNotWanted);
+}
+
+TEST_F(ManagerTest, AVersionThatFailsLeavesWhatServesAndALoadCallTriesItAgain) {
+  put("1");
+  start(ControlMode::kExplicit);
+  put("2", "corrupt");
+  const Status first = call(true);
+  ASSERT_FALSE(first.has_value());
+  EXPECT_NE(first.error().message.find("model m version 2: model.pt: not a TorchScript archive"), std::string::npos) << first.error().message;
+  EXPECT_EQ(serving(), std::vector<std::string>{"1"});
+  const auto entry = shown("2", VersionState::kUnavailable);
+  ASSERT_TRUE(entry);
+  EXPECT_NE(entry->reason.find("not a TorchScript archive"), std::string::npos);
+  EXPECT_FALSE(call(true).has_value());
+  EXPECT_EQ(loads("2"), 2);  // a load call is the operator asking again
+}
+
+TEST_F(ManagerTest, PollingLoadsWhatAppearsAndRetriesAFailureOnlyOnceItsFilesChange) {
+  put("1");
+  start(ControlMode::kPoll);
+  put("2", "corrupt");
+  ASSERT_TRUE(shown("2", VersionState::kUnavailable));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // several rescans
+  EXPECT_EQ(loads("2"), 1);
+  EXPECT_EQ(serving(), std::vector<std::string>{"1"});
+  fs::remove_all(root_ / "m" / "2");
+  put("2");  // rewritten: new files, new fingerprint
+  ASSERT_TRUE(shown("2", VersionState::kReady));
+  EXPECT_EQ(serving(), std::vector<std::string>{"2"});
+}
+
+TEST_F(ManagerTest, ResourcePolicyLoadsTheOldVersionBackWhenTheNewOneFails) {
+  put("1");
+  start(ControlMode::kExplicit, /*availability=*/false);
+  put("2", "corrupt");
+  EXPECT_FALSE(call(true).has_value());
+  EXPECT_EQ(serving(), std::vector<std::string>{"1"});
+  EXPECT_EQ(loads("1"), 2);  // at start, then back after 2 failed
+}
+
+TEST_F(ManagerTest, AnUnloadHoldsUntilALoadCall) {
+  put("1");
+  start(ControlMode::kExplicit);
+  ASSERT_TRUE(call(false).has_value());
+  EXPECT_TRUE(serving().empty());
+  EXPECT_TRUE(service_->models().missing().empty());  // an operator's unload does not make it unready
+  ASSERT_TRUE(shown("1", VersionState::kUnavailable));
+  ASSERT_TRUE(call(true).has_value());
+  EXPECT_EQ(serving(), std::vector<std::string>{"1"});
+}
+
+}  // namespace
+}  // namespace numaserve::reload
