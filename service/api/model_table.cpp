@@ -17,6 +17,21 @@ ModelTable::ModelTable(std::vector<std::string> names) : names_(std::move(names)
   for (const auto& name : names_) entries_[name];
 }
 
+std::vector<std::string> ModelTable::names() const {
+  std::shared_lock lock(mutex_);
+  return names_;
+}
+
+std::size_t ModelTable::add_name(const std::string& name) {
+  std::unique_lock lock(mutex_);
+  const auto at = std::find(names_.begin(), names_.end(), name);
+  if (at != names_.end()) return static_cast<std::size_t>(at - names_.begin());
+  names_.push_back(name);
+  entries_[name];
+  unloaded_.insert(name);
+  return names_.size() - 1;
+}
+
 const ModelTable::Entry* ModelTable::entry(const std::string& name) const {
   const auto it = entries_.find(name);
   return it == entries_.end() ? nullptr : &it->second;
@@ -66,7 +81,7 @@ Result<std::shared_ptr<ServedVersion>> ModelTable::prepare(std::unique_ptr<Model
   const auto at = std::find(names_.begin(), names_.end(), spec.name);
   if (at == names_.end()) {
     return make_error(Error::Code::kInvalidArgument,
-                      "model " + spec.name + " was not served at start: the feature store was set up without it; a new model needs a restart",
+                      "model " + spec.name + " is not one this service serves (Service::add_model adds it)",
                       "model");
   }
   const Entry& e = *entry(spec.name);
@@ -89,6 +104,7 @@ void ModelTable::publish(HeldVersion version) {
   std::unique_lock lock(mutex_);
   Entry& e = entries_[version->name];
   if (!e.contract) e.contract = version->model->spec();
+  unloaded_.erase(version->name);  // it serves again: it counts for readiness
   std::erase_if(slots_, [](const auto& slot) { return slot.second.expired(); });
   slots_[version->slot] = version;
   e.versions[version->version] = std::move(version);

@@ -6,12 +6,12 @@
 // answered. The batcher keys batches by a version's slot, so a batch never
 // mixes versions.
 //
-// Which versions exist is decided by whoever adds them (today start-up,
-// from the --model-dir list); the table only holds what is ready, the
-// labels that point at ready versions, and each model's default: the
-// `stable` label when it is set, else the highest version (by number).
-// Model names are fixed at start (the feature store was opened for them);
-// versions come and go.
+// Which versions exist is decided by whoever adds them (start-up, the
+// repository's manager); the table only holds what is ready, the labels
+// that point at ready versions, and each model's default: the `stable`
+// label when it is set, else the highest version (by number). A model's
+// name is added once (Service::add_model: the feature store and metrics
+// get it first) and keeps its number; its versions come and go.
 
 #include <atomic>
 #include <cstddef>
@@ -39,11 +39,15 @@ using HeldVersion = std::shared_ptr<const ServedVersion>;
 
 class ModelTable {
  public:
-  // `names`, in order, are every model this table will ever serve; the
-  // first is the default model.
+  // `names`, in order, are the models served at start; the first is the
+  // default model.
   explicit ModelTable(std::vector<std::string> names);
 
-  const std::vector<std::string>& names() const { return names_; }
+  std::vector<std::string> names() const;  // in number order
+  // A model served from now on, numbered after the others (its number if
+  // it has one). It does not count for readiness until a version of it
+  // serves.
+  std::size_t add_name(const std::string& name);
 
   // The model a request names (nullopt: the default model) at the version
   // it names: a number, a label, or empty for the default version. 404
@@ -72,7 +76,8 @@ class ModelTable {
   std::map<std::string, std::string> labels(const std::string& name) const;
 
   // Readiness: every model must serve some version, but for the ones an
-  // operator unloaded (the repository's unload call), which do not count.
+  // operator unloaded (the repository's unload call, or its directory
+  // removed), which do not count until a version of them serves again.
   void set_unloaded(const std::string& name, bool unloaded);
   std::vector<std::string> missing() const;  // names that should serve and do not
 
@@ -85,7 +90,7 @@ class ModelTable {
   const Entry* entry(const std::string& name) const;
   HeldVersion default_of(const Entry& entry) const;
 
-  const std::vector<std::string> names_;
+  std::vector<std::string> names_;
   mutable std::shared_mutex mutex_;
   std::map<std::string, Entry> entries_;
   std::map<std::size_t, std::weak_ptr<const ServedVersion>> slots_;

@@ -64,6 +64,17 @@ Service::Service(Parts parts, std::vector<std::string> model_names)
       warmup_left_(placement_.plan.workers.size(), 0),
       warm_queues_(placement_.plan.workers.size()) {}
 
+Status Service::add_model(const features::ModelSpec& spec) {
+  const auto names = models_.names();
+  if (std::find(names.begin(), names.end(), spec.name) != names.end()) return {};
+  // Store and metrics first: once the table has the name, a request can
+  // reach them with its number.
+  if (auto added = store_->add_model(names.size(), spec); !added) return added;
+  metrics_.add_model(spec.name);
+  models_.add_name(spec.name);
+  return {};
+}
+
 void Service::start_worker(std::size_t worker) {
   // Pin first: the runtime's thread pool the first forward creates inherits
   // the worker's CPUs, and the buffers it touches land on the worker's node.

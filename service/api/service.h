@@ -114,6 +114,13 @@ class Service {
   void attach(RepositoryControl& control) { repository_ = &control; }
   RepositoryControl* repository() const { return repository_; }
 
+  // A model served from now on, added after start (the repository's
+  // manager, before its first version is prepared): the feature store
+  // builds what it needs for it (the embedded store's item cache), the
+  // metrics and the model table take its name. Nothing for a name already
+  // served. From one thread at a time, while the workers serve.
+  Status add_model(const features::ModelSpec& spec);
+
   // Warms `version` up on every worker before it is published: each worker
   // runs warmup_rounds forwards of warmup_rows rows, one per turn after
   // that turn's batch, so a reload adds at most one warm-up forward between

@@ -121,13 +121,26 @@ Result<features::Batch> extract(const features::ModelSpec& model, const features
 
 Result<std::unique_ptr<EmbeddedStore>> EmbeddedStore::open(std::unique_ptr<Entities> entities,
                                                            const std::vector<const features::ModelSpec*>& models) {
-  std::vector<features::ItemCache> caches;
-  for (const auto* model : models) {
-    auto cache = features::ItemCache::build(*model, [&](const features::EntityVisitor& visit) { entities->for_each_item(visit); });
-    if (!cache) return tl::unexpected(cache.error());
-    caches.push_back(std::move(*cache));
+  std::unique_ptr<EmbeddedStore> store(new EmbeddedStore(std::move(entities)));
+  for (std::size_t m = 0; m < models.size(); ++m) {
+    if (auto added = store->add_model(m, *models[m]); !added) return tl::unexpected(added.error());
   }
-  return std::unique_ptr<EmbeddedStore>(new EmbeddedStore(std::move(entities), std::move(caches)));
+  return store;
+}
+
+Status EmbeddedStore::add_model(std::size_t model, const features::ModelSpec& spec) {
+  std::lock_guard lock(adding_);
+  if (model != caches_.size()) {
+    return make_error(Error::Code::kInternal, "model " + spec.name + " added as number " + std::to_string(model) + ", " +
+                                                  std::to_string(caches_.size()) + " expected");
+  }
+  if (model == caches_.capacity()) {
+    return make_error(Error::Code::kUnavailable, "model " + spec.name + ": a service serves at most " + std::to_string(kMaxModels) + " models", "model");
+  }
+  auto cache = features::ItemCache::build(spec, [&](const features::EntityVisitor& visit) { entities_->for_each_item(visit); });
+  if (!cache) return tl::unexpected(cache.error());
+  caches_.push(std::make_unique<features::ItemCache>(std::move(*cache)));
+  return {};
 }
 
 void EmbeddedStore::fetch(std::size_t, std::size_t model, const features::Request& request, Done done) {

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -18,6 +19,7 @@
 
 #include "feature_store/store.h"
 #include "features/extract.h"
+#include "numaserve/common/append_only.h"
 #include "numaserve/common/result.h"
 
 namespace numaserve::feature_store {
@@ -67,12 +69,15 @@ class EmbeddedStore final : public FeatureStore {
                                                      const std::vector<const features::ModelSpec*>& models);
   // Completes at once, on the calling thread.
   void fetch(std::size_t worker, std::size_t model, const features::Request& request, Done done) override;
+  // Extracts every item for it (seconds for millions of items, on the
+  // caller's thread), as open() does.
+  Status add_model(std::size_t model, const features::ModelSpec& spec) override;
 
  private:
-  EmbeddedStore(std::unique_ptr<Entities> entities, std::vector<features::ItemCache> caches)
-      : entities_(std::move(entities)), caches_(std::move(caches)) {}
+  explicit EmbeddedStore(std::unique_ptr<Entities> entities) : entities_(std::move(entities)) {}
   std::unique_ptr<Entities> entities_;
-  std::vector<features::ItemCache> caches_;  // per model
+  std::mutex adding_;
+  AppendOnly<features::ItemCache, kMaxModels> caches_;  // per model
 };
 
 }  // namespace numaserve::feature_store

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "numaserve/common/append_only.h"
 #include "numaserve/common/duration.h"
 
 namespace numaserve::feature_store {
@@ -28,7 +29,7 @@ redis::Command hmget(const std::string& key, const std::vector<std::string>& fie
 struct RedisStore::Worker {
   std::unique_ptr<redis::Client> client;  // made and used on the worker's thread
   std::atomic<const redis::Client*> published{nullptr};  // the same, for stats() on other threads
-  std::vector<features::ItemCache> caches;  // per model; none when the cache is off
+  AppendOnly<features::ItemCache, kMaxModels> caches;  // per model; none when the cache is off
 };
 
 // One request's fetch while its pipeline is out. The request outlives it:
@@ -69,11 +70,40 @@ RedisStore::RedisStore(redis::Url url, Layout layout, std::vector<const features
       user_fields_(layout_.user().hmget_fields()),
       item_fields_(layout_.item().hmget_fields()),
       loop_of_(std::move(loop_of)) {
-  for (std::size_t w = 0; w < workers; ++w) {
-    auto& worker = *workers_.emplace_back(std::make_unique<Worker>());
-    if (config_.item_cache_ttl_seconds <= 0) continue;
-    for (const auto* model : models) worker.caches.push_back(features::ItemCache::empty(*model, config_.item_cache_rows));
+  for (std::size_t w = 0; w < workers; ++w) workers_.push_back(std::make_unique<Worker>());
+  for (const auto* model : models) take(*model);  // open_redis_store built the layout of them
+}
+
+void RedisStore::take(const features::ModelSpec& spec) {
+  specs_.push_back(spec);
+  if (config_.item_cache_ttl_seconds <= 0) return;
+  for (auto& worker : workers_) worker->caches.push(std::make_unique<features::ItemCache>(features::ItemCache::empty(spec, config_.item_cache_rows)));
+}
+
+Status RedisStore::add_model(std::size_t model, const features::ModelSpec& spec) {
+  std::lock_guard lock(adding_);
+  if (model != specs_.size()) {
+    return make_error(Error::Code::kInternal, "model " + spec.name + " added as number " + std::to_string(model) + ", " +
+                                                  std::to_string(specs_.size()) + " expected");
   }
+  if (model == kMaxModels) {
+    return make_error(Error::Code::kUnavailable, "model " + spec.name + ": a service serves at most " + std::to_string(kMaxModels) + " models", "model");
+  }
+  // The workers' pipelines ask for the fields of the layout built at start:
+  // a model that reads others needs a restart to be asked for them.
+  std::vector<const features::ModelSpec*> all;
+  for (const auto& s : specs_) all.push_back(&s);
+  all.push_back(&spec);
+  auto layout = Layout::build(all);
+  if (!layout) return tl::unexpected(layout.error());
+  if (layout->user().hmget_fields() != user_fields_ || layout->item().hmget_fields() != item_fields_) {
+    return make_error(Error::Code::kUnavailable,
+                      "model " + spec.name + " reads features from Redis that the models served since start do not: the "
+                      "store's layout is fixed at start, so serving it needs a restart",
+                      "model");
+  }
+  take(spec);
+  return {};
 }
 
 RedisStore::~RedisStore() = default;
@@ -86,7 +116,7 @@ void RedisStore::start_worker(std::size_t worker) {
 
 features::ItemCache* RedisStore::cache_of(std::size_t worker, std::size_t model) const {
   auto& caches = workers_[worker]->caches;
-  return caches.empty() ? nullptr : &caches[model];
+  return model < caches.size() ? &caches[model] : nullptr;
 }
 
 void RedisStore::fetch(std::size_t worker, std::size_t model, const features::Request& request, Done done) {

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,9 @@ class RedisStore final : public FeatureStore {
             const features::Batch& batch) override;
   std::optional<StoreStats> stats() const override;
   bool networked() const override { return true; }
+  // Served from the layout built at start: a model reading other fields is
+  // refused (a restart serves it).
+  Status add_model(std::size_t model, const features::ModelSpec& spec) override;
 
  private:
   struct Worker;
@@ -41,6 +45,8 @@ class RedisStore final : public FeatureStore {
   void decode(Asked& asked, redis::Outcome& outcome, std::optional<std::string>& unreadable) const;
   // The failure policy: what could be fetched with defaults for the rest, or a 503.
   Result<Found> fail(Found&& partial, const std::string& message);
+  // Numbers `spec` as the next model: its spec kept, an item cache per worker.
+  void take(const features::ModelSpec& spec);
   // This worker's cache of fetched items for a model; null when off.
   features::ItemCache* cache_of(std::size_t worker, std::size_t model) const;
 
@@ -50,6 +56,8 @@ class RedisStore final : public FeatureStore {
   const std::vector<std::string> user_fields_, item_fields_;
   std::function<boost::asio::io_context&(std::size_t)> loop_of_;
   std::vector<std::unique_ptr<Worker>> workers_;
+  std::mutex adding_;
+  std::vector<features::ModelSpec> specs_;  // every model's, in number order (add_model's alone)
   std::atomic<std::uint64_t> errors_[redis::kFailureKinds + 1] = {};  // + unreadable
   std::atomic<std::uint64_t> degraded_{0}, cache_hits_{0}, cache_misses_{0};
 };

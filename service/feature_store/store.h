@@ -26,6 +26,10 @@ class io_context;
 
 namespace numaserve::feature_store {
 
+// The models one service serves at most, over its life (each model added
+// after start takes the next number; a removed one keeps its number).
+inline constexpr std::size_t kMaxModels = 64;
+
 // What a fetch found for one request: what extraction reads. `stored`
 // points into the store's own tables or into `held`; rows of
 // stored.cached_rows point into `cache`.
@@ -59,6 +63,11 @@ class FeatureStore {
   // `model`-th model it was opened with. `done` runs exactly once, on the
   // worker's thread; an error is the 503 the failure policy asks for.
   virtual void fetch(std::size_t worker, std::size_t model, const features::Request& request, Done done) = 0;
+  // A model added after start, before it serves (the repository's manager,
+  // on its loading thread, while the workers serve the others): it becomes
+  // model number `model`, the count so far. Refused, with the reason, where
+  // this store cannot serve it without a restart.
+  virtual Status add_model(std::size_t model, const features::ModelSpec& spec) = 0;
   // After extraction: the rows of `batch` the store may keep for the next
   // requests on this worker (a networked store's item cache); `found` is
   // what this request's fetch gave.

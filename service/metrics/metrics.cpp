@@ -1,5 +1,7 @@
 #include "metrics/metrics.h"
 
+#include <algorithm>
+
 #include "numaserve/common/prometheus.h"
 
 namespace numaserve::metrics {
@@ -154,13 +156,34 @@ void render_versions(std::string& out, const Gauges& gauges) {
 
 }  // namespace
 
+struct Metrics::PerModel {
+  explicit PerModel(std::string n) : name(std::move(n)), load(load_buckets()), warmup(load_buckets()) {
+    for (std::size_t s = 0; s < kStageNames.size(); ++s) stages.emplace_back(latency_buckets());
+  }
+  const std::string name;
+  std::deque<Histogram> stages;
+  Histogram load, warmup;
+};
+
 Metrics::Metrics(const std::vector<std::string>& models)
     : batch_items_(powers_of_two(8192)), batch_requests_(powers_of_two(256)), feature_store_(latency_buckets()) {
-  for (const auto& model : models) {
-    auto& stages = stages_[model];
-    for (std::size_t s = 0; s < kStageNames.size(); ++s) stages.emplace_back(latency_buckets());
-    load_seconds_.try_emplace(model, load_buckets(), load_buckets());
+  for (const auto& model : models) add_model(model);
+}
+
+Metrics::~Metrics() = default;
+
+void Metrics::add_model(const std::string& model) {
+  std::lock_guard lock(adding_);
+  if (find(model) == nullptr) (void)models_.push(std::make_unique<PerModel>(model));
+}
+
+// A linear search: a service serves a few models, and a string compare per
+// model costs what a map's did.
+Metrics::PerModel* Metrics::find(const std::string& model) const {
+  for (std::size_t m = 0, n = models_.size(); m < n; ++m) {
+    if (models_[m].name == model) return &models_[m];
   }
+  return nullptr;
 }
 
 void Metrics::count_load(const std::string& model, const std::string& result) {
@@ -169,10 +192,10 @@ void Metrics::count_load(const std::string& model, const std::string& result) {
 }
 
 void Metrics::observe_load(const std::string& model, double load_seconds, double warmup_seconds) {
-  const auto it = load_seconds_.find(model);
-  if (it == load_seconds_.end()) return;
-  it->second.first.observe(load_seconds);
-  it->second.second.observe(warmup_seconds);
+  if (PerModel* m = find(model)) {
+    m->load.observe(load_seconds);
+    m->warmup.observe(warmup_seconds);
+  }
 }
 
 void Metrics::count_request(const std::string& route, int status) {
@@ -186,8 +209,7 @@ void Metrics::count_version(const std::string& model, const std::string& version
 }
 
 void Metrics::observe(Stage stage, const std::string& model, double seconds) {
-  const auto it = stages_.find(model);
-  if (it != stages_.end()) it->second[static_cast<std::size_t>(stage)].observe(seconds);
+  if (PerModel* m = find(model)) m->stages[static_cast<std::size_t>(stage)].observe(seconds);
 }
 
 void Metrics::observe_batch(std::size_t items, std::size_t requests) {
@@ -207,10 +229,13 @@ std::string Metrics::render(const Gauges& gauges) const {
   }
   w.family("numaserve_stage_seconds", "histogram",
          "Time per request in each stage: query (feature store), extract, queue, forward, total.");
-  for (const auto& [model, stages] : stages_) {
-    for (std::size_t s = 0; s < stages.size(); ++s) {
-      stages[s].render(out, "numaserve_stage_seconds",
-                       prometheus::label("model", model) + "," + prometheus::label("stage", kStageNames[s]));
+  std::vector<const PerModel*> models;  // by name, as the families always were
+  for (std::size_t m = 0, n = models_.size(); m < n; ++m) models.push_back(&models_[m]);
+  std::sort(models.begin(), models.end(), [](const PerModel* a, const PerModel* b) { return a->name < b->name; });
+  for (const PerModel* m : models) {
+    for (std::size_t s = 0; s < m->stages.size(); ++s) {
+      m->stages[s].render(out, "numaserve_stage_seconds",
+                          prometheus::label("model", m->name) + "," + prometheus::label("stage", kStageNames[s]));
     }
   }
   w.family("numaserve_batch_items", "histogram", "Rows per forward call (one request's items, or a dynamic batch's).");
@@ -261,9 +286,9 @@ std::string Metrics::render(const Gauges& gauges) const {
     }
   }
   w.family("numaserve_model_load_seconds", "histogram", "Time to load and check a new version, before its warm-up.");
-  for (const auto& [model, h] : load_seconds_) h.first.render(out, "numaserve_model_load_seconds", prometheus::label("model", model));
+  for (const PerModel* m : models) m->load.render(out, "numaserve_model_load_seconds", prometheus::label("model", m->name));
   w.family("numaserve_model_warmup_seconds", "histogram", "Time to warm a new version up on every worker.");
-  for (const auto& [model, h] : load_seconds_) h.second.render(out, "numaserve_model_warmup_seconds", prometheus::label("model", model));
+  for (const PerModel* m : models) m->warmup.render(out, "numaserve_model_warmup_seconds", prometheus::label("model", m->name));
   return out;
 }
 

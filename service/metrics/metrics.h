@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "feature_store/store.h"
+#include "numaserve/common/append_only.h"
 
 namespace numaserve::metrics {
 
@@ -87,17 +88,20 @@ struct Gauges {
 class Metrics {
  public:
   explicit Metrics(const std::vector<std::string>& models);
+  ~Metrics();
+  // A model served from now on (added after start); once per name.
+  void add_model(const std::string& model);
 
   void count_request(const std::string& route, int status);
   // A reply scored by `version` of `model`.
   void count_version(const std::string& model, const std::string& version);
-  // `model` must be one given to the constructor; others are dropped.
+  // `model` must be one given to the constructor or add_model; others are dropped.
   void observe(Stage stage, const std::string& model, double seconds);
   void observe_batch(std::size_t items, std::size_t requests);
   // One request's round trip to a networked feature store, failed or not.
   void observe_feature_store(double seconds) { feature_store_.observe(seconds); }
   // A version's load by the repository's manager: `result` "ok" or why it
-  // was refused ("memory", "load", "contract", "warmup", "name"); the
+  // was refused ("memory", "load", "name", "store", "contract", "warmup"); the
   // seconds of a load that served.
   void count_load(const std::string& model, const std::string& result);
   void observe_load(const std::string& model, double load_seconds, double warmup_seconds);
@@ -108,14 +112,16 @@ class Metrics {
   mutable std::mutex requests_mutex_;
   std::map<std::pair<std::string, int>, std::uint64_t> requests_;
   std::map<std::pair<std::string, std::string>, std::uint64_t> version_requests_;  // under requests_mutex_
-  // Per model, one histogram per stage; built once, so lookups need no lock.
-  std::map<std::string, std::deque<Histogram>> stages_;
+  // Per model: a histogram per stage, the load and warm-up times. Added,
+  // never removed, so the workers look theirs up without a lock.
+  struct PerModel;
+  PerModel* find(const std::string& model) const;
+  std::mutex adding_;
+  AppendOnly<PerModel, feature_store::kMaxModels> models_;
   Histogram batch_items_;
   Histogram batch_requests_;
   Histogram feature_store_;
   std::map<std::pair<std::string, std::string>, std::uint64_t> loads_;  // under requests_mutex_
-  // Per model, built once (load, warm-up), so lookups need no lock.
-  std::map<std::string, std::pair<Histogram, Histogram>> load_seconds_;
 };
 
 }  // namespace numaserve::metrics

@@ -26,6 +26,7 @@ namespace {
 
 // Why a version left: the index keeps saying it once the version is freed.
 constexpr const char* kUnloadCall = "unloaded";
+constexpr const char* kDirectoryGone = "its model directory was removed";
 
 constexpr auto kRetireCheck = std::chrono::milliseconds(50);
 // A warm-up that has not ended by then has a worker stuck: the version is refused.
@@ -270,13 +271,9 @@ void Manager::on_load_thread(const std::function<void()>& work) const {
 }
 
 void Manager::serve_request(Request& r) {
-  if (!names_.contains(r.name)) {
-    std::error_code ec;
-    const bool exists = fs::is_directory(fs::path(config_.repository) / r.name, ec);
-    return r.done(make_error(exists ? Error::Code::kInvalidArgument : Error::Code::kNotFound,
-                             exists ? "model " + r.name + " was added after start: serving it needs a restart (the feature store was opened for the models served at start)"
-                                    : "no model '" + r.name + "' in the repository",
-                             "name"));
+  std::error_code ec;
+  if (!names_.contains(r.name) && !fs::is_directory(fs::path(config_.repository) / r.name, ec)) {
+    return r.done(make_error(Error::Code::kNotFound, "no model '" + r.name + "' in the repository", "name"));
   }
   if (r.kind == Request::Kind::kUnload) {
     unloaded_.insert(r.name);
@@ -302,16 +299,19 @@ void Manager::reconcile_all() {
     log(LogLevel::kWarning, "repository unreadable; still serving what serves", {{"reason", models.error().message}});
     return;
   }
+  std::set<std::string> present;
   for (auto& m : *models) {
-    if (names_.contains(m.name)) {
-      // An operator's unload holds until their load call, whatever the files do.
-      if (!unloaded_.contains(m.name)) (void)reconcile(m, false);
-      continue;
-    }
-    for (const auto& v : m.versions) {
-      set_entry(m.name, v.number, VersionState::kUnavailable,
-                "a model added after start needs a restart (the feature store was opened for the models served at start)");
-    }
+    present.insert(m.name);
+    // An operator's unload holds until their load call, whatever the files do.
+    if (!unloaded_.contains(m.name)) (void)reconcile(m, false);
+  }
+  // A model whose directory went is unloaded, each version once its last
+  // request has answered; it serves again if its directory comes back.
+  for (const auto& name : names_) {
+    if (present.contains(name) || served_numbers(service_->models(), name).empty()) continue;
+    service_->models().set_unloaded(name, true);
+    for (const auto& number : served_numbers(service_->models(), name)) retire(name, number, kDirectoryGone);
+    log(LogLevel::kInfo, "model directory removed: unloading it", {{"model", name}});
   }
 }
 
@@ -404,7 +404,11 @@ Status Manager::load_version(const repository::Model& model, const repository::V
     } else if (auto named = same_name(name, v, **loaded); !named) {
       result = "name";
       ok = named;
+    } else if (auto added = service_->add_model((*loaded)->spec()); !added) {
+      result = "store";  // a model new since start the feature store cannot serve
+      ok = added;
     } else {
+      names_.insert(name);
       result = "contract";
       auto p = service_->models().prepare(std::move(*loaded));
       if (!p) ok = tl::unexpected(p.error());

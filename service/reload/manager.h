@@ -113,7 +113,7 @@ class Manager final : public api::RepositoryControl {
   const Loader loader_;
   const std::function<void()> prepare_thread_;
   api::Service* service_ = nullptr;
-  std::set<std::string> names_;  // the models served since start (the feature store's)
+  std::set<std::string> names_;  // the models the service knows (start-up's, then each added: Service::add_model)
   std::map<std::string, std::map<std::string, std::string>> labels_at_start_;  // set once the service exists
 
   mutable std::mutex mutex_;

@@ -65,10 +65,16 @@ bool Watcher::read(std::set<fs::path>& renamed) {
       const auto dir = dirs_.find(e->wd);
       if (dir == dirs_.end() || e->len == 0) continue;
       const std::string name = e->name;
+      if (!(e->mask & IN_MOVED_TO) || !(e->mask & IN_ISDIR)) continue;
       // A version directory moved into a model's directory (root/<model>/<n>).
-      if ((e->mask & IN_MOVED_TO) && (e->mask & IN_ISDIR) && repository::is_version_number(name) &&
-          dir->second.parent_path() == root_) {
-        renamed.insert(dir->second / name);
+      if (repository::is_version_number(name) && dir->second.parent_path() == root_) renamed.insert(dir->second / name);
+      // A model directory moved into the repository: its versions were
+      // written before the move, so each is complete.
+      if (dir->second == root_ && repository::check_model_name(name)) {
+        std::error_code ec;
+        for (auto v = fs::directory_iterator(root_ / name, ec); !ec && v != fs::directory_iterator(); v.increment(ec)) {
+          if (repository::is_version_number(v->path().filename().string())) renamed.insert(v->path());
+        }
       }
     }
   }

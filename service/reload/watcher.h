@@ -27,7 +27,8 @@ class Watcher {
   // and version directories are heard too.
   void rewatch();
   // Drains the pending events; whether any came. Version directories moved
-  // into a model's directory are added to `renamed` (the rename rule).
+  // into a model's directory, and the versions of a model directory moved
+  // into the repository, are added to `renamed` (the rename rule).
   bool read(std::set<std::filesystem::path>& renamed);
 
  private:

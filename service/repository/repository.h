@@ -18,7 +18,8 @@
 //     1. its marker file, kMarker, exists (a tool writing in place writes
 //        it last);
 //     2. it appeared by a rename (written elsewhere on the same filesystem,
-//        then moved into place) and the watcher saw the move (reload/);
+//        then moved into place, alone or inside its model's directory) and
+//        the watcher saw the move (reload/);
 //     3. it lives in a Kubernetes atomic-writer volume (configMap, secret,
 //        projected, downwardAPI; git-sync works the same way): its real path
 //        goes through a "..<timestamp>" directory, which the kubelet swaps

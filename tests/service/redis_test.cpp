@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdio>
 #include <thread>
+#include <tuple>
 
 #include "demo_dir.h"
 #include "served.h"
@@ -216,6 +217,55 @@ TEST(FeastRedis, ScoresEqualTheEmbeddedStoreWithTheSameFeatures) {
   }
   EXPECT_GT(metric(remote.port, "numaserve_item_cache_total{store=\"" + redis.url() + "\",result=\"hit\"}"), 0);
   EXPECT_EQ(metric(remote.port, "numaserve_feature_store_degraded_total{store=\"" + redis.url() + "\"}"), 0);
+}
+
+// A model added to the repository after start is served from Redis when it
+// reads fields the start-up models already read; one that reads others is
+// refused with the reason (the pipelines ask for the layout built at start).
+TEST(FeastRedis, AModelAddedAfterStartIsServedWhenItsFieldsAreInTheLayout) {
+  RedisServer redis;
+  load(redis.url());
+  const Serving embedded = serve((demo_dir() / "store.jsonl").string(), {"--model-dir", (demo_dir() / "ranker_b").string()});
+  ASSERT_GT(embedded.pid, 0);
+  for (const auto& [first, added, served] : {std::tuple{"ranker_a", "ranker_b", true}, std::tuple{"ranker_b", "ranker_a", false}}) {
+    SCOPED_TRACE(std::string(added) + " added to " + first);
+    const fs::path repo = make_temp_dir("numaserve-redis-repo");
+    auto install = [&](const std::string& model) {  // written beside, then moved in whole
+      fs::create_directories(repo / ("." + model));
+      fs::copy(demo_dir() / model, repo / ("." + model) / "1", fs::copy_options::recursive);
+      fs::rename(repo / ("." + model), repo / model);
+    };
+    install(first);
+    const int admin = free_port();
+    const Serving remote{start_served(binary(), {"serve", "--model-repository", repo.string(), "--model-control-mode", "poll",
+                                                 "--repository-rescan", "0.3", "--admin-port", std::to_string(admin),
+                                                 "--reload-priority", "normal", "--feature-store", redis.url(), "--port", "0",
+                                                 "--listen-address", "127.0.0.1", "--workers", "1", "--warmup-rounds", "1"},
+                                      "msg=ready")};
+    ASSERT_GT(remote.pid, 0);
+    install(added);
+    json body = json::parse(request("u4", some_items(3, 30)));
+    body["model"] = added;
+    bool ended = false;
+    std::string last;
+    for (auto deadline = Clock::now() + std::chrono::seconds(30); Clock::now() < deadline && !ended;) {
+      const Answer a = post(remote.port, body.dump());
+      httplib::Client control("127.0.0.1", admin);
+      auto index = control.Post("/v2/repository/index", "", "application/json");
+      last = index ? index->body : "";
+      ended = a.status == 200 || last.find("UNAVAILABLE") != std::string::npos;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ASSERT_TRUE(ended) << slurp(remote.log);
+    if (served) {
+      EXPECT_EQ(scores(remote.port, body.dump()), scores(embedded.port, body.dump()));
+    } else {
+      EXPECT_NE(last.find("the store's layout is fixed at start, so serving it needs a restart"), std::string::npos) << last;
+      EXPECT_EQ(post(remote.port, body.dump()).status, 404);
+      EXPECT_EQ(metric(admin, "numaserve_model_loads_total{model=\"ranker_a\",result=\"store\"}"), 1);
+    }
+    fs::remove_all(repo);
+  }
 }
 
 TEST(FeastRedis, WhatTheLoaderWroteReadsBackInPythonAsFeastWouldReadIt) {

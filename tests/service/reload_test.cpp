@@ -538,6 +538,61 @@ TEST(Reload, ACopyInPlaceBeforeStartIsServed) {
   fs::remove_all(repo);
 }
 
+// Triton's poll mode serves a model whose directory appears, and unloads
+// one whose directory goes, without a restart: the feature store's item
+// cache for it is built at its load.
+TEST(Reload, AModelAddedAfterStartIsServedAndARemovedOneUnloaded) {
+  const auto repo = make_temp_dir("numaserve-reload-models");
+  install(repo, "1", demo().one);
+  Service service(repo, "poll", {"--repository-rescan", "0.3"});
+  ASSERT_GT(service.served.pid, 0);
+  const fs::path ranker_b = demo().one.parent_path() / "ranker_b";
+  auto model = model::TorchModel::load(ranker_b).value();
+  const auto entities = feature_store::Entities::load(demo().store).value();
+  const std::string body = R"({"model": "ranker_b", "user": {"id": "u3"}, "items": [{"id": "i5"}, {"id": "i17"}, {"id": "i150"}]})";
+  const auto request = api::parse_predict_request(body, {}).value();
+  const auto want = model->forward(feature_store::extract(model->spec(), request.features, *entities).value()).value();
+  auto predict = [&] { return service.data().Post("/predict", body, "application/json"); };
+  auto r = predict();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404) << r->body;
+
+  // Written beside the repository's models (hidden), then moved in whole.
+  fs::create_directories(repo / ".incoming-ranker_b");
+  fs::copy(ranker_b, repo / ".incoming-ranker_b" / "1", fs::copy_options::recursive);
+  fs::rename(repo / ".incoming-ranker_b", repo / "ranker_b");
+  ASSERT_TRUE(eventually(30, [&] {
+    auto got = predict();
+    return got && got->status == 200;
+  })) << slurp(service.served.log);
+  r = predict();
+  ASSERT_TRUE(r && r->status == 200);
+  const json reply = json::parse(r->body);
+  EXPECT_EQ(reply["model"], "ranker_b");
+  EXPECT_TRUE(same_scores(reply["scores"].get<std::vector<float>>(), want)) << r->body;
+  EXPECT_EQ(service.serving(), "1");  // the default model is still ranker_a
+  const auto metrics = service.control().Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find(R"(numaserve_stage_seconds_count{model="ranker_b",stage="forward"})"), std::string::npos);
+
+  fs::remove_all(repo / "ranker_b");
+  EXPECT_TRUE(eventually(30, [&] {
+    auto got = predict();
+    return got && got->status == 404;
+  })) << slurp(service.served.log);
+  EXPECT_TRUE(eventually(30, [&] {
+    for (const auto& e : service.index()) {
+      if (e["name"] == "ranker_b") return e.value("state", "") == "UNAVAILABLE" && e.value("reason", "") == "its model directory was removed";
+    }
+    return false;
+  })) << service.index();
+  const auto ready = service.data().Get("/readyz");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 200) << ready->body;  // a removed model does not make the replica unready
+  EXPECT_EQ(service.serving(), "1");
+  fs::remove_all(repo);
+}
+
 TEST(Reload, ExplicitModeNeedsTheAdminPortAndARepositoryItsNames) {
   const auto repo = make_temp_dir("numaserve-reload-cli");
   install(repo, "1", demo().one);

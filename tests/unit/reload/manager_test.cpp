@@ -39,16 +39,17 @@ class ManagerTest : public ::testing::Test {
 
   // A version written elsewhere and moved into place (complete while polling
   // too); `weights` "corrupt" makes the fake loader refuse it.
-  void put(const std::string& number, const std::string& weights = "weights") {
-    const fs::path staging = root_ / (".m-" + number + "-" + weights);
+  void put(const std::string& number, const std::string& weights = "weights", const std::string& model = "m") {
+    const fs::path staging = root_ / ("." + model + "-" + number + "-" + weights);
     fs::create_directories(staging);
     std::ofstream(staging / "model.pt") << weights;
-    std::ofstream(staging / "model.yaml") << "name: m\n";
-    fs::create_directories(root_ / "m");
-    fs::rename(staging, root_ / "m" / number);
+    std::ofstream(staging / "model.yaml") << "name: " << model << "\n";
+    fs::create_directories(root_ / model);
+    fs::rename(staging, root_ / model / number);
   }
 
-  // Loads DIR as the fixture's model named "m" at `version`, counting calls.
+  // Loads DIR as the fixture's model, named as DIR's model directory, at
+  // `version`, counting calls.
   Loader loader() {
     return [this](const fs::path& dir, const std::string& version, double) -> Result<std::unique_ptr<api::Model>> {
       std::ifstream in(dir / "model.pt");
@@ -59,7 +60,7 @@ class ManagerTest : public ::testing::Test {
       }
       if (weights == "corrupt") return make_error(Error::Code::kInvalidArgument, "model.pt: not a TorchScript archive", "model");
       auto spec = api::fixture_spec();
-      spec.name = "m";
+      spec.name = dir.parent_path().filename().string();
       spec.version = version;
       return std::unique_ptr<api::Model>(std::make_unique<api::FakeModel>(spec));
     };
@@ -94,19 +95,19 @@ class ManagerTest : public ::testing::Test {
     ASSERT_TRUE(manager_->start(*service_).has_value());
   }
 
-  Status call(bool load) {
+  Status call(bool load, const std::string& model = "m") {
     auto promise = std::make_shared<std::promise<Status>>();
     auto done = [promise](Status s) { promise->set_value(std::move(s)); };
-    if (load) manager_->load("m", done);
-    else manager_->unload("m", done);
+    if (load) manager_->load(model, done);
+    else manager_->unload(model, done);
     auto future = promise->get_future();
     if (future.wait_for(std::chrono::seconds(10)) != std::future_status::ready) return make_error(Error::Code::kUnavailable, "no answer in 10 s");
     return future.get();
   }
 
-  std::vector<std::string> serving() const {
+  std::vector<std::string> serving(const std::string& model = "m") const {
     std::vector<std::string> out;
-    for (const auto& v : service_->models().versions("m")) out.push_back(v->version);
+    for (const auto& v : service_->models().versions(model)) out.push_back(v->version);
     return out;
   }
 
@@ -194,6 +195,44 @@ TEST_F(ManagerTest, AnUnloadHoldsUntilALoadCall) {
   ASSERT_TRUE(shown("1", VersionState::kUnavailable));
   ASSERT_TRUE(call(true).has_value());
   EXPECT_EQ(serving(), std::vector<std::string>{"1"});
+}
+
+TEST_F(ManagerTest, AModelAddedAfterStartGetsItsStoreAndMetricsBeforeItServes) {
+  put("1");
+  start(ControlMode::kExplicit);
+  EXPECT_FALSE(call(true, "n").has_value());  // no such directory yet
+  put("1", "weights", "n");
+  ASSERT_TRUE(call(true, "n").has_value());
+  const auto held = service_->models().resolve("n");
+  ASSERT_TRUE(held.has_value()) << held.error().message;
+  EXPECT_EQ((*held)->model_index, 1u);
+  // The store answers for its number with an item cache of its own.
+  features::Request request;
+  request.items.push_back({"i1", {}});
+  std::optional<Result<feature_store::Found>> found;
+  service_->store().fetch(0, 1, request, [&](Result<feature_store::Found>&& f) { found = std::move(f); });
+  ASSERT_TRUE(found && found->has_value());
+  EXPECT_NE((*found)->cache, nullptr);
+  service_->metrics().observe(metrics::Stage::kForward, "n", 0.001);
+  EXPECT_NE(service_->metrics().render({}).find(R"(numaserve_stage_seconds_count{model="n",stage="forward"} 1)"), std::string::npos);
+  EXPECT_EQ(serving(), std::vector<std::string>{"1"});  // the first model is untouched
+}
+
+TEST_F(ManagerTest, AModelWhoseDirectoryGoesIsUnloadedAndComesBackWithIt) {
+  put("1");
+  put("1", "weights", "n");
+  start(ControlMode::kPoll);
+  ASSERT_EQ(serving("n"), std::vector<std::string>{"1"});
+  fs::rename(root_ / "n", root_ / ".n-away");
+  const auto gone = shown("1", VersionState::kUnavailable);
+  ASSERT_TRUE(gone);
+  EXPECT_TRUE(serving("n").empty());
+  EXPECT_TRUE(service_->models().missing().empty());  // it no longer counts for readiness
+  EXPECT_EQ(serving(), std::vector<std::string>{"1"});
+  fs::rename(root_ / ".n-away", root_ / "n");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (serving("n").empty() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(serving("n"), std::vector<std::string>{"1"});
 }
 
 }  // namespace
