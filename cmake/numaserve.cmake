@@ -60,17 +60,27 @@ endfunction()
 # dir). Its include root holds only that folder, under its own name, so
 # `#include "features/extract.h"` resolves for the part itself and for what
 # links it, and a part cannot include a sibling it does not link.
-# HEADER_ONLY: an interface library of the folder's headers.
+# HEADER_ONLY HEADERS a.h ...: an interface library of only those headers
+# of the folder (its other headers stay the folder's full library's), so
+# what links it cannot reach the rest.
 function(numaserve_library name)
-  cmake_parse_arguments(L "HEADER_ONLY" "FOLDER" "SOURCES;PUBLIC;PRIVATE" ${ARGN})
+  cmake_parse_arguments(L "HEADER_ONLY" "FOLDER" "SOURCES;HEADERS;PUBLIC;PRIVATE" ${ARGN})
   if(NOT L_FOLDER)
     set(L_FOLDER .)
   endif()
   get_filename_component(dir "${CMAKE_CURRENT_SOURCE_DIR}/${L_FOLDER}" ABSOLUTE)
   get_filename_component(part "${dir}" NAME)
   set(root "${PROJECT_BINARY_DIR}/include/numaserve_${name}")
-  file(MAKE_DIRECTORY "${root}")
-  file(CREATE_LINK "${dir}" "${root}/${part}" SYMBOLIC)
+  if(L_HEADERS)
+    file(REMOVE_RECURSE "${root}")
+    file(MAKE_DIRECTORY "${root}/${part}")
+    foreach(header IN LISTS L_HEADERS)
+      file(CREATE_LINK "${dir}/${header}" "${root}/${part}/${header}" SYMBOLIC)
+    endforeach()
+  else()
+    file(MAKE_DIRECTORY "${root}")
+    file(CREATE_LINK "${dir}" "${root}/${part}" SYMBOLIC)
+  endif()
   set(target numaserve_${name})
   if(L_HEADER_ONLY)
     add_library(${target} INTERFACE)

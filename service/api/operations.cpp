@@ -27,6 +27,37 @@ json pages_json(const std::map<unsigned, std::uint64_t>& per_node) {
   return out;
 }
 
+// Each version served: its labels, weights, graph rewrites and where its
+// pages are (the share on `nodes`, the service's).
+json versions_json(const ModelTable& table, const CpuSet& nodes) {
+  json models = json::array();
+  for (const auto& v : table.all()) {
+    const Model* m = v->model.get();
+    const auto graph = m->graph_report();
+    json rewrites = json::array();
+    for (const auto& r : graph.rewrites) rewrites.push_back({{"name", r.name}, {"applied", r.applied}, {"not_applied", r.not_applied}});
+    json labels = json::array();
+    for (const auto& [label, version] : table.labels(v->name)) {
+      if (version == v->version) labels.push_back(label);
+    }
+    json entry = {{"name", v->name},
+                  {"version", v->version},
+                  {"default", table.default_version(v->name) == v},
+                  {"labels", labels},
+                  {"weight_bytes", m->weight_bytes()},
+                  {"graph_optimizations", {{"state", graph.state}, {"reason", graph.reason}, {"rewrites", rewrites}}}};
+    if (auto pages = numa::locate_pages(m->weights())) {
+      entry["pages_per_node"] = pages_json(pages->pages_per_node);
+      entry["pages_not_resident"] = pages->not_resident;
+      entry["local_fraction"] = pages->share_on(nodes);
+    } else {
+      entry["pages_error"] = pages.error().message;
+    }
+    models.push_back(std::move(entry));
+  }
+  return models;
+}
+
 }  // namespace
 
 Answer healthz(Service&, Call&) { return text_reply("ok\n"); }
@@ -118,31 +149,6 @@ std::string Service::placement_json() const {
       process_pages = pages_json(pages);
     }
   }
-  json models = json::array();
-  for (const auto& v : models_.all()) {
-    const Model* m = v->model.get();
-    const auto graph = m->graph_report();
-    json rewrites = json::array();
-    for (const auto& r : graph.rewrites) rewrites.push_back({{"name", r.name}, {"applied", r.applied}, {"not_applied", r.not_applied}});
-    json labels = json::array();
-    for (const auto& [label, version] : models_.labels(v->name)) {
-      if (version == v->version) labels.push_back(label);
-    }
-    json entry = {{"name", v->name},
-                  {"version", v->version},
-                  {"default", models_.default_version(v->name) == v},
-                  {"labels", labels},
-                  {"weight_bytes", m->weight_bytes()},
-                  {"graph_optimizations", {{"state", graph.state}, {"reason", graph.reason}, {"rewrites", rewrites}}}};
-    if (auto pages = numa::locate_pages(m->weights())) {
-      entry["pages_per_node"] = pages_json(pages->pages_per_node);
-      entry["pages_not_resident"] = pages->not_resident;
-      entry["local_fraction"] = pages->share_on(plan.numa_nodes);
-    } else {
-      entry["pages_error"] = pages.error().message;
-    }
-    models.push_back(std::move(entry));
-  }
   json out = {{"instance", placement_.instance},
               {"cpus", plan.cpus.to_list()},
               {"mems", plan.mems.to_list()},
@@ -156,7 +162,7 @@ std::string Service::placement_json() const {
                 {"reason", placement_.memory_policy.reason}}},
               {"process_pages_per_node", process_pages},
               {"page_size_note", "process pages are counted in 4 KiB units"},
-              {"models", models},
+              {"models", versions_json(models_, plan.numa_nodes)},
               {"runtime", placement_.runtime},
               {"notes", plan.notes}};
   if (placement_.cgroup) {

@@ -115,7 +115,7 @@ http::Turn Service::turn(std::size_t worker) {
   }
   auto turn = batcher_.run_turn(worker);
   const bool warming = warm_queues_[worker].pending.load(std::memory_order_acquire) && warm_step(worker);
-  return http::Turn{turn.more_work || warming, turn.wake_at, std::move(turn.wake)};
+  return http::Turn{turn.more_work || warming, turn.wake_at, std::move(turn.wake_workers)};
 }
 
 struct Service::Warming {

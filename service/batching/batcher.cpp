@@ -129,7 +129,7 @@ void Batcher::share(std::size_t worker, std::vector<Queued>& jobs, Turn& turn) {
   }
   for (std::size_t i = 0; i < idle.size() && i < w.queue.size(); ++i) {
     workers_[idle[i]]->idle.store(false, std::memory_order_relaxed);  // woken once, not by every turn
-    turn.wake.push_back(idle[i]);
+    turn.wake_workers.push_back(idle[i]);
   }
 }
 

@@ -62,11 +62,12 @@ struct Job {
   std::function<void(Outcome&&)> done;
 };
 
-// What a worker's loop should do after its turn.
+// What a worker's turn leaves to do: the transport's http::Turn, field for
+// field (api::Service::turn hands it on; the batcher does not know HTTP).
 struct Turn {
   bool more_work = false;                   // its queue is not empty: turn again soon
   std::optional<Clock::time_point> wake_at;  // max_batch_delay: the batch starts then
-  std::vector<std::size_t> wake;            // idle workers that may take a share
+  std::vector<std::size_t> wake_workers;    // idle workers that may take a share
 };
 
 struct WorkerStats {

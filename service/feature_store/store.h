@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "feature_store/config.h"
+#include "feature_store/stats.h"
 #include "features/extract.h"
 #include "numaserve/common/result.h"
 
@@ -26,9 +27,7 @@ class io_context;
 
 namespace numaserve::feature_store {
 
-// The models one service serves at most, over its life (each model added
-// after start takes the next number; a removed one keeps its number).
-inline constexpr std::size_t kMaxModels = 64;
+using features::kMaxModels;
 
 // What a fetch found for one request: what extraction reads. `stored`
 // points into the store's own tables or into `held`; rows of
@@ -41,17 +40,6 @@ struct Found {
 };
 
 using Done = std::function<void(Result<Found>&&)>;
-
-// A networked store's counters, read at scrape time from any thread.
-struct StoreStats {
-  std::string store;  // where, without secrets
-  std::vector<std::pair<std::string, std::uint64_t>> errors;  // by kind
-  std::uint64_t degraded = 0;  // requests answered with defaults for what failed
-  std::uint64_t cache_hits = 0;    // items found in a worker's item cache
-  std::uint64_t cache_misses = 0;  // items asked of the store
-  std::vector<std::string> breakers;  // per worker: closed, open, half_open
-  std::vector<bool> connected;        // per worker
-};
 
 class FeatureStore {
  public:

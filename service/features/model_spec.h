@@ -29,6 +29,7 @@
 // A feature's `view` overrides its entity's; `store_name` is its name in the
 // view (default: its own name).
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -40,6 +41,11 @@
 #include "numaserve/common/result.h"
 
 namespace numaserve::features {
+
+// The models one service serves at most over its life: each model added
+// after start takes the next number, a removed one keeps its number (the
+// feature store, metrics and model table index their per-model state so).
+inline constexpr std::size_t kMaxModels = 64;
 
 enum class Source { kUser, kContext, kItem };
 enum class Kind { kId, kIdList, kNumeric };

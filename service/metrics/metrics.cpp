@@ -154,6 +154,34 @@ void render_versions(std::string& out, const Gauges& gauges) {
   }
 }
 
+// The service's state now: queue, workers busy, readiness, threads, placement.
+void render_gauges(std::string& out, const Gauges& gauges) {
+  TextWriter w(out);
+  w.family("numaserve_queue_depth", "gauge", "Requests waiting for an inference worker.");
+  w.sample("numaserve_queue_depth", gauges.queue_depth);
+  w.family("numaserve_in_flight_requests", "gauge", "Requests being handled.");
+  w.sample("numaserve_in_flight_requests", gauges.in_flight);
+  w.family("numaserve_busy_workers", "gauge", "Inference workers running a forward.");
+  w.sample("numaserve_busy_workers", gauges.busy_workers);
+  w.family("numaserve_ready", "gauge", "1 when warmed up and not draining.");
+  w.sample("numaserve_ready", gauges.ready ? 1 : 0);
+  w.family("numaserve_threads", "gauge", "Threads by kind.");
+  for (const auto& [kind, count] : gauges.threads) {
+    w.sample("numaserve_threads", count, prometheus::label("kind", kind));
+  }
+  w.family("numaserve_placement_info", "gauge", "Where this process runs: cpus, mems, NUMA nodes, threads.");
+  std::string labels;
+  for (const auto& [key, value] : gauges.placement) {
+    labels += (labels.empty() ? "" : ",") + prometheus::label(key, value);
+  }
+  w.sample("numaserve_placement_info", 1, labels);
+  w.family("numaserve_model_weights_local_ratio", "gauge",
+         "Share of the model's resident weight pages on the NUMA nodes of the service's cpuset.");
+  for (const auto& [model, ratio] : gauges.model_local_ratio) {
+    w.sample("numaserve_model_weights_local_ratio", ratio, prometheus::label("model", model));
+  }
+}
+
 }  // namespace
 
 struct Metrics::PerModel {
@@ -247,29 +275,7 @@ std::string Metrics::render(const Gauges& gauges) const {
   render_transport(out, gauges.transport);
   if (gauges.feature_store) render_feature_store(out, feature_store_, *gauges.feature_store);
 
-  w.family("numaserve_queue_depth", "gauge", "Requests waiting for an inference worker.");
-  w.sample("numaserve_queue_depth", gauges.queue_depth);
-  w.family("numaserve_in_flight_requests", "gauge", "Requests being handled.");
-  w.sample("numaserve_in_flight_requests", gauges.in_flight);
-  w.family("numaserve_busy_workers", "gauge", "Inference workers running a forward.");
-  w.sample("numaserve_busy_workers", gauges.busy_workers);
-  w.family("numaserve_ready", "gauge", "1 when warmed up and not draining.");
-  w.sample("numaserve_ready", gauges.ready ? 1 : 0);
-  w.family("numaserve_threads", "gauge", "Threads by kind.");
-  for (const auto& [kind, count] : gauges.threads) {
-    w.sample("numaserve_threads", count, prometheus::label("kind", kind));
-  }
-  w.family("numaserve_placement_info", "gauge", "Where this process runs: cpus, mems, NUMA nodes, threads.");
-  std::string labels;
-  for (const auto& [key, value] : gauges.placement) {
-    labels += (labels.empty() ? "" : ",") + prometheus::label(key, value);
-  }
-  w.sample("numaserve_placement_info", 1, labels);
-  w.family("numaserve_model_weights_local_ratio", "gauge",
-         "Share of the model's resident weight pages on the NUMA nodes of the service's cpuset.");
-  for (const auto& [model, ratio] : gauges.model_local_ratio) {
-    w.sample("numaserve_model_weights_local_ratio", ratio, prometheus::label("model", model));
-  }
+  render_gauges(out, gauges);
   render_versions(out, gauges);
   {
     std::lock_guard lock(requests_mutex_);

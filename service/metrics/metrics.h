@@ -14,7 +14,8 @@
 #include <optional>
 #include <vector>
 
-#include "feature_store/store.h"
+#include "feature_store/stats.h"
+#include "features/model_spec.h"
 #include "numaserve/common/append_only.h"
 
 namespace numaserve::metrics {
@@ -117,7 +118,7 @@ class Metrics {
   struct PerModel;
   PerModel* find(const std::string& model) const;
   std::mutex adding_;
-  AppendOnly<PerModel, feature_store::kMaxModels> models_;
+  AppendOnly<PerModel, features::kMaxModels> models_;
   Histogram batch_items_;
   Histogram batch_requests_;
   Histogram feature_store_;

@@ -19,6 +19,7 @@
 
 #include "kernels/kernels.h"
 #include "model/model.h"
+#include "model/triangle.h"
 
 namespace numaserve::model {
 namespace {
@@ -199,45 +200,6 @@ std::optional<std::vector<c10::IValue>> constant_list(Value* v) {
 }
 
 std::string name_of(const Value* v) { return "%" + v->debugName(); }
-
-// The (row, column) pairs of the lower triangle of an F x F matrix, row by
-// row; with the diagonal or without.
-std::vector<std::pair<std::int64_t, std::int64_t>> triangle(std::int64_t f, bool diagonal) {
-  std::vector<std::pair<std::int64_t, std::int64_t>> out;
-  for (std::int64_t i = 0; i < f; ++i) {
-    for (std::int64_t j = 0; j < i + (diagonal ? 1 : 0); ++j) out.emplace_back(i, j);
-  }
-  return out;
-}
-
-// Which triangle `pairs` is ("strictly lower triangle of 10 vectors"), or
-// nullopt. `flat`: each pair is row * F + column.
-std::optional<std::string> which_triangle(const std::vector<std::pair<std::int64_t, std::int64_t>>& pairs) {
-  for (bool diagonal : {false, true}) {
-    std::int64_t f = 0;
-    while (static_cast<std::int64_t>(triangle(f, diagonal).size()) < static_cast<std::int64_t>(pairs.size())) ++f;
-    if (!pairs.empty() && triangle(f, diagonal) == pairs) {
-      return std::string(diagonal ? "lower triangle with diagonal" : "strictly lower triangle") + " of " +
-             std::to_string(f) + " vectors";
-    }
-  }
-  return std::nullopt;
-}
-
-std::optional<std::string> which_flat_triangle(const std::vector<std::int64_t>& flat) {
-  for (bool diagonal : {false, true}) {
-    for (std::int64_t f = 1; static_cast<std::int64_t>(triangle(f, diagonal).size()) <= static_cast<std::int64_t>(flat.size()); ++f) {
-      std::vector<std::pair<std::int64_t, std::int64_t>> decoded;
-      for (auto p : flat) decoded.emplace_back(p / f, p % f);
-      if (std::all_of(flat.begin(), flat.end(), [f](std::int64_t p) { return p >= 0 && p < f * f; }) &&
-          triangle(f, diagonal) == decoded) {
-        return std::string(diagonal ? "lower triangle with diagonal" : "strictly lower triangle") + " of " +
-               std::to_string(f) + " vectors";
-      }
-    }
-  }
-  return std::nullopt;
-}
 
 // Whether `t` is `a` with its last two dimensions swapped (a is 3-D: bmm's operand).
 bool is_transpose_of(Value* t, Value* a) {

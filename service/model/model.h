@@ -118,12 +118,6 @@ struct ModelCheck {
 };
 Result<ModelCheck> check_model(const std::filesystem::path& dir, const LoadOptions& options = {}, std::size_t rows = 16);
 
-// Random rows in the shapes `spec` makes: dense values around zero, and
-// bags anywhere in their tables that are in turn empty, of one id, of
-// max_len ids (100 if it has none; an id's bag is at most 1) and of any
-// length in between. Seeded.
-features::Batch random_rows(const features::ModelSpec& spec, std::size_t rows, std::uint64_t seed);
-
 // The intra-op thread count of the calling thread's LibTorch (OpenMP) pool.
 // Each inference worker calls it once, after pinning itself, so its OpenMP
 // team is created inside its CPUs.

@@ -54,9 +54,6 @@ Status same_name(const std::string& name, const repository::Version& v, const ap
                     "name");
 }
 
-}  // namespace
-
-namespace {
 // "repo/" and "repo" name one repository: the watcher's paths and the
 // scan's must compare equal.
 std::string normal(const std::string& dir) {
@@ -420,28 +417,10 @@ Status Manager::load_version(const repository::Model& model, const repository::V
   if (ok) {
     result = "warmup";
     const auto warm_started = Clock::now();
-    auto promise = std::make_shared<std::promise<Status>>();
-    auto future = promise->get_future();
-    service_->warm(prepared, [promise](Status s) { promise->set_value(std::move(s)); });
-    if (future.wait_for(kWarmupLimit) != std::future_status::ready) {
-      ok = make_error(Error::Code::kUnavailable, "its warm-up did not end within 300 s", "version");
-    } else {
-      ok = future.get();
-    }
+    ok = warm(prepared);
     warm_seconds = seconds_since(warm_started);
   }
-  if (!ok) {
-    // Which version, in the reply of a load call and the index.
-    Error& e = ok.error();
-    if (!e.message.starts_with("model " + name + " version ")) e.message = "model " + name + " version " + v.number + ": " + e.message;
-    if (e.field.empty()) e.field = "version";
-    failed_[key] = v.fingerprint;
-    set_entry(name, v.number, VersionState::kUnavailable, ok.error().message);
-    service_->metrics().count_load(name, result);
-    log(LogLevel::kWarning, "version refused; what served still serves",
-        {{"model", name}, {"version", v.number}, {"result", result}, {"reason", ok.error().message}, {"asked", asked ? "true" : "false"}});
-    return ok;
-  }
+  if (!ok) return refuse(name, v, result, std::move(ok.error()), asked);
   failed_.erase(key);
   service_->models().publish(prepared);
   set_entry(name, v.number, VersionState::kReady);
@@ -450,6 +429,28 @@ Status Manager::load_version(const repository::Model& model, const repository::V
   log(LogLevel::kInfo, "version serving",
       {{"model", name}, {"version", v.number}, {"load_seconds", std::to_string(load_seconds)}, {"warmup_seconds", std::to_string(warm_seconds)}});
   return {};
+}
+
+Status Manager::warm(const api::HeldVersion& version) const {
+  auto promise = std::make_shared<std::promise<Status>>();
+  auto future = promise->get_future();
+  service_->warm(version, [promise](Status s) { promise->set_value(std::move(s)); });
+  if (future.wait_for(kWarmupLimit) != std::future_status::ready) {
+    return make_error(Error::Code::kUnavailable, "its warm-up did not end within 300 s", "version");
+  }
+  return future.get();
+}
+
+Status Manager::refuse(const std::string& name, const repository::Version& v, const std::string& result, Error e, bool asked) {
+  // Which version, in the reply of a load call and the index.
+  if (!e.message.starts_with("model " + name + " version ")) e.message = "model " + name + " version " + v.number + ": " + e.message;
+  if (e.field.empty()) e.field = "version";
+  failed_[name + "/" + v.number] = v.fingerprint;
+  set_entry(name, v.number, VersionState::kUnavailable, e.message);
+  service_->metrics().count_load(name, result);
+  log(LogLevel::kWarning, "version refused; what served still serves",
+      {{"model", name}, {"version", v.number}, {"result", result}, {"reason", e.message}, {"asked", asked ? "true" : "false"}});
+  return tl::unexpected(std::move(e));
 }
 
 void Manager::retire(const std::string& name, const std::string& version, const char* why) {

@@ -95,6 +95,11 @@ class Manager final : public api::RepositoryControl {
   std::map<std::string, std::string> failed_of(const std::string& name) const;
   Status load_version(const repository::Model& model, const repository::Version& v, bool asked);
   Status check_memory(const repository::Version& v) const;
+  // Warms a prepared version on every worker, within kWarmupLimit.
+  Status warm(const api::HeldVersion& version) const;
+  // A version that did not load: recorded (not retried until its files
+  // change), shown, counted and logged; returns the error naming it.
+  Status refuse(const std::string& name, const repository::Version& v, const std::string& result, Error e, bool asked);
   void retire(const std::string& name, const std::string& version, const char* why);
   void free_retired(bool wait);
   // Runs `work` on a new thread (it inherits this one's CPUs and memory

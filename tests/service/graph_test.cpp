@@ -13,6 +13,7 @@
 #include "demo_dir.h"
 #include "feature_store/embedded.h"
 #include "model/model.h"
+#include "model/rows.h"
 
 namespace numaserve::model {
 namespace {

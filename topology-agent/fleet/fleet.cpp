@@ -23,7 +23,7 @@ tl::unexpected<Error> bad(std::string message) { return make_error(Error::Code::
 
 std::string reason_not_plannable(const FleetNode& node, const Shape* shape) {
   if (!shape) return "no NodeResourceTopology (no agent publishes for it)";
-  if (!node.labels.contains("numaserve.io/numa-nodes")) return "no numaserve.io labels (no agent labels it)";
+  if (!node.labels.contains(label::kNumaNodes)) return "no numaserve.io labels (no agent labels it)";
   if (shape->policy.empty()) return "its NodeResourceTopology does not say the Topology Manager's policy";
   if (shape->policy != "single-numa-node") return "Topology Manager policy " + shape->policy + ", not single-numa-node";
   if (shape->scope != "pod") return "Topology Manager scope " + shape->scope + ", not pod";
@@ -68,11 +68,11 @@ unsigned round_down(unsigned n, unsigned step) { return step == 0 ? n : n / step
 
 // Threads per core as the Node's labels say (1 when they do not).
 unsigned threads_per_core_of(const std::map<std::string, std::string>& labels) {
-  const auto tpc = labels.find("numaserve.io/threads-per-core");
+  const auto tpc = labels.find(label::kThreadsPerCore);
   unsigned threads = 1;
   if (tpc != labels.end()) {
     std::from_chars(tpc->second.data(), tpc->second.data() + tpc->second.size(), threads);
-  } else if (labels.contains("numaserve.io/smt") && labels.at("numaserve.io/smt") == "true") {
+  } else if (labels.contains(label::kSmt) && labels.at(label::kSmt) == "true") {
     threads = 2;  // labels of an agent older than threads-per-core
   }
   return std::max(1u, threads);

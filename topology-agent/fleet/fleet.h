@@ -19,6 +19,20 @@
 
 namespace numaserve::agent::fleet {
 
+// The node labels: the agent writes them (publish/nrt.cpp), the fleet and
+// the operator read them. One place for each key.
+namespace label {
+inline constexpr const char* kNumaNodes = "numaserve.io/numa-nodes";
+inline constexpr const char* kMemoryOnlyNumaNodes = "numaserve.io/memory-only-numa-nodes";
+inline constexpr const char* kCpusPerNumaNode = "numaserve.io/cpus-per-numa-node";
+inline constexpr const char* kSmt = "numaserve.io/smt";
+inline constexpr const char* kThreadsPerCore = "numaserve.io/threads-per-core";
+inline constexpr const char* kMachineClass = "numaserve.io/machine-class";
+inline constexpr const char* kReplicaCpus = "numaserve.io/replica-cpus";
+inline constexpr const char* kReplicaMemory = "numaserve.io/replica-memory";
+inline constexpr const char* kReplicas = "numaserve.io/replicas";
+}  // namespace label
+
 // A NUMA zone that has CPUs, by what the kubelet allocates in it (not what
 // is available: running pods do not change a machine's class).
 struct Zone {

@@ -154,6 +154,19 @@ std::int64_t integer_field(const json& j, std::initializer_list<std::string_view
   return v.is_number_integer() ? v.get<std::int64_t>() : 0;
 }
 
+namespace {
+// Its objects are named <pool>-<class>, and a Deployment's name must be a
+// DNS label; the API server admits a ServingPool with dots in its name.
+Status check_pool_name(const std::string& name) {
+  if (name.size() > 49) return bad("metadata.name", "at most 49 characters (its Deployments add -mc-<10 hex>)");
+  if (!std::all_of(name.begin(), name.end(), [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; }) ||
+      name.front() == '-' || name.back() == '-') {
+    return bad("metadata.name", "want a DNS label (lowercase letters, digits and '-'): its Deployments are named after it");
+  }
+  return {};
+}
+}  // namespace
+
 Result<PoolSpec> parse_pool(const json& object) {
   PoolSpec pool;
   pool.name = text_field(object, {"metadata", "name"});
@@ -161,13 +174,7 @@ Result<PoolSpec> parse_pool(const json& object) {
   pool.uid = text_field(object, {"metadata", "uid"});
   pool.generation = integer_field(object, {"metadata", "generation"});
   if (pool.name.empty() || pool.namespace_name.empty()) return bad("metadata", "want a name and a namespace");
-  if (pool.name.size() > 49) return bad("metadata.name", "at most 49 characters (its Deployments add -mc-<10 hex>)");
-  // Its objects are named <pool>-<class>, and a Deployment's name must be a
-  // DNS label; the API server admits a ServingPool with dots in its name.
-  if (!std::all_of(pool.name.begin(), pool.name.end(), [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; }) ||
-      pool.name.front() == '-' || pool.name.back() == '-') {
-    return bad("metadata.name", "want a DNS label (lowercase letters, digits and '-'): its Deployments are named after it");
-  }
+  if (auto named = check_pool_name(pool.name); !named) return tl::unexpected(named.error());
   const json& spec = field(object, {"spec"});
   if (!spec.is_object()) return bad("spec", "want an object");
   if (auto checked = check_template(field(spec, {"template"})); !checked) return tl::unexpected(checked.error());

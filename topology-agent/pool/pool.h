@@ -26,7 +26,7 @@ namespace numaserve::agent::pool {
 inline constexpr const char* kFieldManager = "numaserve-operator";
 inline constexpr const char* kApiVersion = "numaserve.io/v1alpha1";
 inline constexpr const char* kPoolLabel = "numaserve.io/pool";
-inline constexpr const char* kClassLabel = "numaserve.io/machine-class";
+inline constexpr const char* kClassLabel = fleet::label::kMachineClass;
 
 // A field of a document from the API server by its path, or null when a
 // step is missing or not an object: the operator trusts no shape it was

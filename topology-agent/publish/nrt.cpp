@@ -121,20 +121,20 @@ std::map<std::string, std::string> make_node_labels(const discover::NodeReport& 
     if (!node.memory_only()) min_cpus = min_cpus == 0 ? node.cpus.count() : std::min(min_cpus, node.cpus.count());
   }
   std::map<std::string, std::string> labels = {
-      {"numaserve.io/numa-nodes", std::to_string(t.nodes_with_cpus().count())},
-      {"numaserve.io/memory-only-numa-nodes", std::to_string(t.nodes.size() - t.nodes_with_cpus().count())},
-      {"numaserve.io/cpus-per-numa-node", std::to_string(min_cpus)},
-      {"numaserve.io/smt", t.threads_per_core() > 1 ? "true" : "false"},
-      {"numaserve.io/threads-per-core", std::to_string(t.threads_per_core())}};
+      {fleet::label::kNumaNodes, std::to_string(t.nodes_with_cpus().count())},
+      {fleet::label::kMemoryOnlyNumaNodes, std::to_string(t.nodes.size() - t.nodes_with_cpus().count())},
+      {fleet::label::kCpusPerNumaNode, std::to_string(min_cpus)},
+      {fleet::label::kSmt, t.threads_per_core() > 1 ? "true" : "false"},
+      {fleet::label::kThreadsPerCore, std::to_string(t.threads_per_core())}};
   // The class cluster-plan will find for this node, from the same object
   // the agent publishes: agent and plan cannot disagree.
   if (auto shape = fleet::shape_of(make_node_resource_topology("", report, plan), t.threads_per_core())) {
-    labels["numaserve.io/machine-class"] = fleet::machine_class(*shape);
+    labels[fleet::label::kMachineClass] = fleet::machine_class(*shape);
   }
   if (plan) {
-    labels["numaserve.io/replica-cpus"] = std::to_string(plan->pod.cpus);
-    labels["numaserve.io/replica-memory"] = format_quantity(plan->pod.memory_bytes);
-    labels["numaserve.io/replicas"] = std::to_string(plan->pod.replicas_per_machine);
+    labels[fleet::label::kReplicaCpus] = std::to_string(plan->pod.cpus);
+    labels[fleet::label::kReplicaMemory] = format_quantity(plan->pod.memory_bytes);
+    labels[fleet::label::kReplicas] = std::to_string(plan->pod.replicas_per_machine);
   }
   return labels;
 }

@@ -197,7 +197,7 @@ TEST(Batcher, AWorkerWithRequestsLeavesIdleWorkersAShareAndWakesThem) {
   std::vector<Seen> seen(6);
   for (std::size_t i = 0; i < seen.size(); ++i) b.submit(0, job(0, rows({static_cast<float>(i)}), seen[i]));
   const Turn turn = b.run_turn(0);
-  EXPECT_EQ(turn.wake, (std::vector<std::size_t>{1, 2}));
+  EXPECT_EQ(turn.wake_workers, (std::vector<std::size_t>{1, 2}));
   EXPECT_TRUE(turn.more_work);
   EXPECT_EQ(f.calls.back(), (std::pair<std::size_t, std::size_t>{2, 2}));  // its third of six
   b.run_turn(1);
@@ -220,7 +220,7 @@ TEST(Batcher, WithoutIdleWorkersNothingIsShared) {
   std::vector<Seen> seen(4);
   for (auto& s : seen) b.submit(0, job(0, rows({1}), s));
   const Turn turn = b.run_turn(0);  // worker 1 never had an empty turn
-  EXPECT_TRUE(turn.wake.empty());
+  EXPECT_TRUE(turn.wake_workers.empty());
   EXPECT_EQ(f.calls, (std::vector<std::pair<std::size_t, std::size_t>>{{4, 4}}));
 }
 
@@ -236,7 +236,7 @@ TEST(Batcher, AnIdleWorkerTakesHalfOfABusyWorkersQueue) {
   EXPECT_TRUE(seen[0].outcome && seen[1].outcome);
   EXPECT_EQ(b.stats()[1].stolen, 2u);
   // Worker 1 sleeps now: worker 0 runs one of the two left and leaves it the other.
-  EXPECT_EQ(b.run_turn(0).wake, (std::vector<std::size_t>{1}));
+  EXPECT_EQ(b.run_turn(0).wake_workers, (std::vector<std::size_t>{1}));
   b.run_turn(1);
   EXPECT_TRUE(seen[2].outcome && seen[3].outcome);
   EXPECT_EQ(b.stats()[1].stolen, 3u);
