@@ -43,9 +43,10 @@ Plan plan(const PlanInput& input) {
   }
   std::sort(out.retire.begin(), out.retire.end(), lower);
   out.retire_first = !input.availability && !out.load.empty();
-  for (const auto& [number, state] : input.shown) {
+  for (const auto& shown : input.shown) {
+    const std::string& number = shown.first;  // not a structured binding: clang's lambdas cannot capture one
     const bool on_disk = std::any_of(model.versions.begin(), model.versions.end(), [&](const auto& v) { return v.number == number; });
-    if (!on_disk && !contains(input.served, number) && state != VersionState::kUnloading) out.forget.push_back(number);
+    if (!on_disk && !contains(input.served, number) && shown.second != VersionState::kUnloading) out.forget.push_back(number);
   }
   return out;
 }
