@@ -130,13 +130,7 @@ Result<std::unique_ptr<EmbeddedStore>> EmbeddedStore::open(std::unique_ptr<Entit
 
 Status EmbeddedStore::add_model(std::size_t model, const features::ModelSpec& spec) {
   std::lock_guard lock(adding_);
-  if (model != caches_.size()) {
-    return make_error(Error::Code::kInternal, "model " + spec.name + " added as number " + std::to_string(model) + ", " +
-                                                  std::to_string(caches_.size()) + " expected");
-  }
-  if (model == caches_.capacity()) {
-    return make_error(Error::Code::kUnavailable, "model " + spec.name + ": a service serves at most " + std::to_string(kMaxModels) + " models", "model");
-  }
+  if (auto next = check_next_model(model, caches_.size(), spec); !next) return next;
   auto cache = features::ItemCache::build(spec, [&](const features::EntityVisitor& visit) { entities_->for_each_item(visit); });
   if (!cache) return tl::unexpected(cache.error());
   caches_.push(std::make_unique<features::ItemCache>(std::move(*cache)));

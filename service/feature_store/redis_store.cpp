@@ -82,13 +82,7 @@ void RedisStore::take(const features::ModelSpec& spec) {
 
 Status RedisStore::add_model(std::size_t model, const features::ModelSpec& spec) {
   std::lock_guard lock(adding_);
-  if (model != specs_.size()) {
-    return make_error(Error::Code::kInternal, "model " + spec.name + " added as number " + std::to_string(model) + ", " +
-                                                  std::to_string(specs_.size()) + " expected");
-  }
-  if (model == kMaxModels) {
-    return make_error(Error::Code::kUnavailable, "model " + spec.name + ": a service serves at most " + std::to_string(kMaxModels) + " models", "model");
-  }
+  if (auto next = check_next_model(model, specs_.size(), spec); !next) return next;
   // The workers' pipelines ask for the fields of the layout built at start:
   // a model that reads others needs a restart to be asked for them.
   std::vector<const features::ModelSpec*> all;

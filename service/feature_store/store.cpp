@@ -38,6 +38,17 @@ Result<std::unique_ptr<FeatureStore>> open_redis(const OpenConfig& c, const std:
 
 }  // namespace
 
+Status FeatureStore::check_next_model(std::size_t model, std::size_t count, const features::ModelSpec& spec) {
+  if (model != count) {
+    return make_error(Error::Code::kInternal,
+                      "model " + spec.name + " added as number " + std::to_string(model) + ", " + std::to_string(count) + " expected");
+  }
+  if (model == kMaxModels) {
+    return make_error(Error::Code::kUnavailable, "model " + spec.name + ": a service serves at most " + std::to_string(kMaxModels) + " models", "model");
+  }
+  return {};
+}
+
 Result<std::unique_ptr<FeatureStore>> open_store(const OpenConfig& config, const std::vector<const features::ModelSpec*>& models) {
   return redis::is_url(config.feature_store) ? open_redis(config, models) : open_embedded(config, models);
 }

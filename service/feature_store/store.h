@@ -56,6 +56,7 @@ class FeatureStore {
   // model number `model`, the count so far. Refused, with the reason, where
   // this store cannot serve it without a restart.
   virtual Status add_model(std::size_t model, const features::ModelSpec& spec) = 0;
+
   // After extraction: the rows of `batch` the store may keep for the next
   // requests on this worker (a networked store's item cache); `found` is
   // what this request's fetch gave.
@@ -67,6 +68,11 @@ class FeatureStore {
   virtual std::optional<StoreStats> stats() const { return std::nullopt; }
   // A store across the network, whose wait is timed apart (numaserve_feature_store_seconds).
   virtual bool networked() const { return false; }
+
+ protected:
+  // What every store checks first in add_model: `model` is the next number
+  // (`count` so far) and there is room for it.
+  static Status check_next_model(std::size_t model, std::size_t count, const features::ModelSpec& spec);
 };
 
 // The store `--feature-store` names: a JSON Lines file (or nothing: every

@@ -128,7 +128,7 @@ Result<std::vector<std::unique_ptr<api::Model>>> Manager::load_initial() {
       Status ok = loaded ? same_name(model.name, v, **loaded) : Status(tl::unexpected(loaded.error()));
       if (ok && contract) ok = features::same_feature_contract(*contract, (*loaded)->spec());
       if (!ok) {
-        failed_[model.name + "/" + v.number] = v.fingerprint;
+        failed_[model.name][v.number] = v.fingerprint;
         set_entry(model.name, v.number, VersionState::kUnavailable, ok.error().message);
         failures += (failures.empty() ? "" : "; ") + ok.error().message;
         log(LogLevel::kWarning, "version not loaded", {{"model", model.name}, {"version", v.number}, {"reason", ok.error().message}});
@@ -305,9 +305,10 @@ void Manager::reconcile_all() {
   // A model whose directory went is unloaded, each version once its last
   // request has answered; it serves again if its directory comes back.
   for (const auto& name : names_) {
-    if (present.contains(name) || served_numbers(service_->models(), name).empty()) continue;
+    const auto served = served_numbers(service_->models(), name);
+    if (present.contains(name) || served.empty()) continue;
     service_->models().set_unloaded(name, true);
-    for (const auto& number : served_numbers(service_->models(), name)) retire(name, number, kDirectoryGone);
+    for (const auto& number : served) retire(name, number, kDirectoryGone);
     log(LogLevel::kInfo, "model directory removed: unloading it", {{"model", name}});
   }
 }
@@ -319,7 +320,7 @@ Status Manager::reconcile(repository::Model& model, bool asked) {
     return tl::unexpected(model.policy.error());
   }
   auto& table = service_->models();
-  repository::PlanInput input{&model, served_numbers(table, name), {}, failed_of(name), asked, config_.availability};
+  repository::PlanInput input{&model, served_numbers(table, name), {}, failed_[name], asked, config_.availability};
   {
     std::lock_guard lock(mutex_);
     for (const auto& [number, e] : entries_[name]) input.shown[number] = e.state;
@@ -352,15 +353,6 @@ Status Manager::reconcile(repository::Model& model, bool asked) {
   return result;
 }
 
-std::map<std::string, std::string> Manager::failed_of(const std::string& name) const {
-  std::map<std::string, std::string> out;
-  const std::string prefix = name + "/";
-  for (const auto& [key, fingerprint] : failed_) {
-    if (key.starts_with(prefix)) out[key.substr(prefix.size())] = fingerprint;
-  }
-  return out;
-}
-
 Status Manager::check_memory(const repository::Version& v) const {
   auto memory = discover_cgroup_memory("/");
   if (!memory || !*memory) return {};  // no memory cgroup to read: nothing to check against
@@ -382,7 +374,6 @@ Status Manager::check_memory(const repository::Version& v) const {
 
 Status Manager::load_version(const repository::Model& model, const repository::Version& v, bool asked) {
   const std::string& name = model.name;
-  const std::string key = name + "/" + v.number;
   set_entry(name, v.number, VersionState::kLoading);
   const auto started = Clock::now();
   std::string result = "memory";
@@ -421,7 +412,7 @@ Status Manager::load_version(const repository::Model& model, const repository::V
     warm_seconds = seconds_since(warm_started);
   }
   if (!ok) return refuse(name, v, result, std::move(ok.error()), asked);
-  failed_.erase(key);
+  failed_[name].erase(v.number);
   service_->models().publish(prepared);
   set_entry(name, v.number, VersionState::kReady);
   service_->metrics().count_load(name, "ok");
@@ -445,7 +436,7 @@ Status Manager::refuse(const std::string& name, const repository::Version& v, co
   // Which version, in the reply of a load call and the index.
   if (!e.message.starts_with("model " + name + " version ")) e.message = "model " + name + " version " + v.number + ": " + e.message;
   if (e.field.empty()) e.field = "version";
-  failed_[name + "/" + v.number] = v.fingerprint;
+  failed_[name][v.number] = v.fingerprint;
   set_entry(name, v.number, VersionState::kUnavailable, e.message);
   service_->metrics().count_load(name, result);
   log(LogLevel::kWarning, "version refused; what served still serves",

@@ -91,8 +91,6 @@ class Manager final : public api::RepositoryControl {
   void run();
   void reconcile_all();
   Status reconcile(repository::Model& model, bool asked);  // `model` as just read
-  // The versions of `name` that failed to load -> the fingerprint they failed with.
-  std::map<std::string, std::string> failed_of(const std::string& name) const;
   Status load_version(const repository::Model& model, const repository::Version& v, bool asked);
   Status check_memory(const repository::Version& v) const;
   // Warms a prepared version on every worker, within kWarmupLimit.
@@ -128,7 +126,7 @@ class Manager final : public api::RepositoryControl {
   std::map<std::string, std::map<std::string, api::RepositoryEntry>> entries_;
 
   // The manager's thread alone from here.
-  std::map<std::string, std::string> failed_;  // "name/version" -> the fingerprint that failed
+  std::map<std::string, std::map<std::string, std::string>> failed_;  // name -> version -> the fingerprint that failed
   std::set<std::string> unloaded_;             // by an unload call, until a load call
   std::set<std::filesystem::path> renamed_;    // version directories the watcher saw moved into place
   struct Retiring {
