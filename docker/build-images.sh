@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds the three images with podman, offline (base image from
+# Builds the four images with podman, offline (base image from
 # scripts/containers.sh), and prints their sizes:
-#   numaserve:VERSION, numaserve-demo:VERSION, numaserve-topology-agent:VERSION
+#   numaserve:VERSION, numaserve-demo:VERSION, numaserve-topology-agent:VERSION,
+#   numaserve-operator:VERSION
 # Usage: docker/build-images.sh [TAG]    (default: the project version)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,11 +15,12 @@ revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 git diff --quiet HEAD 2>/dev/null || revision+=-dirty
 source=$(git config --get remote.origin.url 2>/dev/null || echo "file://$PWD")
 
-for target in service demo agent; do
+for target in service demo agent operator; do
   case $target in
     service) image=localhost/numaserve:$TAG ;;
     demo) image=localhost/numaserve-demo:$TAG ;;
     agent) image=localhost/numaserve-topology-agent:$TAG ;;
+    operator) image=localhost/numaserve-operator:$TAG ;;
   esac
   echo "building $image (target $target)" >&2
   # docker format: OCI images have no HEALTHCHECK.

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Pastes `numaserve options` and `numaserve-topology-agent options` into
+# Pastes `numaserve options`, `numaserve-topology-agent options` and
+# `numaserve-operator options` into
 # docs/reference/options.md between their markers (the CLI tests fail when
 # they differ; tests/docs/check_docs.py when a marker is missing).
 # Usage: scripts/update-option-tables.sh [BUILD_DIR]
@@ -8,7 +9,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
 python3 - "$root/docs/reference/options.md" \
   service "$("$build/service/numaserve" options)" \
-  agent "$("$build/topology-agent/numaserve-topology-agent" options)" <<'PY'
+  agent "$("$build/topology-agent/numaserve-topology-agent" options)" \
+  operator "$("$build/operator/numaserve-operator" options)" <<'PY'
 import sys
 path, pairs = sys.argv[1], sys.argv[2:]
 text = open(path).read()

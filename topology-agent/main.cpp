@@ -1,8 +1,8 @@
 // numaserve-topology-agent: parses and dispatches. Options are declared
 // once, in agent_options(); the work happens in numaserve::common and the
 // agent's parts: discover, plan, publish (its renderings), report, fleet
-// (cluster-plan), serve's run_daemon (the DaemonSet: endpoint + the
-// updater's loop) and pool's run_operator (the topology operator).
+// (cluster-plan) and serve's run_daemon (the DaemonSet: endpoint + the
+// updater's loop). The topology operator is its own program (operator/).
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -16,7 +16,6 @@
 #include "numaserve/common/text_file.h"
 #include "options/agent_options.h"
 #include "plan/plan.h"
-#include "pool/controller.h"
 #include "publish/files.h"
 #include "publish/renderings.h"
 #include "publish/yaml.h"
@@ -31,8 +30,6 @@ namespace plan = numaserve::agent::plan;
 namespace publish = numaserve::agent::publish;
 namespace opts = numaserve::agent::options;  // the option groups: opts::kRun...
 using numaserve::agent::options::AgentOptions;
-using numaserve::agent::options::default_identity;
-using numaserve::agent::options::default_namespace;
 using numaserve::agent::options::table_for;
 
 constexpr const char* kProgram = "numaserve-topology-agent";
@@ -92,7 +89,7 @@ int run_cluster_plan(AgentOptions& o, const std::vector<std::string>& files) {
     if (!nodes) return fail(nodes.error().message);
     sources.push_back(std::move(*nodes));
   }
-  o.fleet.replicas_per_numa_node = o.updater.plan.replicas_per_node;
+  o.fleet.replicas_per_numa_node = o.updater.plan.replicas_per_numa_node;
   o.fleet.pod_memory_fraction = o.updater.plan.pod_memory_fraction;
   auto planned = fleet::plan_fleet(fleet::merge(std::move(sources)), o.fleet);
   if (!planned) return fail(planned.error().message);
@@ -111,25 +108,6 @@ int run_cluster_plan(AgentOptions& o, const std::vector<std::string>& files) {
     std::cout << publish::to_yaml(fleet::helm_values(*planned));
   }
   return 0;
-}
-
-// The operator needs an API server: in its pod, or named by --apiserver-url.
-int run_operator(AgentOptions& o) {
-  numaserve::configure_logging("operator", o.log.level, o.log.format);
-  auto api = o.apiserver_config();
-  if (!api) {
-    std::cerr << kProgram << ": operator: no API server (not in a pod; pass --apiserver-url)\n";
-    return 2;
-  }
-  if (o.operator_config.lease.count() < 3) {
-    std::cerr << kProgram << ": operator: --lease-duration: want at least 3s\n";
-    return 2;
-  }
-  if (o.operator_config.namespace_name.empty()) o.operator_config.namespace_name = default_namespace();
-  if (o.operator_config.identity.empty()) o.operator_config.identity = default_identity();
-  o.operator_config.apiserver = *api;
-  o.operator_config.endpoint = o.endpoint;
-  return numaserve::agent::pool::run_operator(o.operator_config);
 }
 
 // A subcommand and the options it takes. Built in place and never moved:
@@ -165,10 +143,6 @@ struct CommandLine {
                      "Machine classes and replica sizes for a whole fleet, from `kubectl get "
                      "noderesourcetopologies,nodes -o yaml`",
                      o, opts::kFleet),
-        operator_(app, "operator",
-                  "The in-cluster loop: one Deployment per machine class for every ServingPool of its namespace, "
-                  "leader-elected",
-                  o, opts::kOperator),
         options(app.add_subcommand("options", "Print every option as a Markdown table (for the README)")) {
     app.require_subcommand(1);
     cluster_plan.cli->add_option("files", fleet_files,
@@ -177,14 +151,14 @@ struct CommandLine {
 
   // The parsed subcommand that takes options (all but `options`).
   Command& parsed() {
-    for (Command* c : {&discover, &plan, &cluster_plan, &operator_}) {
+    for (Command* c : {&discover, &plan, &cluster_plan}) {
       if (c->parsed()) return *c;
     }
     return run;
   }
 
   CLI::App app{"numaserve-topology-agent: NUMA topology of a Kubernetes node, and how to use it"};
-  Command discover, plan, run, cluster_plan, operator_;
+  Command discover, plan, run, cluster_plan;
   CLI::App* options;
   std::vector<std::string> fleet_files;
 };
@@ -214,7 +188,6 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (command_line.cluster_plan.parsed()) return run_cluster_plan(options, command_line.fleet_files);
-  if (command_line.operator_.parsed()) return run_operator(options);
   if (command_line.discover.parsed()) return run_discover(options);
   if (command_line.plan.parsed()) return run_plan(options);
   numaserve::configure_logging("agent", options.log.level, options.log.format);

@@ -194,7 +194,7 @@ std::vector<OptionSpec> serve_options(ServeOptions& o) {
       count_option("replicas_per_numa_node", "N",
                    "Run a supervisor and N replica processes per NUMA node of the cpuset, each pinned to its node's "
                    "CPUs and memory, sharing the port",
-                   o.replicas.per_node),
+                   o.replicas.per_numa_node),
       count_option("replicas", "N",
                    "Run a supervisor and N replica processes (spread evenly over the nodes with --bind numa)",
                    o.replicas.replicas),

@@ -40,7 +40,7 @@ struct ServeOptions {
   double shutdown_grace = 30;  // seconds for the drain, then exit 1
   LogOptions log;
 
-  bool replicated() const { return replicas.per_node != 0 || replicas.replicas != 0; }
+  bool replicated() const { return replicas.per_numa_node != 0 || replicas.replicas != 0; }
 };
 
 std::vector<OptionSpec> serve_options(ServeOptions& o);

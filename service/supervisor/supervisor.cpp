@@ -80,7 +80,7 @@ Result<std::vector<Replica>> plan_replicas(const Placement& placement, const Top
   if (allowed.empty()) return make_error(Error::Code::kUnavailable, "no usable CPUs in this process's cpuset");
   std::vector<Replica> replicas;
   if (config.bind == Bind::kNone) {
-    const unsigned n = config.replicas != 0 ? config.replicas : config.per_node * static_cast<unsigned>(topology.nodes.size());
+    const unsigned n = config.replicas != 0 ? config.replicas : config.per_numa_node * static_cast<unsigned>(topology.nodes.size());
     if (n == 0) return make_error(Error::Code::kInvalidArgument, "--bind none needs --replicas N");
     for (unsigned i = 0; i < n; ++i) replicas.push_back({i, std::nullopt, allowed, mems});
     return replicas;
@@ -89,29 +89,29 @@ Result<std::vector<Replica>> plan_replicas(const Placement& placement, const Top
   for (const auto& node : topology.nodes) {
     if (node.cpus.intersects(allowed)) nodes.push_back(&node);
   }
-  unsigned per_node = config.per_node;
-  if (per_node == 0) {
+  unsigned per_numa_node = config.per_numa_node;
+  if (per_numa_node == 0) {
     if (config.replicas % nodes.size() != 0 || config.replicas == 0) {
       return make_error(Error::Code::kInvalidArgument,
                         std::to_string(config.replicas) + " replicas do not spread evenly over the " +
                             std::to_string(nodes.size()) + " NUMA nodes with allowed CPUs");
     }
-    per_node = config.replicas / static_cast<unsigned>(nodes.size());
+    per_numa_node = config.replicas / static_cast<unsigned>(nodes.size());
   }
   for (const NumaNode* node : nodes) {
     const auto cores = allowed_cores(*node, allowed);
-    if (cores.size() < per_node) {
+    if (cores.size() < per_numa_node) {
       return make_error(Error::Code::kInvalidArgument,
-                        std::to_string(per_node) + " replicas per node need " + std::to_string(per_node) +
+                        std::to_string(per_numa_node) + " replicas per NUMA node need " + std::to_string(per_numa_node) +
                             " cores, node " + std::to_string(node->os_index) + " has " +
                             std::to_string(cores.size()) + " allowed (CPUs " + (node->cpus & allowed).to_list() + ")");
     }
     // Memory on the node when the cpuset allows it, else what it allows.
     const NodeSet node_mems = mems.contains(node->os_index) ? NodeSet{node->os_index} : mems;
-    for (unsigned r = 0; r < per_node; ++r) {
+    for (unsigned r = 0; r < per_numa_node; ++r) {
       CpuSet cpus;
       // Contiguous runs of whole cores: replica r gets cores [r*n/k, (r+1)*n/k).
-      for (std::size_t c = r * cores.size() / per_node; c < (r + 1) * cores.size() / per_node; ++c) cpus |= cores[c];
+      for (std::size_t c = r * cores.size() / per_numa_node; c < (r + 1) * cores.size() / per_numa_node; ++c) cpus |= cores[c];
       replicas.push_back({static_cast<unsigned>(replicas.size()), node->os_index, cpus, node_mems});
     }
   }

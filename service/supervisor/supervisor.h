@@ -22,7 +22,7 @@ namespace numaserve::supervisor {
 enum class Bind { kNuma, kNone };
 
 struct ReplicaConfig {
-  unsigned per_node = 0;  // --replicas-per-numa-node
+  unsigned per_numa_node = 0;  // --replicas-per-numa-node
   unsigned replicas = 0;  // --replicas (with kNuma: spread evenly over the nodes)
   Bind bind = Bind::kNuma;
 };

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The agent's command line as an operator meets it: exit status and the first
-# words of output for good and bad invocations.
+# The agent's and the operator's command lines as a cluster admin meets
+# them: exit status and the first words of output for good and bad invocations.
 set -u
-AGENT=${1:?usage: agent_cli_test.sh path/to/numaserve-topology-agent fixtures-dir}
-FIXTURES=${2:?usage: agent_cli_test.sh path/to/numaserve-topology-agent fixtures-dir}
+usage="usage: agent_cli_test.sh path/to/numaserve-topology-agent fixtures-dir path/to/numaserve-operator"
+AGENT=${1:?$usage}
+FIXTURES=${2:?$usage}
+OPERATOR=${3:?$usage}
 pass=0 fail=0
 check() {  # name, expected status, regex the combined output must match, args...
   local name=$1 want_rc=$2 want=$3; shift 3
@@ -29,7 +31,7 @@ check "no subcommand" 2 'subcommand'
 check "--help" 0 'discover' --help
 check "plan as text" 0 'Replica: 10 CPUs' plan --xml "$xml"
 check "plan as a kubelet drop-in" 0 'reservedSystemCPUs: "0-1,12-13"' plan --xml "$xml" -o kubelet-config
-check "plan as Helm values" 0 'replicasPerNode: 2' plan --xml "$xml" -o helm-values
+check "plan as Helm values" 0 'replicasPerMachine: 2' plan --xml "$xml" -o helm-values
 check "plan with two replicas per NUMA node" 0 'Replica: 4 CPUs.*2 per NUMA node, 4 per machine' plan --xml "$xml" --replicas-per-numa-node 2
 check "bad memory quantity is named" 2 "kube_reserved_memory: bad quantity '1GB'" plan --xml "$xml" --kube-reserved-memory 1GB
 check "a bad value from the environment names the variable" 2 'NUMASERVE_REPLICAS_PER_NUMA_NODE' env NUMASERVE_REPLICAS_PER_NUMA_NODE=two "$AGENT" plan --xml "$xml"
@@ -81,18 +83,25 @@ check "cluster-plan --hugepages-per-replica: machines without those hugepages ar
   'no NUMA zone has 1Gi of hugepages-1Gi' cluster-plan --hugepages-per-replica hugepages-1Gi=1Gi "$fleet/generations.yaml"
 check "cluster-plan --hugepages-per-replica: a bad size is refused" 2 'hugepages-<size>=<quantity>' \
   cluster-plan --hugepages-per-replica memory=1Gi "$fleet/generations.yaml"
-check "operator: outside a pod it needs an API server" 2 'no API server' operator
-check "operator: a lease shorter than 3 s is refused" 2 'lease-duration' operator --apiserver-url https://127.0.0.1:1 --lease-duration 1s
+check "the operator is its own program, not an agent subcommand" 2 'A subcommand is required' operator
+check "operator: a lease shorter than 3 s is refused" 2 'lease-duration' env "$OPERATOR" run --apiserver-url https://127.0.0.1:1 --lease-duration 1s
+check "operator: outside a pod without --apiserver-url" 2 'no API server .*--apiserver-url' env env -u KUBERNETES_SERVICE_HOST "$OPERATOR" run
+check "operator: a bad duration names its option" 2 'resync_interval' env "$OPERATOR" run --apiserver-url https://127.0.0.1:1 --resync-interval soon
+check "operator: no subcommand" 2 'subcommand' env "$OPERATOR"
+check "operator: --help" 0 'run' env "$OPERATOR" --help
 check "options table in Markdown" 0 '^\| `--hints-dir DIR` \| `NUMASERVE_HINTS_DIR` \| `hints_dir` \|' options
 check "unknown output format" 2 'output' plan --xml "$xml" -o xml
 check "a plan that cannot be made says why" 1 'no NUMA node can hold a replica .node 0: it has 6 core.s. and reserving 6 per node leaves none' plan --xml "$xml" --reserved-cores-per-node 6
-# The documented option table is the program's own, so they cannot drift.
+# The documented option tables are the programs' own, so they cannot drift.
 readme=$FIXTURES/../../docs/reference/options.md
-if diff <("$AGENT" options) <(sed -n '/<!-- agent-options:begin -->/,/<!-- agent-options:end -->/p' "$readme" | sed '1d;$d') >/dev/null; then
-  pass=$((pass + 1)); echo "PASS docs/reference/options.md option table matches 'options'"
-else
-  fail=$((fail + 1)); echo "FAIL docs/reference/options.md option table differs from '$AGENT options'; run scripts/update-option-tables.sh"
-fi
+for program in agent:"$AGENT" operator:"$OPERATOR"; do
+  name=${program%%:*} binary=${program#*:}
+  if diff <("$binary" options) <(sed -n "/<!-- $name-options:begin -->/,/<!-- $name-options:end -->/p" "$readme" | sed '1d;$d') >/dev/null; then
+    pass=$((pass + 1)); echo "PASS docs/reference/options.md $name option table matches 'options'"
+  else
+    fail=$((fail + 1)); echo "FAIL docs/reference/options.md $name option table differs from '$binary options'; run scripts/update-option-tables.sh"
+  fi
+done
 if command -v python3 >/dev/null; then
   json=$("$AGENT" discover --json --xml "$xml")
   if python3 -c 'import json,sys; d=json.load(sys.stdin); assert len(d["topology"]["nodes"])==2' <<<"$json"; then

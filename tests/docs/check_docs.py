@@ -28,15 +28,15 @@ import re
 import sys
 import unicodedata
 
-TOP_LEVEL = ("service", "topology-agent", "common", "tests", "charts", "docs", "bench",
+TOP_LEVEL = ("service", "topology-agent", "operator", "common", "tests", "charts", "docs", "bench",
              "scripts", "docker", "manifests", "cmake", ".ci", "python", "examples")
 # The generated tables, and the file that holds them.
-OPTION_TABLES = ("service-options", "agent-options")
+OPTION_TABLES = ("service-options", "agent-options", "operator-options")
 SHELL_FENCES = ("", "sh", "bash", "shell", "console")
 # The files that name every exported metric family, and the page that
 # documents them.
 METRICS_SOURCES = ("service/metrics/metrics.cpp", "topology-agent/serve/metrics.cpp",
-                   "topology-agent/pool/controller.cpp")
+                   "operator/controller/operator.cpp")
 METRICS_REFERENCE = "docs/operate.md"
 
 LINK = re.compile(r"(!?)\[((?:[^\[\]]|\[[^\]]*\])*)\]\(\s*<?([^)\s>]*)>?(?:\s+\"[^\"]*\")?\s*\)")

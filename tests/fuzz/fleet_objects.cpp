@@ -24,7 +24,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     std::multiset<std::string> seen;
     for (const auto& c : plan->classes) {
-      FUZZ_CHECK(c.cpus > 0 && c.memory_bytes > 0 && c.replicas_per_node > 0, "class %s has an empty replica",
+      FUZZ_CHECK(c.cpus > 0 && c.memory_bytes > 0 && c.replicas_per_machine > 0, "class %s has an empty replica",
                  c.name.c_str());
       FUZZ_CHECK(c.cpus_used() <= c.cpus_allocatable(), "class %s uses more CPUs than it has", c.name.c_str());
       seen.insert(c.nodes.begin(), c.nodes.end());

@@ -1,4 +1,4 @@
-// What the operator reads from the API server (topology-agent/pool/pool.h):
+// What the operator reads from the API server (operator/pool/):
 // a JSON document taken as a ServingPool, and as the Node and
 // NodeResourceTopology lists, and as the pool's previous status. Never a
 // crash (nlohmann's throwing accessors on a field of another type would be
@@ -9,9 +9,13 @@
 #include <nlohmann/json.hpp>
 
 #include "fuzz.h"
+#include "pool/compare.h"
+#include "pool/objects.h"
 #include "pool/pool.h"
+#include "pool/refusals.h"
+#include "pool/status.h"
 
-using namespace numaserve::agent;
+using namespace numaserve::op;
 using nlohmann::json;
 
 namespace {
@@ -62,11 +66,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   auto fleet = pool::fleet_of(nodes(), nrts(), parsed->node_selector);
   FUZZ_CHECK(fleet.has_value(), "%s", "the fixed fleet did not read");
-  auto plan = fleet::plan_fleet(*fleet, parsed->sizing);
+  auto plan = pool::fleet::plan_fleet(*fleet, parsed->sizing);
   pool::Refusals refusals;
   const json previous = doc.contains("status") ? doc["status"] : json::object();
   if (!plan) {
-    (void)pool::pool_status(*parsed, nullptr, {}, refusals, plan.error().message, previous, "t", {});
+    pool::PassReport failed;
+    failed.error = plan.error().message;
+    failed.fault = "NoPlan";
+    (void)pool::pool_status(*parsed, nullptr, failed, refusals, previous, "t", {});
     return 0;
   }
   const auto objects = pool::desired_objects(*parsed, *plan);
@@ -84,6 +91,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       }
     }
   }
-  (void)pool::pool_status(*parsed, &*plan, {}, refusals, "", previous, "t", {});
+  (void)pool::pool_status(*parsed, &*plan, {}, refusals, previous, "t", {});
   return 0;
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the three images for real (podman, offline; docker/build-images.sh)
+# Builds the four images for real (podman, offline; docker/build-images.sh)
 # and runs them as a user would:
 #   - numaserve-demo: non-root, read-only root filesystem, /readyz and a
 #     /predict with the demo models, its HEALTHCHECK, SIGTERM through tini
@@ -8,6 +8,7 @@
 #     every thread of the service is allowed only those CPUs;
 #   - numaserve (no model): refuses to start, saying what is missing;
 #   - numaserve-topology-agent: `discover` and `plan -o helm-values`;
+#   - numaserve-operator: `run` outside a cluster refuses, naming the option;
 #   - every image: no shell, no package manager, no setuid or setgid file,
 #     uid 65532, OCI labels naming the commit, and within its size bound.
 # Prints the image sizes.
@@ -17,6 +18,7 @@ VERSION=$(sed -n 's/^project(numaserve VERSION \([0-9.]*\).*/\1/p' "$ROOT/CMakeL
 "$ROOT/docker/build-images.sh" "$VERSION"
 eval "$("$ROOT/scripts/containers.sh")"
 DEMO=localhost/numaserve-demo:$VERSION SERVICE=localhost/numaserve:$VERSION AGENT=localhost/numaserve-topology-agent:$VERSION
+OPERATOR=localhost/numaserve-operator:$VERSION
 
 containers=()
 TMPDIR_LIST=$(mktemp)
@@ -84,13 +86,19 @@ echo "ok: $(grep -o '"msg":"[^"]*"' <<<"$message")"
 echo "== agent image"
 discover=$(podman run --rm --read-only "$AGENT")
 grep -q '^Machine (live system)' <<<"$discover" || fail "agent discover: $discover"
-podman run --rm --read-only "$AGENT" plan -o helm-values | grep -q '^replicasPerNode: [1-9]' || fail "agent plan -o helm-values"
+podman run --rm --read-only "$AGENT" plan -o helm-values | grep -q '^replicasPerMachine: [1-9]' || fail "agent plan -o helm-values"
 [[ $(podman image inspect -f '{{.Config.User}}' "$AGENT") == 65532:65532 ]] || fail "the agent image runs as root"
 echo "ok: $(head -1 <<<"$discover")"
 
+echo "== operator image"
+# Its default command is `run`; with no API server to reach it says so (exit 2).
+if why=$(podman run --rm --read-only "$OPERATOR" 2>&1); then fail "the operator ran outside a cluster: $why"; fi
+[[ $why == *"no API server"*"--apiserver-url"* ]] || fail "the operator outside a cluster: $why"
+echo "ok: $why"
+
 echo "== what the images hold"
 revision=$(git -C "$ROOT" rev-parse HEAD)
-for image in "$SERVICE" "$DEMO" "$AGENT"; do
+for image in "$SERVICE" "$DEMO" "$AGENT" "$OPERATOR"; do
   name=${image#localhost/}
   c=$(podman create "$image")
   podman export "$c" | tar -tvf - > "$TMPDIR_LIST" || true
@@ -109,6 +117,7 @@ done
 bytes() { podman image inspect -f '{{.Size}}' "$1"; }
 (( $(bytes "$SERVICE") <= 600 * 1000 * 1000 )) || fail "the service image grew past 600 MB"
 (( $(bytes "$AGENT") <= 60 * 1000 * 1000 )) || fail "the agent image grew past 60 MB"
+(( $(bytes "$OPERATOR") <= 40 * 1000 * 1000 )) || fail "the operator image grew past 40 MB"
 
 echo "== image sizes"
 podman image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' --filter reference='localhost/numaserve*'

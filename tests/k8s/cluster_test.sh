@@ -323,7 +323,7 @@ kube get noderesourcetopologies,nodes -o yaml > "$out/fleet.yaml"
 if "$AGENT" cluster-plan -o json "$out/fleet.yaml" > "$out/fleet.json"; then
   label=$(kube get node worker-1 -o jsonpath='{.metadata.labels.numaserve\.io/machine-class}')
   summary=$(node -e 'const p = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
-    console.log(p.classes.map((c) => `${c.name}:${c.nodes.join(",")}:${c.replicas_per_node}x${c.replica.cpus}`).join(" "),
+    console.log(p.classes.map((c) => `${c.name}:${c.nodes.join(",")}:${c.replicas_per_machine}x${c.replica.cpus}`).join(" "),
                 p.unplanned.map((u) => u.node).sort().join(","))' "$out/fleet.json")
   [[ $summary == "$label:worker-1,worker-2,worker-3,worker-4:2x14 control-plane,unplanned" ]] &&
     ok "cluster-plan: one class of 4 workers, 2 replicas of 14 CPUs each, named as the agent labels worker-1 ($label)" ||
@@ -356,7 +356,7 @@ kube apply --server-side --force-conflicts -f "$out/nrt-1.yaml" >/dev/null
 # What a plan expects: "node=replicas ..." over every class's nodes.
 expected_placement() {  # plan.json
   node -e 'const p = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
-    console.log(p.classes.flatMap((c) => c.nodes.map((n) => `${n}=${c.replicas_per_node}`)).sort().join(" ") + " ")' "$1"
+    console.log(p.classes.flatMap((c) => c.nodes.map((n) => `${n}=${c.replicas_per_machine}`)).sort().join(" ") + " ")' "$1"
 }
 for sizing in per-class uniform; do
   kube get noderesourcetopologies,nodes -o yaml > "$out/fleet.yaml"

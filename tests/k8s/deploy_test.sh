@@ -125,7 +125,7 @@ grep -q '^kind: ClusterRole$' "$out/agent-quiet.yaml" && fail "agent.publish=fal
 # replicas and sizes come out as planned, and the pods are Guaranteed.
 for xml in 16amd64-4distances 32em64t-2n8c2t-pci-normalio 64intel64-fakeKNL-SNC4-hybrid; do
   "$AGENT" plan -o helm-values --xml "$FIXTURES/topologies/xml/$xml.xml" > "$out/$xml.values.yaml"
-  per_node=$(sed -n 's/^replicasPerNode: //p' "$out/$xml.values.yaml")
+  per_node=$(sed -n 's/^replicasPerMachine: //p' "$out/$xml.values.yaml")
   render "plan-$xml" $((3 * per_node)) -f "$out/$xml.values.yaml" --set nodes=3
   cpu=$(sed -n '/^  limits:/,/memory/s/^    cpu: //p' "$out/$xml.values.yaml")
   grep -q "cpu: \"$cpu\"" "$out/plan-$xml.yaml" || fail "plan-$xml: the planned $cpu CPUs are not what the pod asks"

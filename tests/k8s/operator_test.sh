@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The topology operator (numaserve-topology-agent operator) against a real
+# The topology operator (numaserve-operator run) against a real
 # control plane (tests/k8s/cluster): the chart's ServingPool and the
 # operator's RBAC installed, a mixed fleet's Node and NodeResourceTopology
 # objects created, the operator run here with its ServiceAccount's token, as
@@ -18,9 +18,11 @@
 # objects with a kubelet's status; pods are bound, never run; a pod's
 # readiness and its refusal at admission are written to its status here, as
 # the kubelet would report them.
-# Usage: operator_test.sh AGENT FIXTURES_DIR
+# Usage: operator_test.sh OPERATOR AGENT FIXTURES_DIR (the agent makes the
+# fleet's NodeResourceTopology objects, as its DaemonSet would)
 set -euo pipefail
-AGENT=$1
+OPERATOR=$1
+AGENT=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/cluster/lib.sh"
 out=$(mktemp -d)
@@ -65,7 +67,7 @@ create_nodes "$out/fleet.yaml"
 declare -A pid port  # by identity
 start_operator() {  # identity: runs it in the background with the operator's token; its pid and port
   rm -f "$out/$1.log"  # a restart's port is read from its own log, not the last one's
-  "$AGENT" operator --apiserver-url "$(cat "$CP_DIR/url")" --apiserver-ca-file "$CP_DIR/ca.crt" \
+  "$OPERATOR" run --apiserver-url "$(cat "$CP_DIR/url")" --apiserver-ca-file "$CP_DIR/ca.crt" \
     --apiserver-token-file "$CP_DIR/operator.token" --namespace numaserve --identity "$1" \
     --lease-name numaserve-operator --resync-interval 1s --lease-duration 4s --port 0 > "$out/$1.log" 2>&1 &
   operators+=($!)
@@ -108,10 +110,11 @@ wrong=$(class_mismatches numaserve "$pods_sel")
 owner=$(kube get deployment "$pool-$e5" -o jsonpath='{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name} {.spec.strategy.rollingUpdate.maxSurge} {.spec.template.spec.containers[0].resources.limits.cpu}')
 [[ $owner == "ServingPool/$pool 0 26" ]] && ok "the E5 class's Deployment: owned by the pool, no surge, 26 CPUs" || fail "the E5 Deployment: $owner"
 mark_ready
-ready() { [[ $(pool_field '{.status.conditions[?(@.type=="Ready")].status}') == True ]]; }
+condition() { pool_field "{.status.conditions[?(@.type==\"$1\")].status}/{.status.conditions[?(@.type==\"$1\")].reason}"; }
+ready() { [[ $(condition Available) == True/* && $(condition Progressing) == False/AllReplicasReady ]]; }
 eventually 90 ready || true
-status=$(pool_field '{.status.classes[*].readyReplicas}/{.status.classes[*].replicas} {.status.cpusUsed}/{.status.cpusAllocatable} {.status.conditions[0].status}')
-[[ $status == "4 4/4 4 288/288 True" ]] && ok "the pool's status: ready per class, CPUs at work: $status" ||
+status="$(pool_field '{.status.classes[*].readyReplicas}/{.status.classes[*].replicas} {.status.cpusUsed}/{.status.cpusAllocatable}') $(condition Available) $(condition Progressing) $(condition Degraded)"
+[[ $status == "4 4/4 4 288/288 True/MinimumReplicasAvailable False/AllReplicasReady False/AsExpected" ]] && ok "the pool's status: ready per class, CPUs at work: $status" ||
   fail "the pool's status: $status"
 
 # A pool the operator cannot serve says why in its status; the others are served on.
@@ -125,7 +128,7 @@ spec:
     spec:
       containers: [{name: numaserve, image: localhost/numaserve:test}]
 EOF
-broken() { [[ $(kube get servingpool broken -o jsonpath='{.status.lastError}') == *"spec.container"* ]]; }
+broken() { [[ $(kube get servingpool broken -o jsonpath='{.status.lastError} {.status.conditions[?(@.type=="Degraded")].reason}') == *"spec.container"*" InvalidPool" ]]; }
 eventually 30 broken && ok "a pool naming no container of its template: $(kube get servingpool broken -o jsonpath='{.status.lastError}')" ||
   fail "the broken pool's status: $(kube get servingpool broken -o jsonpath='{.status}')"
 kube delete servingpool broken >/dev/null
@@ -193,7 +196,7 @@ for i in 1 2 3; do
   eventually 60 deleted "$p" || fail "refused pod $p not deleted"
 done
 spent=$((SECONDS - t0))
-reported() { [[ $(pool_field '{.status.refusingNodes[*].node}') == e5-1 ]]; }
+reported() { [[ $(pool_field '{.status.refusingNodes[*].node}') == e5-1 && $(condition Degraded) == True/NodesRefusingPods ]]; }
 eventually 30 reported || true
 count=$(pool_field '{.status.refusedPods}') deferred=$(metric op-a numaserve_operator_refused_pods_total 'action="deferred"')
 if reported && ((count == 4 && deferred > 0 && spent >= 3)); then

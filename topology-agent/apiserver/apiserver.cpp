@@ -36,6 +36,29 @@ std::optional<ApiServerConfig> in_cluster_config(const std::filesystem::path& se
   return config;
 }
 
+std::optional<ApiServerConfig> Connection::config() const {
+  auto config = in_cluster_config();
+  if (!url.empty()) {
+    if (!config) config.emplace();
+    config->url = url;
+  }
+  if (config) {
+    if (!ca_file.empty()) config->ca_file = ca_file;
+    if (!token_file.empty()) config->token_file = token_file;
+  }
+  return config;
+}
+
+std::vector<OptionSpec> connection_options(Connection& c) {
+  return {text_option("apiserver_url", "URL",
+                      "API server to talk to (default in a pod: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)",
+                      c.url),
+          text_option("apiserver_ca_file", "FILE", "CA bundle for the API server (default the service account's ca.crt)",
+                      c.ca_file),
+          text_option("apiserver_token_file", "FILE", "Bearer token file (default the service account's token)",
+                      c.token_file)};
+}
+
 std::string Reply::reason() const {
   return "HTTP " + std::to_string(status) + ": " + refusal_reason(text);
 }

@@ -11,9 +11,11 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "numaserve/common/options.h"
 #include "numaserve/common/result.h"
 
 namespace numaserve::agent::apiserver {
@@ -33,6 +35,18 @@ struct ApiServerConfig {
 // nullopt outside a cluster (no KUBERNETES_SERVICE_HOST).
 std::optional<ApiServerConfig> in_cluster_config(
     const std::filesystem::path& service_account_dir = "/var/run/secrets/kubernetes.io/serviceaccount");
+
+// Where the API server is, as the options say: the pod's service account
+// unless told otherwise. The agent's `run` and the operator take the same rows.
+struct Connection {
+  std::string url;
+  std::string ca_file;
+  std::string token_file;
+  // The pod's service account, with what the options override; nullopt
+  // outside a cluster when no URL was given.
+  std::optional<ApiServerConfig> config() const;
+};
+std::vector<OptionSpec> connection_options(Connection& c);
 
 // What the API server said when it refused: the message of the Status object
 // in `body`, else the first 200 bytes of it.

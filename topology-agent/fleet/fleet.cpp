@@ -41,7 +41,7 @@ void settle(FleetPlan& plan, ClassPlan c, unsigned cpus, std::uint64_t memory, u
   }
   c.cpus = cpus;
   c.memory_bytes = memory;
-  c.replicas_per_node = per_node;
+  c.replicas_per_machine = per_node;
   c.hugepages = hugepages;
   plan.classes.push_back(std::move(c));
 }
@@ -287,8 +287,8 @@ void to_json(nlohmann::json& j, const FleetPlan& plan) {
     }
     j["classes"].push_back({{"name", c.name},
                             {"nodes", c.nodes},
-                            {"replicas_per_node", c.replicas_per_node},
-                            {"replicas", c.replicas_per_node * c.nodes.size()},
+                            {"replicas_per_machine", c.replicas_per_machine},
+                            {"replicas", c.replicas_per_machine * c.nodes.size()},
                             {"replica", {{"cpus", c.cpus}, {"memory_bytes", c.memory_bytes}, {"hugepages", c.hugepages}}},
                             {"cpus_used", c.cpus_used()},
                             {"cpus_allocatable", c.cpus_allocatable()},
@@ -313,9 +313,9 @@ std::string render_text(const FleetPlan& plan) {
                   c.shape.threads_per_core);
     out << line;
     std::snprintf(line, sizeof line, "  %u replica(s) per node of %u CPU / %s%s: %zu replica(s), %llu of %llu CPUs at work\n",
-                  c.replicas_per_node, c.cpus, format_quantity(c.memory_bytes).c_str(),
+                  c.replicas_per_machine, c.cpus, format_quantity(c.memory_bytes).c_str(),
                   c.hugepages.empty() ? "" : (" / " + names_of(c.hugepages)).c_str(),
-                  c.replicas_per_node * c.nodes.size(), static_cast<unsigned long long>(c.cpus_used()),
+                  c.replicas_per_machine * c.nodes.size(), static_cast<unsigned long long>(c.cpus_used()),
                   static_cast<unsigned long long>(c.cpus_allocatable()));
     out << line;
     std::string names;
@@ -339,7 +339,7 @@ nlohmann::json helm_values(const FleetPlan& plan) {
     for (const auto& [name, bytes] : c.hugepages) amount[name] = format_quantity(bytes);
     classes.push_back({{"name", c.name},
                        {"nodes", c.nodes.size()},
-                       {"replicasPerNode", c.replicas_per_node},
+                       {"replicasPerMachine", c.replicas_per_machine},
                        {"resources", {{"requests", amount}, {"limits", amount}}}});
   }
   return {{"classes", classes}};

@@ -96,11 +96,11 @@ struct ClassPlan {
   std::string name;  // machine_class()
   Shape shape;
   std::vector<std::string> nodes;
-  unsigned replicas_per_node = 0;
+  unsigned replicas_per_machine = 0;
   unsigned cpus = 0;  // a replica's
   std::uint64_t memory_bytes = 0;
   std::map<std::string, std::uint64_t> hugepages;  // a replica's, as asked
-  std::uint64_t cpus_used() const { return std::uint64_t{cpus} * replicas_per_node * nodes.size(); }
+  std::uint64_t cpus_used() const { return std::uint64_t{cpus} * replicas_per_machine * nodes.size(); }
   std::uint64_t cpus_allocatable() const;
 };
 

@@ -146,4 +146,9 @@ Result<Response> Client::send(const Request& request) {
   return Response{result->status, result->body};
 }
 
+std::vector<OptionSpec> endpoint_options(EndpointConfig& e) {
+  return {text_option("listen_address", "ADDR", "Address of the HTTP endpoint (/metrics, /healthz, /plan...)", e.host),
+          count_option("port", "N", "Port of the HTTP endpoint; 0 picks a free one", e.port, 65535u)};
+}
+
 }  // namespace numaserve::agent::http

@@ -7,7 +7,9 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "numaserve/common/options.h"
 #include "numaserve/common/result.h"
 
 namespace numaserve::agent::http {
@@ -25,6 +27,8 @@ struct EndpointConfig {
   std::string host = "0.0.0.0";
   unsigned port = 9300;  // 0: any free port
 };
+// --listen-address and --port (the agent's `run` and the operator's).
+std::vector<OptionSpec> endpoint_options(EndpointConfig& e);
 
 class StatusServer {
  public:

@@ -1,13 +1,11 @@
 #include "options/agent_options.h"
 
-#include <unistd.h>
 
 #include <cstdlib>
 
 #include "numaserve/common/duration.h"
 #include "numaserve/common/placement.h"
 #include "numaserve/common/quantity.h"
-#include "numaserve/common/text_file.h"
 #include "publish/renderings.h"
 
 namespace numaserve::agent::options {
@@ -33,32 +31,8 @@ updater::UpdaterConfig AgentOptions::updater_config() const {
   config.discover = discover_config();
   config.publish = !no_publish;
   if (!kubelet_dropin_dir.empty()) config.kubelet_dropin_dir = kubelet_dropin_dir;
-  if (!no_apiserver) config.apiserver = apiserver_config();
+  if (!no_apiserver) config.apiserver = apiserver.config();
   return config;
-}
-
-std::optional<apiserver::ApiServerConfig> AgentOptions::apiserver_config() const {
-  auto config = apiserver::in_cluster_config();
-  if (!apiserver_url.empty()) {
-    if (!config) config.emplace();
-    config->url = apiserver_url;
-  }
-  if (config) {
-    if (!apiserver_ca_file.empty()) config->ca_file = apiserver_ca_file;
-    if (!apiserver_token_file.empty()) config->token_file = apiserver_token_file;
-  }
-  return config;
-}
-
-std::string default_namespace() {
-  if (const char* ns = std::getenv("POD_NAMESPACE"); ns != nullptr && *ns != '\0') return ns;
-  auto file = read_text_file("/var/run/secrets/kubernetes.io/serviceaccount/namespace");
-  return file && !file->empty() ? *file : "default";
-}
-
-std::string default_identity() {
-  if (const char* name = std::getenv("POD_NAME"); name != nullptr && *name != '\0') return name;
-  return host_name() + "_" + std::to_string(::getpid());
 }
 
 namespace {
@@ -180,7 +154,7 @@ std::vector<Row> plan_rows(AgentOptions& o) {
                                      p.pod_memory_fraction)},
     {kPlan | kFleet, count_option("replicas_per_numa_node", "N",
                                   "Replicas sharing one NUMA node (cluster-plan: with --sizing per-class)",
-                                  p.replicas_per_node)},
+                                  p.replicas_per_numa_node)},
     {kPlan | kRun, without_default(text_option("node_name", "NAME",
                                                "Kubernetes node name (NUMASERVE_NODE_NAME or NODE_NAME; default the "
                                                "host name)",
@@ -190,14 +164,12 @@ std::vector<Row> plan_rows(AgentOptions& o) {
 
 // The DaemonSet's loop, endpoint and where it publishes.
 std::vector<Row> run_rows(AgentOptions& o) {
-  return {
+  std::vector<Row> rows = {
     {kRun, duration_option("interval", "Rediscover this often (also on SIGHUP)", o.loop.interval)},
     {kRun, {"max_events_per_second", "N",
             "Most cycles a second that kubelet state changes trigger (inotify); --interval still runs",
             format_number(o.loop.max_events_per_second),
             [&o](const std::string& t) { return set_rate("max_events_per_second", t, o.loop.max_events_per_second); }}},
-    {kRun | kOperator, text_option("listen_address", "ADDR", "Address for /topology, /plan, /metrics, /healthz", o.endpoint.host)},
-    {kRun | kOperator, count_option("port", "N", "Port for the HTTP endpoint; 0 picks a free one", o.endpoint.port, 65535u)},
     {kRun, path_option("hints_dir", "DIR", "Where topology.json, plan.json, kubelet-config.yaml... are written",
                        o.updater.hints_dir)},
     {kRun, text_option("kubelet_dropin_dir", "DIR",
@@ -205,15 +177,12 @@ std::vector<Row> run_rows(AgentOptions& o) {
     {kRun, switch_option("oneshot", "Run one cycle and exit (status 1 if it failed)", o.oneshot)},
     {kRun, switch_option("no_publish", "Discover and plan, but write nothing", o.no_publish)},
     {kRun, switch_option("no_apiserver", "Do not apply the NodeResourceTopology and labels even in a cluster",
-                         o.no_apiserver)},
-    {kRun | kOperator, text_option("apiserver_url", "URL",
-                       "API server to apply to (default in a pod: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)",
-                       o.apiserver_url)},
-    {kRun | kOperator, text_option("apiserver_ca_file", "FILE", "CA bundle for the API server (default the service account's ca.crt)",
-                       o.apiserver_ca_file)},
-    {kRun | kOperator, text_option("apiserver_token_file", "FILE", "Bearer token file (default the service account's token)",
-                       o.apiserver_token_file)}
+                         o.no_apiserver)}
   };
+  // The endpoint's and the API server's rows, shared with the operator.
+  for (auto& spec : http::endpoint_options(o.endpoint)) rows.push_back({kRun, std::move(spec)});
+  for (auto& spec : apiserver::connection_options(o.apiserver)) rows.push_back({kRun, std::move(spec)});
+  return rows;
 }
 
 // What discover, plan and cluster-plan print.
@@ -247,30 +216,11 @@ std::vector<Row> fleet_rows(AgentOptions& o) {
   };
 }
 
-// The topology operator's namespace and Lease.
-std::vector<Row> operator_rows(AgentOptions& o) {
-  return {
-    {kOperator, without_default(text_option("namespace", "NS",
-                                            "operator: the namespace of its ServingPools, their Deployments and its "
-                                            "Lease (POD_NAMESPACE; default the service account's)",
-                                            o.operator_config.namespace_name))},
-    {kOperator, without_default(text_option("identity", "NAME",
-                                            "operator: its name in the Lease (POD_NAME; default host name and pid)",
-                                            o.operator_config.identity))},
-    {kOperator, text_option("lease_name", "NAME", "operator: the coordination.k8s.io Lease its replicas elect a leader by",
-                            o.operator_config.lease_name)},
-    {kOperator, duration_option("resync_interval", "operator: plan and reconcile every pool this often",
-                                o.operator_config.resync)},
-    {kOperator, duration_option("lease_duration", "operator: how long a leader's Lease holds without renewal",
-                                o.operator_config.lease)}
-  };
-}
-
 // Every option of the agent, once, with the groups that take it; --help
 // and the README's table list them in this order.
 std::vector<Row> agent_options(AgentOptions& o) {
   std::vector<Row> rows;
-  for (auto* part : {&source_rows, &plan_rows, &run_rows, &output_rows, &fleet_rows, &operator_rows}) {
+  for (auto* part : {&source_rows, &plan_rows, &run_rows, &output_rows, &fleet_rows}) {
     for (auto& row : part(o)) rows.push_back(std::move(row));
   }
   return rows;
@@ -283,10 +233,10 @@ OptionTable table_for(AgentOptions& o, int groups) {
   for (auto& row : agent_options(o)) {
     // A subcommand's own flags are not in config files or the environment;
     // a shared row (cluster-plan's share of the plan's) keeps them.
-    if (!(row.groups & (kSource | kPlan | kRun | kOperator))) row.spec.command_line_only = true;
+    if (!(row.groups & (kSource | kPlan | kRun))) row.spec.command_line_only = true;
     if (row.groups & groups) specs.push_back(std::move(row.spec));
   }
-  if (groups & (kRun | kOperator)) {
+  if (groups & kRun) {
     for (auto& row : numaserve::log_options(o.log)) specs.push_back(std::move(row));
   }
   return numaserve::OptionTable(std::move(specs));

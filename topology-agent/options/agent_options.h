@@ -15,7 +15,6 @@
 #include "discover/discover.h"
 #include "fleet/fleet.h"
 #include "http/http.h"
-#include "pool/controller.h"
 #include "numaserve/common/options.h"
 #include "updater/loop.h"
 #include "updater/updater.h"
@@ -25,10 +24,6 @@ namespace numaserve::agent::options {
 // The node's name as Kubernetes knows it: NODE_NAME from the downward API in
 // the DaemonSet, else the host name (what the kubelet registers by default).
 std::string default_node_name();
-// The operator's namespace: POD_NAMESPACE, else the service account's, else "default".
-std::string default_namespace();
-// The operator's name in its Lease: POD_NAME, else host name and pid.
-std::string default_identity();
 
 struct AgentOptions {
   AgentOptions() { updater.node_name = default_node_name(); }
@@ -47,9 +42,7 @@ struct AgentOptions {
   std::string kubelet_dropin_dir;
   bool oneshot = false;
   bool no_publish = false;
-  std::string apiserver_url;
-  std::string apiserver_ca_file;
-  std::string apiserver_token_file;
+  apiserver::Connection apiserver;
   bool no_apiserver = false;
   LogOptions log;  // run's
   // The subcommands' own flags.
@@ -57,25 +50,18 @@ struct AgentOptions {
   std::string svg;              // discover, plan
   std::string output = "text";  // plan -o: a rendering's name (publish/renderings.h); cluster-plan -o
   fleet::FleetConfig fleet;     // cluster-plan; replicas per NUMA node and memory share from the plan's rows
-  // operator; API server and endpoint from the run's rows; namespace and
-  // identity, when not given, default_namespace() and default_identity()
-  // (read only by the operator: no other subcommand reads the service account)
-  pool::OperatorConfig operator_config;
 
   discover::DiscoverConfig discover_config() const;
   // The updater's whole config: the rows' values, the API server's from the
   // pod's service account unless told otherwise (none outside a cluster).
   updater::UpdaterConfig updater_config() const;
-  // The API server's: the pod's service account unless told otherwise.
-  std::optional<apiserver::ApiServerConfig> apiserver_config() const;
 };
 
 // Which subcommands take a row: discover the sources, plan also the plan's
 // settings, run everything; kDiscover, kPlanOnly and kFleet rows are those
-// subcommands' own flags (kFleet: cluster-plan's); kOperator the operator's
-// (with the run's API server, endpoint and log rows).
-enum Group { kSource = 1, kPlan = 2, kRun = 4, kDiscover = 8, kPlanOnly = 16, kFleet = 32, kOperator = 64 };
-inline constexpr int kAllGroups = kSource | kPlan | kRun | kDiscover | kPlanOnly | kFleet | kOperator;
+// subcommands' own flags (kFleet: cluster-plan's).
+enum Group { kSource = 1, kPlan = 2, kRun = 4, kDiscover = 8, kPlanOnly = 16, kFleet = 32 };
+inline constexpr int kAllGroups = kSource | kPlan | kRun | kDiscover | kPlanOnly | kFleet;
 
 // The rows of `groups`, writing into `o`.
 OptionTable table_for(AgentOptions& o, int groups);

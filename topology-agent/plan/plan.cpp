@@ -55,9 +55,9 @@ std::string list_of(const std::vector<unsigned>& ids) {
 }
 
 Status validate(const PlanConfig& config) {
-  if (config.replicas_per_node == 0) {
+  if (config.replicas_per_numa_node == 0) {
     return make_error(Error::Code::kInvalidArgument, "replicas per node must be at least 1",
-                      "replicas_per_node");
+                      "replicas_per_numa_node");
   }
   if (config.reserved_cores_per_node == 0) {
     return make_error(Error::Code::kInvalidArgument,
@@ -147,7 +147,7 @@ Carved carve_node(const NumaNode& node, const PlanConfig& config,
   room.reserved_memory = reserved_memory.contains(room.node) ? reserved_memory.at(room.node) : 0;
   room.allocatable_memory = room.memory_bytes - std::min(room.memory_bytes, room.reserved_memory);
 
-  const unsigned k = config.replicas_per_node;
+  const unsigned k = config.replicas_per_numa_node;
   const double memory_share = static_cast<double>(room.allocatable_memory) * config.pod_memory_fraction / k;
   if (node.cores.size() <= config.reserved_cores_per_node) {
     carved.no_replica = "it has " + std::to_string(node.cores.size()) + " core(s) and reserving " +
@@ -156,7 +156,7 @@ Carved carve_node(const NumaNode& node, const PlanConfig& config,
   } else if (carved.full_cores < k) {
     carved.no_replica = "it has " + std::to_string(carved.full_cores) + " whole core(s) after the reservation; " +
                         std::to_string(k) + " replica(s) need " + std::to_string(k);
-    carved.setting = "replicas_per_node";
+    carved.setting = "replicas_per_numa_node";
   } else if (memory_share < static_cast<double>(kMi)) {
     carved.no_replica = "its " + format_quantity(room.memory_bytes) + " of memory less the " +
                         format_quantity(room.reserved_memory) + " reserved on it leaves no memory for " +
@@ -170,7 +170,7 @@ Carved carve_node(const NumaNode& node, const PlanConfig& config,
 // holds one. Only a machine where no node does is an error, charged to the
 // setting that ruled out the first node.
 Status size_replica(Plan& plan, const std::vector<Carved>& carved, const PlanConfig& config, unsigned smt) {
-  const unsigned k = config.replicas_per_node;
+  const unsigned k = config.replicas_per_numa_node;
   unsigned min_full_cores = ~0u;
   std::uint64_t min_memory = ~std::uint64_t{0};
   std::string reasons;
@@ -187,7 +187,7 @@ Status size_replica(Plan& plan, const std::vector<Carved>& carved, const PlanCon
                       carved.front().setting);
   }
   auto& pod = plan.pod;
-  pod.replicas_per_node = k;
+  pod.replicas_per_numa_node = k;
   pod.cpus = min_full_cores / k * smt;
   pod.memory_bytes =
       static_cast<std::uint64_t>(static_cast<double>(min_memory) * config.pod_memory_fraction / k) / kMi * kMi;
@@ -286,7 +286,7 @@ Result<Plan> plan_node(const Topology& topology, const PlanConfig& config) {
   for (const auto* node : cpu_nodes) {
     carved.push_back(carve_node(*node, config, kubelet.reserved_memory, smt));
     Carved& c = carved.back();
-    c.room.replicas = c.no_replica.empty() ? config.replicas_per_node : 0;
+    c.room.replicas = c.no_replica.empty() ? config.replicas_per_numa_node : 0;
     kubelet.reserved_system_cpus |= c.room.reserved_cpus;
     plan.nodes.push_back(c.room);
   }

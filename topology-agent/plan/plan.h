@@ -33,7 +33,7 @@ struct PlanConfig {
   // Share of a node's allocatable memory a replica asks for; the rest is
   // left for the kernel's per-node allocations and page cache.
   double pod_memory_fraction = 0.9;
-  unsigned replicas_per_node = 1;
+  unsigned replicas_per_numa_node = 1;
 };
 
 struct KubeletSettings {
@@ -56,7 +56,7 @@ struct NodeRoom {
   std::uint64_t memory_bytes = 0;       // the node's memory, hugepage pools excluded
   std::uint64_t reserved_memory = 0;
   std::uint64_t allocatable_memory = 0;
-  // Replica slots on this node: the plan's replicas_per_node, or 0 when the
+  // Replica slots on this node: the plan's replicas_per_numa_node, or 0 when the
   // node cannot hold one (the plan's notes say why).
   unsigned replicas = 0;
 };
@@ -65,7 +65,7 @@ struct NodeRoom {
 struct PodSize {
   unsigned cpus = 0;
   std::uint64_t memory_bytes = 0;
-  unsigned replicas_per_node = 0;
+  unsigned replicas_per_numa_node = 0;
   unsigned replicas_per_machine = 0;  // the sum of the nodes' slots
 };
 

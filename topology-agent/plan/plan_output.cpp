@@ -54,7 +54,7 @@ void to_json(nlohmann::json& j, const Plan& plan) {
         {{"cpus", plan.pod.cpus},
          {"memory_bytes", plan.pod.memory_bytes},
          {"memory", format_quantity(plan.pod.memory_bytes)},
-         {"replicas_per_node", plan.pod.replicas_per_node},
+         {"replicas_per_numa_node", plan.pod.replicas_per_numa_node},
          {"replicas_per_machine", plan.pod.replicas_per_machine}}},
        {"notes", plan.notes}};
 }
@@ -107,7 +107,7 @@ std::string kubelet_config_yaml(const Plan& plan) {
 std::string helm_values_yaml(const Plan& plan) {
   YAML::Emitter out;
   out << YAML::BeginMap;
-  out << YAML::Key << "replicasPerNode" << YAML::Value << plan.pod.replicas_per_machine;
+  out << YAML::Key << "replicasPerMachine" << YAML::Value << plan.pod.replicas_per_machine;
   out << YAML::Key << "resources" << YAML::Value << YAML::BeginMap;
   for (const char* kind : {"requests", "limits"}) {
     out << YAML::Key << kind << YAML::Value << YAML::BeginMap;
@@ -117,7 +117,7 @@ std::string helm_values_yaml(const Plan& plan) {
   }
   out << YAML::EndMap << YAML::EndMap;
   return "# Written by numaserve-topology-agent for charts/numaserve: one replica per NUMA node\n"
-         "# (replicasPerNode counts per Kubernetes node, i.e. per machine),\n"
+         "# (replicasPerMachine counts per Kubernetes node, i.e. per machine),\n"
          "# Guaranteed QoS (requests = limits, integer CPUs).\n" +
          std::string(out.c_str()) + "\n";
 }
@@ -126,7 +126,7 @@ std::string render_text(const Plan& plan) {
   std::ostringstream out;
   const auto& k = plan.kubelet;
   out << "Replica: " << plan.pod.cpus << " CPUs, " << format_quantity(plan.pod.memory_bytes)
-      << " (Guaranteed), " << plan.pod.replicas_per_node << " per NUMA node, "
+      << " (Guaranteed), " << plan.pod.replicas_per_numa_node << " per NUMA node, "
       << plan.pod.replicas_per_machine << " per machine\n";
   out << "Kubelet: cpuManagerPolicy static" << (k.full_pcpus_only ? " (full-pcpus-only)" : "")
       << ", topologyManagerPolicy single-numa-node (scope pod"

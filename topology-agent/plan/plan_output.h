@@ -17,7 +17,7 @@ void to_json(nlohmann::json& j, const Plan& plan);
 // (--config-dir) or merged into the main config file.
 std::string kubelet_config_yaml(const Plan& plan);
 
-// Values for charts/numaserve: resources (requests = limits) and replicasPerNode.
+// Values for charts/numaserve: resources (requests = limits) and replicasPerMachine.
 std::string helm_values_yaml(const Plan& plan);
 
 std::string render_text(const Plan& plan);

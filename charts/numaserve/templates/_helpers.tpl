@@ -75,9 +75,9 @@ limits:
 {{- /*
 The service's Deployments, one per machine class: `classes` as cluster-plan
 -o helm-values writes it, or, without it, one class of the top-level nodes,
-replicasPerNode and resources (name "": the Deployment keeps the release's
+replicasPerMachine and resources (name "": the Deployment keeps the release's
 name and its selector, so an existing release upgrades in place). Each:
-name, field (its values path, for messages), nodes, replicasPerNode,
+name, field (its values path, for messages), nodes, replicasPerMachine,
 resources, and the Deployment's name.
 */ -}}
 {{- define "numaserve.classes" -}}
@@ -90,7 +90,7 @@ resources, and the Deployment's name.
 {{- end -}}
 {{- else -}}
 {{- $classes = list (dict "name" "" "field" "resources" "deployment" $fullname "nodes" .Values.nodes
-      "replicasPerNode" .Values.replicasPerNode "resources" .Values.resources) -}}
+      "replicasPerMachine" .Values.replicasPerMachine "resources" .Values.resources) -}}
 {{- end -}}
 {{- toYaml $classes -}}
 {{- end -}}

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "options/agent_options.h"
+#include "options/operator_options.h"
 #include "options/serve_options.h"
 
 namespace numaserve {
@@ -25,7 +26,7 @@ void expect_defaults_read_back(MakeRows make_rows) {
   }
 }
 
-TEST(OptionTables, ServeHealthAndAgentDeclareEachNameOnce) {
+TEST(OptionTables, ServeHealthAgentAndOperatorDeclareEachNameOnce) {
   serve::ServeOptions serve_options;
   EXPECT_TRUE(OptionTable(serve::serve_options(serve_options)).check_unique().has_value());
   serve::HealthOptions health;
@@ -36,6 +37,9 @@ TEST(OptionTables, ServeHealthAndAgentDeclareEachNameOnce) {
     const auto status = table_for(agent, groups).check_unique();
     EXPECT_TRUE(status.has_value()) << groups << ": " << status.error().message;
   }
+  op::options::OperatorOptions op_options;
+  const auto op_status = op::options::operator_table(op_options).check_unique();
+  EXPECT_TRUE(op_status.has_value()) << op_status.error().message;
 }
 
 TEST(OptionTables, ShownDefaultsAreTheConfigsOwnAndReadBack) {
@@ -43,6 +47,8 @@ TEST(OptionTables, ShownDefaultsAreTheConfigsOwnAndReadBack) {
   expect_defaults_read_back([&] { return serve::serve_options(serve_options); });
   agent::options::AgentOptions agent;
   expect_defaults_read_back([&] { return agent::options::table_for(agent, agent::options::kAllGroups).rows(); });
+  op::options::OperatorOptions op_options;
+  expect_defaults_read_back([&] { return op::options::operator_table(op_options).rows(); });
   // The rows show the parts' own defaults, not copies of them.
   const http::ServerConfig transport;
   const auto rows = serve::serve_options(serve_options);

@@ -55,7 +55,7 @@ TEST(PlanReplicas, ReplicasSpreadEvenlyOrAreRefused) {
   EXPECT_NE(three.error().message.find("3 replicas do not spread evenly over the 2 NUMA nodes"), std::string::npos);
   auto crowded = plan_replicas(confined_to(t.online_cpus, NodeSet::range(0, 1)), t, {5, 0, Bind::kNuma});
   ASSERT_FALSE(crowded.has_value());
-  EXPECT_NE(crowded.error().message.find("5 replicas per node need 5 cores, node 0 has 4 allowed (CPUs 0-3)"),
+  EXPECT_NE(crowded.error().message.find("5 replicas per NUMA node need 5 cores, node 0 has 4 allowed (CPUs 0-3)"),
             std::string::npos)
       << crowded.error().message;
 }

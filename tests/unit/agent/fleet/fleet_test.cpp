@@ -71,8 +71,8 @@ TEST(FleetPlan, PerClassFillsOneNumaNodeOfEachClass) {
   EXPECT_EQ(e5.nodes, (std::vector<std::string>{"e5-1", "e5-2"}));
   EXPECT_EQ(e5.cpus, 26u);
   EXPECT_EQ(gold.cpus, 46u);
-  EXPECT_EQ(e5.replicas_per_node, 2u);
-  EXPECT_EQ(gold.replicas_per_node, 2u);
+  EXPECT_EQ(e5.replicas_per_machine, 2u);
+  EXPECT_EQ(gold.replicas_per_machine, 2u);
   EXPECT_EQ(e5.memory_bytes, static_cast<std::uint64_t>(120 * kGi * 0.9) / (1 << 20) * (1 << 20));
   EXPECT_EQ(plan->cpus_used(), plan->cpus_allocatable());
   EXPECT_TRUE(plan->unplanned.empty());
@@ -87,8 +87,8 @@ TEST(FleetPlan, UniformTakesTheLargestSizeThatPutsNinetyPercentToWork) {
   const auto& gold = class_of(*plan, "gold-1");
   EXPECT_EQ(e5.cpus, 22u);
   EXPECT_EQ(gold.cpus, 22u);
-  EXPECT_EQ(e5.replicas_per_node, 2u);
-  EXPECT_EQ(gold.replicas_per_node, 4u);
+  EXPECT_EQ(e5.replicas_per_machine, 2u);
+  EXPECT_EQ(gold.replicas_per_machine, 4u);
   EXPECT_EQ(plan->cpus_used(), 2 * 44u + 2 * 88u);
   EXPECT_EQ(plan->cpus_allocatable(), 2 * 52u + 2 * 92u);
   // Memory is each class's zone share: one E5 replica takes its zone's,
@@ -118,7 +118,7 @@ TEST(FleetPlan, HugepagesBoundTheReplicasAZoneHolds) {
   auto plan = plan_fleet(fleet, per_class);
   ASSERT_TRUE(plan) << plan.error().message;
   ASSERT_EQ(plan->classes.size(), 1u);  // the E5 machines have no hugepages
-  EXPECT_EQ(plan->classes[0].replicas_per_node, 4u);
+  EXPECT_EQ(plan->classes[0].replicas_per_machine, 4u);
   EXPECT_EQ(plan->classes[0].hugepages.at("hugepages-1Gi"), kGi);
   ASSERT_EQ(plan->unplanned.size(), 2u);
   EXPECT_NE(plan->unplanned[0].reason.find("1Gi of hugepages-1Gi"), std::string::npos) << plan->unplanned[0].reason;
@@ -126,7 +126,7 @@ TEST(FleetPlan, HugepagesBoundTheReplicasAZoneHolds) {
   auto uniform = plan_fleet(fleet, {.sizing = Sizing::kUniform, .uniform_min_use = 0.5,
                                     .hugepages_per_replica = {{"hugepages-1Gi", kGi}}});
   ASSERT_TRUE(uniform) << uniform.error().message;
-  EXPECT_EQ(class_of(*uniform, "gold-1").replicas_per_node * class_of(*uniform, "gold-1").cpus, 2u * 46u);
+  EXPECT_EQ(class_of(*uniform, "gold-1").replicas_per_machine * class_of(*uniform, "gold-1").cpus, 2u * 46u);
   EXPECT_TRUE(parse_hugepages("hugepages-2Mi=1Gi,hugepages-1Gi=2Gi").has_value());
   EXPECT_FALSE(parse_hugepages("memory=1Gi").has_value());
   EXPECT_FALSE(parse_hugepages("hugepages-2Mi=lots").has_value());
@@ -196,7 +196,7 @@ TEST(ReadObjects, ListsAndDocumentsWithQuantitiesAsKubectlPrintsThem) {
   ASSERT_EQ(plan->classes.size(), 1u);
   EXPECT_EQ(plan->classes[0].cpus, 14u);
   EXPECT_EQ(plan->classes[0].shape.zones.size(), 1u) << "a memory-only zone holds no replica";
-  EXPECT_EQ(plan->classes[0].replicas_per_node, 1u);
+  EXPECT_EQ(plan->classes[0].replicas_per_machine, 1u);
   ASSERT_EQ(plan->unplanned.size(), 1u);
   EXPECT_EQ(plan->unplanned[0].node, "w2");
 }

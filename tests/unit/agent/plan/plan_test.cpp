@@ -94,7 +94,7 @@ TEST_P(EveryMachine, ReservedCpusAreWholeCoresSpreadOverEveryNode) {
 TEST_P(EveryMachine, EveryReplicaFitsOneNode) {
   const Topology t = load(GetParam());
   for (unsigned k : {1u, 2u}) {
-    auto p = plan_node(t, config_with([&](PlanConfig& c) { c.replicas_per_node = k; }));
+    auto p = plan_node(t, config_with([&](PlanConfig& c) { c.replicas_per_numa_node = k; }));
     if (!p) {  // only a machine where no node holds k replicas may fail
       EXPECT_NE(p.error().message.find("no NUMA node can hold a replica"), std::string::npos) << p.error().message;
       continue;
@@ -246,12 +246,12 @@ TEST(Plan, KReplicasANodeFitOnlyWhereKWholeCoresAreLeft) {
   // Three cores a node, one reserved: two whole cores are left, so two
   // one-CPU replicas fit on each node and three fit on none.
   const Topology t = load(TopologySource::synthetic("pack:2 numa:1(memory=32GiB) core:3 pu:1"));
-  const Plan p = plan_or_fail(t, config_with([](PlanConfig& c) { c.replicas_per_node = 2; }));
+  const Plan p = plan_or_fail(t, config_with([](PlanConfig& c) { c.replicas_per_numa_node = 2; }));
   EXPECT_EQ(p.pod.cpus, 1u);
   EXPECT_EQ(p.pod.replicas_per_machine, 4u);
-  auto none = plan_node(t, config_with([](PlanConfig& c) { c.replicas_per_node = 3; }));
+  auto none = plan_node(t, config_with([](PlanConfig& c) { c.replicas_per_numa_node = 3; }));
   ASSERT_FALSE(none.has_value());
-  EXPECT_EQ(none.error().field, "replicas_per_node");
+  EXPECT_EQ(none.error().field, "replicas_per_numa_node");
   EXPECT_NE(none.error().message.find("node 0: it has 2 whole core(s) after the reservation; 3 replica(s) need 3"),
             std::string::npos)
       << none.error().message;

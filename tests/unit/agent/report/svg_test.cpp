@@ -20,12 +20,12 @@ struct Drawn {
   std::string svg;
 };
 
-Drawn draw(const std::string& xml, unsigned replicas_per_node) {
+Drawn draw(const std::string& xml, unsigned replicas_per_numa_node) {
   auto report = discover::discover_node(discover::DiscoverConfig::of(
       TopologySource::xml((testing::fixtures_dir() / "topologies/xml" / xml).string())));
   EXPECT_TRUE(report.has_value());
   plan::PlanConfig config;
-  config.replicas_per_node = replicas_per_node;
+  config.replicas_per_numa_node = replicas_per_numa_node;
   auto p = plan::plan_node(report->topology, config);
   EXPECT_TRUE(p.has_value());
   return {*report, *p, render_svg(*report, *p)};

@@ -1,8 +1,15 @@
+// The operator's decisions (operator/pool/), each pure.
 #include "pool/pool.h"
+
+#include "pool/compare.h"
+#include "pool/election.h"
+#include "pool/objects.h"
+#include "pool/refusals.h"
+#include "pool/status.h"
 
 #include <gtest/gtest.h>
 
-namespace numaserve::agent::pool {
+namespace numaserve::op::pool {
 namespace {
 
 using nlohmann::json;
@@ -216,27 +223,77 @@ TEST(Refusals, EachNodeBacksOffAndIsReportedNotHammered) {
   EXPECT_TRUE(r.repeated(2, t0 + seconds(200)).empty());
 }
 
-TEST(PoolStatus, ReadyWhenEveryClassIsAndTheTransitionTimeIsKept) {
-  const PoolSpec pool = parsed();
+json condition(const json& status, const std::string& type) {
+  for (const json& c : status["conditions"]) {
+    if (c["type"] == type) return c;
+  }
+  ADD_FAILURE() << "no condition " << type << " in " << status.dump();
+  return json::object();
+}
+
+TEST(PoolStatus, AvailableProgressingDegradedWithReasonsAndTransitionTimesKept) {
+  const PoolSpec pool = parsed();  // maxUnavailable 1 per class
   const auto plan = plan_for(pool);
-  std::map<std::string, ClassState> states;
-  for (const auto& c : plan.classes) states[c.name] = {static_cast<std::int64_t>(c.replicas_per_node * c.nodes.size())};
+  PassReport pass;
+  for (const auto& c : plan.classes) pass.ready[c.name] = desired_replicas(pool, c);
   Refusals refusals;
   const auto now = Refusals::Clock::now();
-  const json ready = pool_status(pool, &plan, states, refusals, "", json::object(), "2026-12-02T00:00:00Z", now);
-  EXPECT_EQ(ready["conditions"][0]["status"], "True");
+  const json ready = pool_status(pool, &plan, pass, refusals, json::object(), "2026-12-02T00:00:00Z", now);
+  EXPECT_EQ(condition(ready, "Available")["status"], "True");
+  EXPECT_EQ(condition(ready, "Available")["reason"], "MinimumReplicasAvailable");
+  EXPECT_EQ(condition(ready, "Progressing")["status"], "False");
+  EXPECT_EQ(condition(ready, "Progressing")["reason"], "AllReplicasReady");
+  EXPECT_EQ(condition(ready, "Degraded")["status"], "False");
   EXPECT_EQ(ready["observedGeneration"], 3);
   EXPECT_EQ(ready["classes"].size(), 2u);
+  EXPECT_EQ(ready["classes"][0]["replicasPerMachine"], 2);
   EXPECT_EQ(ready["cpusUsed"], 2 * 2 * 26 + 2 * 46);
   // Unchanged a minute later: the same status, so nothing to write.
-  EXPECT_EQ(pool_status(pool, &plan, states, refusals, "", ready, "2026-12-02T00:01:00Z", now), ready);
-  states.begin()->second.ready_replicas = 0;
-  const json not_ready = pool_status(pool, &plan, states, refusals, "", ready, "2026-12-02T00:02:00Z", now);
-  EXPECT_EQ(not_ready["conditions"][0]["status"], "False");
-  EXPECT_EQ(not_ready["conditions"][0]["lastTransitionTime"], "2026-12-02T00:02:00Z");
-  const json failed = pool_status(pool, nullptr, {}, refusals, "no node can be planned", ready, "t", now);
+  EXPECT_EQ(pool_status(pool, &plan, pass, refusals, ready, "2026-12-02T00:01:00Z", now), ready);
+
+  // One replica short of a class is within maxUnavailable: still available, progressing.
+  const std::string first = plan.classes[0].name;
+  pass.ready[first] -= 1;
+  const json one_short = pool_status(pool, &plan, pass, refusals, ready, "2026-12-02T00:02:00Z", now);
+  EXPECT_EQ(condition(one_short, "Available")["status"], "True");
+  EXPECT_EQ(condition(one_short, "Available")["lastTransitionTime"], "2026-12-02T00:00:00Z");
+  EXPECT_EQ(condition(one_short, "Progressing")["status"], "True");
+  EXPECT_EQ(condition(one_short, "Progressing")["reason"], "ReplicasNotReady");
+  EXPECT_EQ(condition(one_short, "Progressing")["lastTransitionTime"], "2026-12-02T00:02:00Z");
+  // Two short is not; a pass that applied objects says so.
+  pass.ready[first] -= 1;
+  pass.applied = 2;
+  const json two_short = pool_status(pool, &plan, pass, refusals, one_short, "2026-12-02T00:03:00Z", now);
+  EXPECT_EQ(condition(two_short, "Available")["status"], "False");
+  EXPECT_EQ(condition(two_short, "Available")["reason"], "MinimumReplicasUnavailable");
+  EXPECT_NE(condition(two_short, "Available")["message"].get<std::string>().find(first), std::string::npos);
+  EXPECT_EQ(condition(two_short, "Progressing")["reason"], "ObjectsApplied");
+
+  // A pass that failed is Degraded with its reason, and says what failed.
+  PassReport failed_pass;
+  failed_pass.error = "no node can be planned";
+  failed_pass.fault = "NoPlan";
+  const json failed = pool_status(pool, nullptr, failed_pass, refusals, ready, "t", now);
   EXPECT_EQ(failed["lastError"], "no node can be planned");
-  EXPECT_EQ(failed["conditions"][0]["reason"], "ReconcileFailed");
+  EXPECT_EQ(condition(failed, "Degraded")["status"], "True");
+  EXPECT_EQ(condition(failed, "Degraded")["reason"], "NoPlan");
+  EXPECT_EQ(condition(failed, "Available")["reason"], "NoPlan");
+
+  // Nodes that keep refusing pods degrade a pool that is otherwise served.
+  pass = PassReport{};
+  for (const auto& c : plan.classes) pass.ready[c.name] = desired_replicas(pool, c);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(refusals.admit_delete("gold-1", "TopologyAffinityError", now + std::chrono::minutes(6 * i)));
+  const json refusing = pool_status(pool, &plan, pass, refusals, ready, "t2", now + std::chrono::minutes(12));
+  EXPECT_EQ(condition(refusing, "Degraded")["reason"], "NodesRefusingPods");
+  EXPECT_EQ(condition(refusing, "Available")["status"], "True");
+}
+
+TEST(PoolStatus, MaxUnavailableAsACountOrAPercentageRoundedDown) {
+  EXPECT_EQ(max_unavailable_of(2, 10), 2);
+  EXPECT_EQ(max_unavailable_of("25%", 10), 2);
+  EXPECT_EQ(max_unavailable_of("25%", 3), 0);
+  EXPECT_EQ(max_unavailable_of("100%", 4), 4);
+  EXPECT_EQ(max_unavailable_of("x", 4), 0);
 }
 
 TEST(LeaderElection, OneHolderAtATimeTakeoverOnlyAfterItsLeaseRanOut) {
@@ -268,4 +325,4 @@ TEST(LeaderElection, OneHolderAtATimeTakeoverOnlyAfterItsLeaseRanOut) {
 }
 
 }  // namespace
-}  // namespace numaserve::agent::pool
+}  // namespace numaserve::op::pool

@@ -1,0 +1,340 @@
+#include "controller/operator.h"
+
+#include <ctime>
+
+#include "numaserve/common/log.h"
+#include "numaserve/common/prometheus.h"
+#include "pool/compare.h"
+#include "pool/fields.h"
+#include "pool/objects.h"
+
+namespace numaserve::op::controller {
+namespace {
+
+using nlohmann::json;
+using pool::field;
+using pool::integer_field;
+using pool::text_field;
+
+// RFC 3339 with microseconds: a Lease's MicroTime, a condition's Time.
+std::string wall_now(bool micro) {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[40];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  std::string out = buf;
+  if (micro) {
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() % 1000000;
+    char frac[16];
+    std::snprintf(frac, sizeof frac, ".%06lld", static_cast<long long>(us));
+    out += frac;
+  }
+  return out + "Z";
+}
+
+// An answer that is not 2xx (nor, where `missing_ok`, 404), as an error:
+// kUnavailable, so that kNotAllowed means only "no longer leading".
+Status expect(const Result<apiserver::Reply>& reply, const std::string& what, bool missing_ok = false) {
+  if (!reply) return make_error(Error::Code::kUnavailable, what + ": " + reply.error().message, what);
+  if (reply->ok() || (missing_ok && reply->status == 404)) return {};
+  return make_error(Error::Code::kUnavailable, what + ": " + reply->reason(), what);
+}
+
+// Where a pool's objects of `kind` live: listed, applied and deleted there.
+std::string collection(const std::string& kind, const std::string& ns) {
+  return kind == "Deployment" ? "/apis/apps/v1/namespaces/" + ns + "/deployments"
+                              : "/apis/policy/v1/namespaces/" + ns + "/poddisruptionbudgets";
+}
+
+// Each class's Deployment's ready replicas, as the API server has it.
+std::map<std::string, std::int64_t> ready_replicas(const std::vector<json>& desired, const std::map<std::string, json>& live,
+                                                   const std::string& ns) {
+  std::map<std::string, std::int64_t> out;
+  for (const json& d : desired) {
+    if (d["kind"] != "Deployment") continue;
+    const auto it = live.find(collection("Deployment", ns) + "/" + d["metadata"]["name"].get<std::string>());
+    if (it != live.end()) out[d["metadata"]["labels"][pool::kClassLabel]] = integer_field(it->second, {"status", "readyReplicas"});
+  }
+  return out;
+}
+
+}  // namespace
+
+Operator::Operator(const OperatorConfig& config)
+    : config_(config),
+      api_(config.apiserver, pool::kFieldManager),
+      election_(config.identity, config.namespace_name, config.lease_name, static_cast<unsigned>(config.lease.count())) {}
+
+bool Operator::lead() {
+  const Clock::time_point asked = Clock::now();
+  const std::string path = leases() + "/" + config_.lease_name;
+  auto current = api_.get(path);
+  if (auto read = expect(current, "GET " + path, true); !read) return lost(read.error().message);
+  const json lease = current->status == 404 ? json(nullptr) : current->body;
+  auto next = election_.next(lease, Clock::now(), wall_now(true));
+  if (!next) return lost("");
+  // 409: another replica wrote the Lease first, and leads.
+  if (auto wrote = expect(lease.is_null() ? api_.create(leases(), *next) : api_.replace(path, *next), "write " + path);
+      !wrote) {
+    return lost(wrote.error().message);
+  }
+  if (!counters_.leader) {
+    ++counters_.lease_transitions;
+    log(LogLevel::kInfo, "leading", {{"lease", config_.lease_name}, {"identity", config_.identity}});
+  }
+  counters_.leader = true;
+  renewed_at_ = asked;
+  return true;
+}
+
+void Operator::release() {
+  if (!counters_.leader) return;
+  const std::string path = leases() + "/" + config_.lease_name;
+  auto current = api_.get(path);
+  if (!current || !current->ok() || text_field(current->body, {"spec", "holderIdentity"}) != config_.identity) return;
+  json lease = current->body;
+  lease["spec"]["holderIdentity"] = "";
+  lease["spec"]["leaseDurationSeconds"] = 1;
+  (void)api_.replace(path, lease);
+}
+
+void Operator::reconcile_all() {
+  ++counters_.reconciles;
+  auto pools = list("/apis/numaserve.io/v1alpha1/namespaces/" + config_.namespace_name + "/servingpools");
+  auto nodes = list("/api/v1/nodes");
+  auto nrts = list("/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies");
+  for (const auto* read : {&pools, &nodes, &nrts}) {
+    if (!*read) return fault(read->error().message);
+  }
+  json plans = json::object();
+  const json& items = field(*pools, {"items"});
+  for (const json& object : items.is_array() ? items : json::array()) {
+    plans[text_field(object, {"metadata", "name"})] = reconcile(object, *nodes, *nrts);
+  }
+  plans_ = plans.dump(2) + "\n";
+}
+
+http::Snapshot Operator::snapshot() const {
+  http::Snapshot s;
+  s.plan_json = plans_;
+  s.metrics = metrics();
+  return s;
+}
+
+bool Operator::lost(const std::string& why) {
+  if (counters_.leader) log(LogLevel::kWarning, "lost the lease", {{"reason", why}});
+  if (!why.empty()) fault(why);
+  counters_.leader = false;
+  return false;
+}
+
+// Whether this replica may still write: its Lease renewed within two thirds
+// of its duration (client-go's renewDeadline), so that a pass slowed by a
+// hanging API server never writes after another replica took over.
+Status Operator::acting() {
+  const auto deadline = std::chrono::duration_cast<Clock::duration>(config_.lease * 2) / 3;
+  if (counters_.leader && Clock::now() - renewed_at_ < deadline) return {};
+  if (counters_.leader) lost("the lease was not renewed within its deadline");
+  return make_error(Error::Code::kNotAllowed, "not leading: the pass stops writing");
+}
+
+void Operator::fault(const std::string& why) {
+  ++counters_.errors;
+  log(LogLevel::kError, why);
+}
+
+void Operator::failed(pool::PassReport& pass, const std::string& why, const char* reason) {
+  fault(why);
+  pass.error = why;
+  pass.fault = reason;
+}
+
+Result<json> Operator::list(const std::string& path) {
+  auto reply = api_.get(path);
+  if (auto read = expect(reply, "GET " + path); !read) return tl::unexpected(read.error());
+  return reply->body;
+}
+
+std::string Operator::leases() const {
+  return "/apis/coordination.k8s.io/v1/namespaces/" + config_.namespace_name + "/leases";
+}
+
+// One pool: its objects, stale classes, refused pods, status. The plan's
+// JSON (or its error), for /plan. A failed read never deletes anything.
+json Operator::reconcile(const json& object, const json& nodes, const json& nrts) {
+  pool::PassReport pass;
+  auto spec = pool::parse_pool(object);
+  if (!spec) {
+    failed(pass, spec.error().message, "InvalidPool");
+    return report(object, nullptr, nullptr, pass);
+  }
+  auto fleet = pool::fleet_of(nodes, nrts, spec->node_selector);
+  auto plan = fleet ? pool::fleet::plan_fleet(*fleet, spec->sizing) : tl::unexpected(fleet.error());
+  if (!plan) {
+    failed(pass, plan.error().message, "NoPlan");
+    return report(object, &*spec, nullptr, pass);
+  }
+  const std::string selector = std::string("labelSelector=") + pool::kPoolLabel + "%3D" + spec->name;
+  auto live = live_objects(*spec, selector);
+  if (!live) {
+    failed(pass, live.error().message, "ApiServerError");
+    return report(object, &*spec, &*plan, pass);
+  }
+  const std::vector<json> desired = pool::desired_objects(*spec, *plan);
+  pass.ready = ready_replicas(desired, *live, spec->namespace_name);
+  std::set<std::string> wanted;
+  for (const json& d : desired) wanted.insert(collection(d["kind"], spec->namespace_name) + "/" + d["metadata"]["name"].get<std::string>());
+  // Stopped leading: no more writes this pass, the status included.
+  if (!apply_desired(desired, *live, spec->namespace_name, pass) || !delete_unwanted(*live, wanted, pass)) return json(*plan);
+  if (auto refused = delete_refused(*spec, selector); !refused && refused.error().code == Error::Code::kNotAllowed) {
+    return json(*plan);
+  }
+  return report(object, &*spec, &*plan, pass);
+}
+
+Result<Operator::Live> Operator::live_objects(const pool::PoolSpec& spec, const std::string& selector) {
+  Live live;
+  for (const char* kind : {"Deployment", "PodDisruptionBudget"}) {
+    const std::string path = collection(kind, spec.namespace_name);
+    auto items = list(path + "?" + selector);
+    if (!items) return tl::unexpected(items.error());
+    const json& got = field(*items, {"items"});
+    for (const json& item : got.is_array() ? got : json::array()) live[path + "/" + text_field(item, {"metadata", "name"})] = item;
+  }
+  return live;
+}
+
+// Applies each wanted object that differs from its live copy; a failed
+// apply is the pass's error, and the others still go. An error only when
+// this replica stopped leading.
+Status Operator::apply_desired(const std::vector<json>& desired, const Live& live, const std::string& ns,
+                               pool::PassReport& pass) {
+  for (const json& d : desired) {
+    const std::string path = collection(d["kind"], ns) + "/" + d["metadata"]["name"].get<std::string>();
+    const auto it = live.find(path);
+    // List items carry no apiVersion and kind: compare what they carry.
+    json fields = d;
+    fields.erase("apiVersion");
+    fields.erase("kind");
+    const std::string differs = it == live.end() ? "(new)" : pool::first_difference(it->second, fields);
+    if (differs.empty()) {
+      ++counters_.unchanged;
+      continue;
+    }
+    if (auto may = acting(); !may) return may;
+    if (auto applied = expect(api_.apply(path, d), "apply " + path); !applied) {
+      failed(pass, applied.error().message, "ApiServerError");
+      continue;
+    }
+    ++counters_.applied;
+    ++pass.applied;
+    log(LogLevel::kInfo, "applied", {{"object", path}, {"field", differs}});
+  }
+  return {};
+}
+
+// Deletes the live objects no class wants (their class has no node of the
+// pool any more); as apply_desired, an error only when no longer leading.
+Status Operator::delete_unwanted(const Live& live, const std::set<std::string>& wanted, pool::PassReport& pass) {
+  for (const auto& [path, item] : live) {
+    if (wanted.contains(path)) continue;
+    if (auto may = acting(); !may) return may;
+    if (auto removed = expect(api_.remove(path), "delete " + path, true); !removed) {
+      failed(pass, removed.error().message, "ApiServerError");
+      continue;
+    }
+    ++counters_.deleted;
+    log(LogLevel::kInfo, "deleted", {{"object", path}, {"reason", "its machine class has no node of the pool any more"}});
+  }
+  return {};
+}
+
+// The external control loop the Topology Manager asks for: a pod the
+// kubelet refused stays Failed; deleting it lets its ReplicaSet's
+// replacement be scheduled again, at most as often as the node's backoff.
+Status Operator::delete_refused(const pool::PoolSpec& spec, const std::string& selector) {
+  const std::string path = "/api/v1/namespaces/" + spec.namespace_name + "/pods";
+  auto pods = list(path + "?" + selector + "&fieldSelector=status.phase%3DFailed");
+  if (!pods) {
+    fault(pods.error().message);
+    return tl::unexpected(pods.error());
+  }
+  const json& items = field(*pods, {"items"});
+  for (const json& pod : items.is_array() ? items : json::array()) {
+    if (!pool::refused_at_admission(pod)) continue;
+    const std::string node = text_field(pod, {"spec", "nodeName"});
+    const std::string reason = text_field(pod, {"status", "reason"});
+    if (!refusals_.admit_delete(node, reason, Clock::now())) continue;
+    const std::string name = text_field(pod, {"metadata", "name"});
+    if (auto may = acting(); !may) return may;
+    if (auto removed = expect(api_.remove(path + "/" + name), "delete pod " + name, true); !removed) {
+      fault(removed.error().message);
+      continue;
+    }
+    log(LogLevel::kWarning, "deleted a pod the kubelet refused",
+        {{"pod", name}, {"node", node}, {"reason", reason}, {"message", text_field(pod, {"status", "message"})}});
+  }
+  return {};
+}
+
+// The pool's status, written when it changed; the plan's JSON (or the
+// error) for /plan. A pool that did not parse is reported by its name.
+json Operator::report(const json& object, const pool::PoolSpec* spec, const pool::fleet::FleetPlan* plan,
+                      const pool::PassReport& pass) {
+  pool::PoolSpec named;
+  if (spec != nullptr) {
+    named = *spec;
+  } else {
+    named.name = text_field(object, {"metadata", "name"});
+    named.namespace_name = text_field(object, {"metadata", "namespace"});
+    named.generation = integer_field(object, {"metadata", "generation"});
+  }
+  if (!named.name.empty() && !named.namespace_name.empty()) {
+    const json& previous = field(object, {"status"});
+    const json status = pool::pool_status(named, plan, pass, refusals_, previous, wall_now(false), Clock::now());
+    if (!(pool::contains(previous, status) && pool::contains(status, previous)) && acting()) {
+      if (auto wrote = write_status(named, status); !wrote) fault(wrote.error().message);
+    }
+  }
+  if (plan == nullptr) return {{"error", pass.error}};
+  return json(*plan);
+}
+
+Status Operator::write_status(const pool::PoolSpec& spec, const json& status) {
+  const json patch = {{"apiVersion", pool::kApiVersion},
+                      {"kind", "ServingPool"},
+                      {"metadata", {{"name", spec.name}, {"namespace", spec.namespace_name}}},
+                      {"status", status}};
+  const std::string path =
+      "/apis/numaserve.io/v1alpha1/namespaces/" + spec.namespace_name + "/servingpools/" + spec.name + "/status";
+  if (auto wrote = expect(api_.apply(path, patch), "status " + path); !wrote) return wrote;
+  ++counters_.status_writes;
+  return {};
+}
+
+std::string Operator::metrics() const {
+  std::string out;
+  prometheus::TextWriter w(out);
+  w.single("numaserve_operator_leader", "gauge", "1 while this replica holds the Lease and acts.", counters_.leader ? 1 : 0);
+  w.single("numaserve_operator_leader_acquired_total", "counter", "Times this replica took the Lease.",
+           counters_.lease_transitions);
+  w.single("numaserve_operator_reconciles_total", "counter", "Passes over every pool of the namespace.", counters_.reconciles);
+  w.single("numaserve_operator_errors_total", "counter", "API server requests that failed after their retries, and bad pools.",
+           counters_.errors);
+  w.family("numaserve_operator_objects_total", "counter", "Deployments and PDBs, by what a pass did with each.")
+      .sample("numaserve_operator_objects_total", counters_.applied, "action=\"applied\"")
+      .sample("numaserve_operator_objects_total", counters_.unchanged, "action=\"unchanged\"")
+      .sample("numaserve_operator_objects_total", counters_.deleted, "action=\"deleted\"");
+  w.single("numaserve_operator_status_writes_total", "counter", "ServingPool status updates sent.", counters_.status_writes);
+  w.family("numaserve_operator_refused_pods_total", "counter",
+           "Pods the kubelet refused at admission, by what was done: deleted, or deferred by the node's backoff.")
+      .sample("numaserve_operator_refused_pods_total", refusals_.deleted(), "action=\"deleted\"")
+      .sample("numaserve_operator_refused_pods_total", refusals_.deferred(), "action=\"deferred\"");
+  w.single("numaserve_operator_apiserver_retries_total", "counter", "API server requests retried after a transient failure.",
+           api_.retries());
+  return out;
+}
+
+}  // namespace numaserve::op::controller

@@ -1,0 +1,94 @@
+#include "pool/objects.h"
+
+#include "numaserve/common/quantity.h"
+
+namespace numaserve::op::pool {
+namespace {
+
+using nlohmann::json;
+
+json labels_of(const PoolSpec& pool, const std::string& class_name) {
+  return {{"app.kubernetes.io/managed-by", kFieldManager}, {kPoolLabel, pool.name}, {kClassLabel, class_name}};
+}
+
+json owner_of(const PoolSpec& pool) {
+  return json::array({{{"apiVersion", kApiVersion},
+                       {"kind", "ServingPool"},
+                       {"name", pool.name},
+                       {"uid", pool.uid},
+                       {"controller", true}}});
+}
+
+// The pool's pod template on one class's nodes, its container sized.
+json class_template(const PoolSpec& pool, const fleet::ClassPlan& c) {
+  json t = pool.pod_template;
+  const json labels = labels_of(pool, c.name);
+  for (const auto& [k, v] : labels.items()) t["metadata"]["labels"][k] = v;
+  json& spec = t["spec"];
+  // Required node affinity: every term also asks for a node of the class.
+  const json class_term = {{"key", kClassLabel}, {"operator", "In"}, {"values", {c.name}}};
+  json& required = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"];
+  if (!required.contains("nodeSelectorTerms") || required["nodeSelectorTerms"].empty()) {
+    required["nodeSelectorTerms"] = json::array({json::object()});
+  }
+  for (json& term : required["nodeSelectorTerms"]) term["matchExpressions"].push_back(class_term);
+  // Spread over the class's machines unless the template says how: the
+  // scheduler's node totals would otherwise stack replicas the kubelet's
+  // NUMA zones cannot hold.
+  if (!spec.contains("topologySpreadConstraints") || spec["topologySpreadConstraints"].empty()) {
+    spec["topologySpreadConstraints"] = json::array({{{"maxSkew", 1},
+                                                      {"topologyKey", "kubernetes.io/hostname"},
+                                                      {"whenUnsatisfiable", "DoNotSchedule"},
+                                                      {"nodeAffinityPolicy", "Honor"},
+                                                      {"nodeTaintsPolicy", "Honor"},
+                                                      {"labelSelector", {{"matchLabels", {{kPoolLabel, pool.name}, {kClassLabel, c.name}}}}}}});
+  }
+  for (json& container : spec["containers"]) {
+    if (!pool.container.empty() ? container["name"] != pool.container : &container != &spec["containers"][0]) {
+      continue;
+    }
+    // Guaranteed QoS, whole CPUs: requests = limits.
+    for (const char* kind : {"requests", "limits"}) {
+      container["resources"][kind]["cpu"] = std::to_string(c.cpus);
+      container["resources"][kind]["memory"] = format_quantity(c.memory_bytes);
+      for (const auto& [name, bytes] : c.hugepages) container["resources"][kind][name] = format_quantity(bytes);
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+std::int64_t desired_replicas(const PoolSpec& pool, const fleet::ClassPlan& c) {
+  const std::uint64_t slots = std::uint64_t{c.replicas_per_machine} * c.nodes.size();
+  return static_cast<std::int64_t>(slots > pool.headroom ? slots - pool.headroom : 0);
+}
+
+std::vector<json> desired_objects(const PoolSpec& pool, const fleet::FleetPlan& plan) {
+  std::vector<json> out;
+  for (const auto& c : plan.classes) {
+    const std::string name = pool.name + "-" + c.name;
+    const json labels = labels_of(pool, c.name);
+    const json selector = {{"matchLabels", {{kPoolLabel, pool.name}, {kClassLabel, c.name}}}};
+    const json metadata = {{"name", name}, {"namespace", pool.namespace_name}, {"labels", labels},
+                           {"ownerReferences", owner_of(pool)}};
+    out.push_back({{"apiVersion", "apps/v1"},
+                   {"kind", "Deployment"},
+                   {"metadata", metadata},
+                   {"spec",
+                    {{"replicas", desired_replicas(pool, c)},
+                     {"selector", selector},
+                     // No surge: every NUMA slot of the class is taken, a surge
+                     // pod would stay Pending and the rollout never finish.
+                     {"strategy", {{"type", "RollingUpdate"},
+                                   {"rollingUpdate", {{"maxSurge", 0}, {"maxUnavailable", pool.max_unavailable}}}}},
+                     {"template", class_template(pool, c)}}}});
+    out.push_back({{"apiVersion", "policy/v1"},
+                   {"kind", "PodDisruptionBudget"},
+                   {"metadata", metadata},
+                   {"spec", {{"maxUnavailable", pool.max_unavailable}, {"selector", selector}}}});
+  }
+  return out;
+}
+
+}  // namespace numaserve::op::pool

@@ -1,0 +1,52 @@
+#pragma once
+// What a ServingPool (numaserve.io/v1alpha1) asks for, read from the object
+// the API server returns, and the fleet it is served on: the Node and
+// NodeResourceTopology lists, as `cluster-plan` reads them from files.
+// The rest of the operator's decisions, each pure, one job a file:
+// objects.h (the Deployments and budgets wanted), compare.h (whether a live
+// object already is one), refusals.h (pods the kubelet refused), status.h
+// (the pool's status and conditions), election.h (the Lease).
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "fleet/fleet.h"
+#include "numaserve/common/result.h"
+
+namespace numaserve::op::pool {
+
+namespace fleet = numaserve::agent::fleet;
+
+inline constexpr const char* kFieldManager = "numaserve-operator";
+inline constexpr const char* kApiVersion = "numaserve.io/v1alpha1";
+inline constexpr const char* kPoolLabel = "numaserve.io/pool";
+inline constexpr const char* kClassLabel = fleet::label::kMachineClass;
+
+struct PoolSpec {
+  std::string name;
+  std::string namespace_name;
+  std::string uid;
+  std::int64_t generation = 0;
+  nlohmann::json pod_template;  // spec.template: the service's PodTemplateSpec
+  std::string container;        // the container sized per class ("" = the first)
+  fleet::FleetConfig sizing;
+  unsigned headroom = 0;                  // NUMA slots left free per class
+  nlohmann::json max_unavailable = 1;     // per class: rollouts and the PDB
+  std::map<std::string, std::string> node_selector;  // the pool's nodes; empty: every node
+};
+
+// From the ServingPool object as the API server returns it. The CRD's schema
+// already refused most mistakes; what it cannot check is named by field.
+Result<PoolSpec> parse_pool(const nlohmann::json& object);
+
+// The pool's fleet: the Node and NodeResourceTopology list replies (items
+// without kind, as the API server sends them), nodes outside the pool's
+// node selector left out.
+Result<std::vector<fleet::FleetNode>> fleet_of(const nlohmann::json& node_list, const nlohmann::json& nrt_list,
+                                               const std::map<std::string, std::string>& node_selector);
+
+}  // namespace numaserve::op::pool
