@@ -1,6 +1,9 @@
 #include "pool/objects.h"
 
+#include <algorithm>
+
 #include "numaserve/common/quantity.h"
+#include "pool/fields.h"
 
 namespace numaserve::op::pool {
 namespace {
@@ -19,6 +22,33 @@ json owner_of(const PoolSpec& pool) {
                        {"controller", true}}});
 }
 
+// Spread over the class's machines unless the template says how: the
+// scheduler's node totals would otherwise stack replicas the kubelet's NUMA
+// zones cannot hold. A constraint of the template that spreads the
+// template's own pods (`own`: the template's labels) counts them per class,
+// as the chart's per-class Deployments do.
+void spread_per_class(json& spec, const json& own, const PoolSpec& pool, const std::string& class_name) {
+  json& constraints = spec["topologySpreadConstraints"];
+  if (constraints.is_null() || constraints.empty()) {
+    constraints = json::array({{{"maxSkew", 1},
+                                {"topologyKey", "kubernetes.io/hostname"},
+                                {"whenUnsatisfiable", "DoNotSchedule"},
+                                {"nodeAffinityPolicy", "Honor"},
+                                {"nodeTaintsPolicy", "Honor"},
+                                {"labelSelector", {{"matchLabels", {{kPoolLabel, pool.name}, {kClassLabel, class_name}}}}}}});
+    return;
+  }
+  for (json& constraint : constraints) {
+    if (!constraint.is_object() || !field(constraint, {"labelSelector", "matchLabels"}).is_object()) continue;
+    json& match = constraint["labelSelector"]["matchLabels"];
+    const auto items = match.items();
+    const bool spreads_own = !match.empty() && own.is_object() && std::all_of(items.begin(), items.end(), [&](const auto& kv) {
+      return own.contains(kv.key()) && own[kv.key()] == kv.value();
+    });
+    if (spreads_own) match[kClassLabel] = class_name;
+  }
+}
+
 // The pool's pod template on one class's nodes, its container sized.
 json class_template(const PoolSpec& pool, const fleet::ClassPlan& c) {
   json t = pool.pod_template;
@@ -32,17 +62,7 @@ json class_template(const PoolSpec& pool, const fleet::ClassPlan& c) {
     required["nodeSelectorTerms"] = json::array({json::object()});
   }
   for (json& term : required["nodeSelectorTerms"]) term["matchExpressions"].push_back(class_term);
-  // Spread over the class's machines unless the template says how: the
-  // scheduler's node totals would otherwise stack replicas the kubelet's
-  // NUMA zones cannot hold.
-  if (!spec.contains("topologySpreadConstraints") || spec["topologySpreadConstraints"].empty()) {
-    spec["topologySpreadConstraints"] = json::array({{{"maxSkew", 1},
-                                                      {"topologyKey", "kubernetes.io/hostname"},
-                                                      {"whenUnsatisfiable", "DoNotSchedule"},
-                                                      {"nodeAffinityPolicy", "Honor"},
-                                                      {"nodeTaintsPolicy", "Honor"},
-                                                      {"labelSelector", {{"matchLabels", {{kPoolLabel, pool.name}, {kClassLabel, c.name}}}}}}});
-  }
+  spread_per_class(spec, field(pool.pod_template, {"metadata", "labels"}), pool, c.name);
   for (json& container : spec["containers"]) {
     if (!pool.container.empty() ? container["name"] != pool.container : &container != &spec["containers"][0]) {
       continue;

@@ -5,7 +5,9 @@
 # objects created, the operator run here with its ServiceAccount's token, as
 # its pod would:
 #   1. one Deployment and PDB per machine class; kube-scheduler binds every
-#      replica on a node of its class; the pool's status says so;
+#      replica on a node of its class; the pool's status says so; each is
+#      the Deployment the chart renders for that class without the operator
+#      (same spec, ownership aside: same_deployments.mjs);
 #   2. a second pass writes nothing (resourceVersions unchanged);
 #   3. a write by another field manager is taken back;
 #   4. a node of a new class adds a Deployment; a class gone deletes its own;
@@ -116,6 +118,23 @@ eventually 90 ready || true
 status="$(pool_field '{.status.classes[*].readyReplicas}/{.status.classes[*].replicas} {.status.cpusUsed}/{.status.cpusAllocatable}') $(condition Available) $(condition Progressing) $(condition Degraded)"
 [[ $status == "4 4/4 4 288/288 True/MinimumReplicasAvailable False/AllReplicasReady False/AsExpected" ]] && ok "the pool's status: ready per class, CPUs at work: $status" ||
   fail "the pool's status: $status"
+
+# The chart's per-class Deployments (operator off, `classes` from
+# cluster-plan on the same fleet) and the operator's are one object in two
+# languages: the same spec, the API server's defaults included, ownership
+# aside (names, the operator's and Helm's labels, selectors).
+NAMESPACE=numaserve-chart kube create namespace numaserve-chart >/dev/null
+kube get nodes,noderesourcetopologies -o yaml > "$out/fleet-objects.yaml"
+"$AGENT" cluster-plan "$out/fleet-objects.yaml" -o helm-values > "$out/classes.yaml"
+"$HELM" template numaserve "$CHART" --namespace numaserve-chart -f "$out/classes.yaml" --set agent.enabled=false \
+  --set schedulerName=topology-aware-scheduler --show-only templates/deployment.yaml > "$out/chart-deployments.yaml"
+kube -n numaserve-chart create --dry-run=server -o json -f "$out/chart-deployments.yaml" > "$out/chart-deployments.json"
+kube get deployments -l numaserve.io/pool=$pool -o json > "$out/operator-deployments.json"
+if same=$(node "$HERE/same_deployments.mjs" "$out/chart-deployments.json" "$out/operator-deployments.json" 2>&1); then
+  ok "the chart's and the operator's Deployments: $same"
+else
+  fail "the chart's and the operator's Deployments differ: $same"
+fi
 
 # A pool the operator cannot serve says why in its status; the others are served on.
 kube apply --server-side -f - >/dev/null <<'EOF'

@@ -118,6 +118,30 @@ TEST(ServingPool, EachClassGetsItsDeploymentAndBudgetOnItsOwnNodes) {
   EXPECT_EQ((*pdb)["spec"]["selector"], (*e5)["spec"]["selector"]);
 }
 
+TEST(ServingPool, TheTemplatesOwnSpreadCountsPerClassAndAnotherIsLeftAlone) {
+  json t = pool_object()["spec"]["template"];
+  const json own = {{"maxSkew", 1}, {"topologyKey", "kubernetes.io/hostname"}, {"whenUnsatisfiable", "DoNotSchedule"},
+                    {"labelSelector", {{"matchLabels", {{"app", "ranker"}}}}}};
+  json other = own;
+  other["labelSelector"]["matchLabels"] = {{"app", "cache"}};
+  t["spec"]["topologySpreadConstraints"] = {own, other};
+  const PoolSpec pool = parsed({{"template", t}});
+  const auto plan = plan_for(pool);
+  const auto objects = desired_objects(pool, plan);
+  const json* e5 = find(objects, "Deployment", "e5-1", plan);
+  ASSERT_TRUE(e5);
+  const std::string e5_class = (*e5)["metadata"]["labels"][kClassLabel];
+  const json& spread = (*e5)["spec"]["template"]["spec"]["topologySpreadConstraints"];
+  ASSERT_EQ(spread.size(), 2u);
+  EXPECT_EQ(spread[0]["labelSelector"]["matchLabels"], json({{"app", "ranker"}, {kClassLabel, e5_class}}));
+  EXPECT_EQ(spread[1], other);
+  // Without one, the operator's own: the class's pods over its machines.
+  const auto plain = desired_objects(parsed(), plan);
+  const json& made = find(plain, "Deployment", "e5-1", plan)->at("spec")["template"]["spec"]["topologySpreadConstraints"];
+  ASSERT_EQ(made.size(), 1u);
+  EXPECT_EQ(made[0]["labelSelector"]["matchLabels"], json({{kPoolLabel, "ranking"}, {kClassLabel, e5_class}}));
+}
+
 TEST(ServingPool, HeadroomAndUniformSizing) {
   // Two E5 machines and one Gold: 22 CPUs put 89.8% to work.
   const PoolSpec pool = parsed({{"sizing", "uniform"}, {"uniformMinUse", 0.85}, {"headroom", 1}});
