@@ -138,6 +138,58 @@ int connect_to(const LoadConfig& config) {
   return fd;
 }
 
+// Sends the request due at `due` on the next free connection of `pool`
+// (from `cursor`); none free, or a send that fails, is recorded as a
+// request the client could not send. Returns whether one is now in flight.
+bool send_due(std::vector<Connection>& pool, std::size_t& cursor, const std::string& request, Clock::time_point due,
+              Clock::time_point now, Recorder& recorder) {
+  std::size_t k = 0;
+  while (k < pool.size() && (pool[(cursor + k) % pool.size()].busy || pool[(cursor + k) % pool.size()].fd < 0)) ++k;
+  if (k == pool.size()) {
+    recorder.record(due, now, now, 0);
+    return false;
+  }
+  Connection& c = pool[(cursor + k) % pool.size()];
+  cursor = (cursor + k + 1) % pool.size();
+  std::size_t written = 0;
+  while (written < request.size()) {
+    const ssize_t n = ::send(c.fd, request.data() + written, request.size() - written, MSG_NOSIGNAL);
+    if (n <= 0) break;
+    written += static_cast<std::size_t>(n);
+  }
+  c.busy = written == request.size();
+  c.due = due;
+  c.sent = now;
+  if (!c.busy) recorder.record(due, now, now, 0);
+  return c.busy;
+}
+
+// Reads what arrived on `c` and records each whole reply; a closed or
+// failed connection is dropped (its request recorded as failed). Returns
+// the replies (and failures) it ended.
+std::size_t read_replies(int epoll, Connection& c, Recorder& recorder) {
+  char chunk[1 << 16];
+  const ssize_t got = ::recv(c.fd, chunk, sizeof chunk, MSG_DONTWAIT);
+  if (got <= 0) {
+    const bool was_busy = c.busy;
+    if (was_busy) recorder.record(c.due, c.sent, Clock::now(), 0);
+    epoll_ctl(epoll, EPOLL_CTL_DEL, c.fd, nullptr);
+    ::close(c.fd);
+    c = Connection{};
+    return was_busy ? 1 : 0;
+  }
+  c.in.append(chunk, static_cast<std::size_t>(got));
+  std::size_t ended = 0;
+  while (c.busy) {
+    const int status = c.take_response();
+    if (status == 0) break;
+    recorder.record(c.due, c.sent, Clock::now(), status);
+    c.busy = false;
+    ++ended;
+  }
+  return ended;
+}
+
 // Open loop: one thread that never sleeps — it polls epoll without waiting
 // and sends each request the moment it is due, on a free connection of the
 // pool — so the generator adds no wake-up of its own to the latencies it
@@ -164,59 +216,17 @@ LoadResult open_loop(const LoadConfig& config, Recorder& recorder, Clock::time_p
   const auto interval = seconds(1.0 / config.rate);
   std::size_t next = 0, cursor = 0, in_flight = 0;
   std::vector<epoll_event> events(256);
-  char chunk[1 << 16];
   while (true) {
     const auto now = Clock::now();
     const auto due = start + interval * static_cast<long>(next);
     if (due < recorder.end && due <= now) {
-      std::size_t k = 0;
-      while (k < pool.size() && (pool[(cursor + k) % pool.size()].busy || pool[(cursor + k) % pool.size()].fd < 0)) ++k;
-      if (k == pool.size()) {
-        recorder.record(due, now, now, 0);  // every connection busy: a request the client could not send
-      } else {
-        Connection& c = pool[(cursor + k) % pool.size()];
-        cursor = (cursor + k + 1) % pool.size();
-        const std::string& request = requests[next % requests.size()];
-        std::size_t written = 0;
-        while (written < request.size()) {
-          const ssize_t n = ::send(c.fd, request.data() + written, request.size() - written, MSG_NOSIGNAL);
-          if (n <= 0) break;
-          written += static_cast<std::size_t>(n);
-        }
-        c.busy = written == request.size();
-        c.due = due;
-        c.sent = now;
-        if (c.busy) {
-          ++in_flight;
-        } else {
-          recorder.record(due, now, now, 0);
-        }
-      }
+      if (send_due(pool, cursor, requests[next % requests.size()], due, now, recorder)) ++in_flight;
       ++next;
       continue;
     }
     if (due >= recorder.end && (in_flight == 0 || now > recorder.end + std::chrono::seconds(30))) break;
     const int n = epoll_wait(epoll, events.data(), static_cast<int>(events.size()), 0);
-    for (int e = 0; e < n; ++e) {
-      Connection& c = pool[events[e].data.u64];
-      const ssize_t got = ::recv(c.fd, chunk, sizeof chunk, MSG_DONTWAIT);
-      if (got <= 0) {
-        if (c.busy) recorder.record(c.due, c.sent, Clock::now(), 0);
-        if (c.busy) --in_flight;
-        epoll_ctl(epoll, EPOLL_CTL_DEL, c.fd, nullptr);
-        ::close(c.fd);
-        c = Connection{};
-        continue;
-      }
-      c.in.append(chunk, static_cast<std::size_t>(got));
-      while (c.busy) {
-        const int status = c.take_response();
-        if (status == 0) break;
-        recorder.record(c.due, c.sent, Clock::now(), status);
-        c.busy = false;
-        --in_flight;
-      }
-    }
+    for (int e = 0; e < n; ++e) in_flight -= read_replies(epoll, pool[events[e].data.u64], recorder);
   }
   for (auto& c : pool) {
     if (c.fd >= 0) ::close(c.fd);

@@ -22,14 +22,12 @@ std::vector<std::string> ModelTable::names() const {
   return names_;
 }
 
-std::size_t ModelTable::add_name(const std::string& name) {
+void ModelTable::add_name(const std::string& name) {
   std::unique_lock lock(mutex_);
-  const auto at = std::find(names_.begin(), names_.end(), name);
-  if (at != names_.end()) return static_cast<std::size_t>(at - names_.begin());
+  if (std::find(names_.begin(), names_.end(), name) != names_.end()) return;
   names_.push_back(name);
   entries_[name];
   unloaded_.insert(name);
-  return names_.size() - 1;
 }
 
 const ModelTable::Entry* ModelTable::entry(const std::string& name) const {

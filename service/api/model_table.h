@@ -44,10 +44,9 @@ class ModelTable {
   explicit ModelTable(std::vector<std::string> names);
 
   std::vector<std::string> names() const;  // in number order
-  // A model served from now on, numbered after the others (its number if
-  // it has one). It does not count for readiness until a version of it
-  // serves.
-  std::size_t add_name(const std::string& name);
+  // A model served from now on, numbered after the others (kept if it has
+  // a number). It does not count for readiness until a version of it serves.
+  void add_name(const std::string& name);
 
   // The model a request names (nullopt: the default model) at the version
   // it names: a number, a label, or empty for the default version. 404

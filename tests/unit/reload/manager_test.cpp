@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "fake_model.h"
+#include "test_dir.h"
 #include "feature_store/embedded.h"
 
 namespace numaserve::reload {
@@ -25,16 +26,9 @@ using repository::VersionState;
 
 class ManagerTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    root_ = fs::temp_directory_path() / ("numaserve-manager-" + std::to_string(::getpid()) + "-" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
   void TearDown() override {
     if (manager_) manager_->stop();
     service_.reset();
-    fs::remove_all(root_);
   }
 
   // A version written elsewhere and moved into place (complete while polling
@@ -128,7 +122,8 @@ class ManagerTest : public ::testing::Test {
     return loads_[version];
   }
 
-  fs::path root_;
+  testing_support::TestDir dir_{"numaserve-manager"};
+  const fs::path root_ = dir_.path();
   std::unique_ptr<Manager> manager_;
   std::unique_ptr<api::Service> service_;
   std::mutex mutex_;

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <thread>
 
+#include "test_dir.h"
+
 namespace numaserve::repository {
 namespace {
 
@@ -15,14 +17,6 @@ namespace fs = std::filesystem;
 // A repository in a temp dir, removed after the test.
 class RepositoryTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    root_ = fs::temp_directory_path() / ("numaserve-repository-" + std::to_string(::getpid()) + "-" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
-  void TearDown() override { fs::remove_all(root_); }
-
   static void write(const fs::path& file, const std::string& text) {
     std::ofstream(file, std::ios::binary) << text;
   }
@@ -48,7 +42,8 @@ class RepositoryTest : public ::testing::Test {
     return none;
   }
 
-  fs::path root_;
+  testing_support::TestDir dir_{"numaserve-repository"};
+  const fs::path root_ = dir_.path();
 };
 
 TEST(Policy, ParsesEachKindAndLabels) {

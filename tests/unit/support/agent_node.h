@@ -3,11 +3,11 @@
 // directory of the test's own in the temp dir.
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <string>
 
+#include "test_dir.h"
 #include "updater/updater.h"
 
 namespace numaserve::agent {
@@ -22,12 +22,9 @@ inline updater::UpdaterConfig config_in(const std::filesystem::path& hints) {
 
 class Agent : public ::testing::Test {
  protected:
-  void SetUp() override {
-    hints_ = std::filesystem::temp_directory_path() / ("numaserve-agent-" + std::to_string(::getpid()));
-    std::filesystem::remove_all(hints_);
-  }
-  void TearDown() override { std::filesystem::remove_all(hints_); }
-  std::filesystem::path hints_;
+  testing_support::TestDir dir_{"numaserve-agent"};
+  // Not there yet: the agent makes its hints directory, as on a node.
+  const std::filesystem::path hints_ = dir_.path() / "hints";
 };
 
 }  // namespace numaserve::agent
