@@ -42,20 +42,24 @@ Status expect(const Result<apiserver::Reply>& reply, const std::string& what, bo
   return make_error(Error::Code::kUnavailable, what + ": " + reply->reason(), what);
 }
 
+// The kinds of a pool's objects, in the order they are applied.
+constexpr const char* kKinds[] = {"Deployment", "PodDisruptionBudget", "Service", "HTTPRoute"};
+
 // Where a pool's objects of `kind` live: listed, applied and deleted there.
 std::string collection(const std::string& kind, const std::string& ns) {
-  return kind == "Deployment" ? "/apis/apps/v1/namespaces/" + ns + "/deployments"
-                              : "/apis/policy/v1/namespaces/" + ns + "/poddisruptionbudgets";
+  if (kind == "Deployment") return "/apis/apps/v1/namespaces/" + ns + "/deployments";
+  if (kind == "PodDisruptionBudget") return "/apis/policy/v1/namespaces/" + ns + "/poddisruptionbudgets";
+  if (kind == "Service") return "/api/v1/namespaces/" + ns + "/services";
+  return "/apis/gateway.networking.k8s.io/v1/namespaces/" + ns + "/httproutes";
 }
 
-// Each class's Deployment's ready replicas, as the API server has it.
-std::map<std::string, std::int64_t> ready_replicas(const std::vector<json>& desired, const std::map<std::string, json>& live,
-                                                   const std::string& ns) {
+// Each class's ready replicas: its live Deployment's, by its class label.
+std::map<std::string, std::int64_t> ready_replicas(const std::map<std::string, json>& live, const std::string& ns) {
   std::map<std::string, std::int64_t> out;
-  for (const json& d : desired) {
-    if (d["kind"] != "Deployment") continue;
-    const auto it = live.find(collection("Deployment", ns) + "/" + d["metadata"]["name"].get<std::string>());
-    if (it != live.end()) out[d["metadata"]["labels"][pool::kClassLabel]] = integer_field(it->second, {"status", "readyReplicas"});
+  const std::string deployments = collection("Deployment", ns) + "/";
+  for (const auto& [path, item] : live) {
+    const std::string class_name = text_field(item, {"metadata", "labels", pool::kClassLabel});
+    if (path.starts_with(deployments) && !class_name.empty()) out[class_name] = integer_field(item, {"status", "readyReplicas"});
   }
   return out;
 }
@@ -182,8 +186,12 @@ json Operator::reconcile(const json& object, const json& nodes, const json& nrts
     failed(pass, live.error().message, "ApiServerError");
     return report(object, &*spec, &*plan, pass);
   }
-  const std::vector<json> desired = pool::desired_objects(*spec, *plan);
-  pass.ready = ready_replicas(desired, *live, spec->namespace_name);
+  if (auto fits = pool::route_fits(*spec, *plan); !fits) {
+    failed(pass, fits.error().message, "InvalidPool");
+    return report(object, &*spec, &*plan, pass);
+  }
+  pass.ready = ready_replicas(*live, spec->namespace_name);
+  const std::vector<json> desired = pool::desired_objects(*spec, *plan, pass.ready);
   std::set<std::string> wanted;
   for (const json& d : desired) wanted.insert(collection(d["kind"], spec->namespace_name) + "/" + d["metadata"]["name"].get<std::string>());
   // Stopped leading: no more writes this pass, the status included.
@@ -196,9 +204,13 @@ json Operator::reconcile(const json& object, const json& nodes, const json& nrts
 
 Result<Operator::Live> Operator::live_objects(const pool::PoolSpec& spec, const std::string& selector) {
   Live live;
-  for (const char* kind : {"Deployment", "PodDisruptionBudget"}) {
+  for (const char* kind : kKinds) {
     const std::string path = collection(kind, spec.namespace_name);
-    auto items = list(path + "?" + selector);
+    auto reply = api_.get(path + "?" + selector);
+    // No Gateway API in the cluster: no HTTPRoute of the pool's to find
+    // (one it asks for then fails to apply, saying so).
+    if (reply && reply->status == 404 && std::string(kind) == "HTTPRoute") continue;
+    auto items = expect(reply, "GET " + path).and_then([&] { return Result<json>(reply->body); });
     if (!items) return tl::unexpected(items.error());
     const json& got = field(*items, {"items"});
     for (const json& item : got.is_array() ? got : json::array()) live[path + "/" + text_field(item, {"metadata", "name"})] = item;

@@ -77,6 +77,28 @@ json class_template(const PoolSpec& pool, const fleet::ClassPlan& c) {
   return t;
 }
 
+// The pool's HTTPRoute: one rule, one backendRef per class's Service,
+// weighted by the CPUs its ready replicas serve with (a class with none
+// ready gets none of the traffic).
+json route(const PoolSpec& pool, const fleet::FleetPlan& plan, const std::map<std::string, std::int64_t>& ready) {
+  json backends = json::array();
+  for (const auto& c : plan.classes) {
+    const auto it = ready.find(c.name);
+    const std::int64_t weight = std::int64_t{c.cpus} * (it == ready.end() ? 0 : it->second);
+    backends.push_back({{"name", pool.name + "-" + c.name}, {"port", pool.service_ports[0]["port"]}, {"weight", weight}});
+  }
+  json spec = {{"parentRefs", pool.route_parents}, {"rules", json::array({{{"backendRefs", backends}}})}};
+  if (!pool.route_hostnames.empty()) spec["hostnames"] = pool.route_hostnames;
+  return {{"apiVersion", "gateway.networking.k8s.io/v1"},
+          {"kind", "HTTPRoute"},
+          {"metadata",
+           {{"name", pool.name},
+            {"namespace", pool.namespace_name},
+            {"labels", {{"app.kubernetes.io/managed-by", kFieldManager}, {kPoolLabel, pool.name}}},
+            {"ownerReferences", owner_of(pool)}}},
+          {"spec", spec}};
+}
+
 }  // namespace
 
 std::int64_t desired_replicas(const PoolSpec& pool, const fleet::ClassPlan& c) {
@@ -84,7 +106,8 @@ std::int64_t desired_replicas(const PoolSpec& pool, const fleet::ClassPlan& c) {
   return static_cast<std::int64_t>(slots > pool.headroom ? slots - pool.headroom : 0);
 }
 
-std::vector<json> desired_objects(const PoolSpec& pool, const fleet::FleetPlan& plan) {
+std::vector<json> desired_objects(const PoolSpec& pool, const fleet::FleetPlan& plan,
+                                  const std::map<std::string, std::int64_t>& ready) {
   std::vector<json> out;
   for (const auto& c : plan.classes) {
     const std::string name = pool.name + "-" + c.name;
@@ -107,8 +130,24 @@ std::vector<json> desired_objects(const PoolSpec& pool, const fleet::FleetPlan& 
                    {"kind", "PodDisruptionBudget"},
                    {"metadata", metadata},
                    {"spec", {{"maxUnavailable", pool.max_unavailable}, {"selector", selector}}}});
+    if (!pool.service_ports.empty()) {
+      out.push_back({{"apiVersion", "v1"},
+                     {"kind", "Service"},
+                     {"metadata", metadata},
+                     {"spec", {{"type", "ClusterIP"}, {"selector", selector["matchLabels"]}, {"ports", pool.service_ports}}}});
+    }
   }
+  if (!pool.route_parents.empty()) out.push_back(route(pool, plan, ready));
   return out;
+}
+
+Status route_fits(const PoolSpec& pool, const fleet::FleetPlan& plan) {
+  if (pool.route_parents.empty() || plan.classes.size() <= kMostBackends) return {};
+  return make_error(Error::Code::kInvalidArgument,
+                    "ServingPool spec.httpRoute: " + std::to_string(plan.classes.size()) +
+                        " machine classes, but an HTTPRoute rule takes at most " + std::to_string(kMostBackends) +
+                        " backendRefs; size uniform, or split the fleet into pools by nodeSelector",
+                    "spec.httpRoute");
 }
 
 }  // namespace numaserve::op::pool

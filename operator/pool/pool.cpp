@@ -89,6 +89,71 @@ Status check_pool_name(const std::string& name) {
   }
   return {};
 }
+// spec.hugepagesPerReplica and spec.nodeSelector.
+Status read_placement(const json& spec, PoolSpec& pool) {
+  if (spec.contains("hugepagesPerReplica")) {
+    if (!spec["hugepagesPerReplica"].is_object()) return bad("spec.hugepagesPerReplica", "want a map of hugepages-<size> to a quantity");
+    for (const auto& [k, v] : spec["hugepagesPerReplica"].items()) {
+      auto bytes = v.is_string() ? parse_quantity(v.get<std::string>()) : Result<std::uint64_t>(0);
+      if (!k.starts_with("hugepages-") || !bytes || *bytes == 0) {
+        return bad("spec.hugepagesPerReplica." + k, "want hugepages-<size>: <quantity>");
+      }
+      pool.sizing.hugepages_per_replica[k] = *bytes;
+    }
+  }
+  if (spec.contains("nodeSelector")) {
+    if (!spec["nodeSelector"].is_object()) return bad("spec.nodeSelector", "want a map of labels");
+    for (const auto& [k, v] : spec["nodeSelector"].items()) {
+      if (!v.is_string()) return bad("spec.nodeSelector." + k, "want a string");
+      pool.node_selector[k] = v.get<std::string>();
+    }
+  }
+  return {};
+}
+
+// A list of objects at `where`, each with the integer or string members
+// `required` names; absent: empty.
+Status read_objects(const json& spec, std::initializer_list<std::string_view> path, const std::string& where,
+                    const char* required, bool integer, json& out) {
+  const json& list = field(spec, path);
+  if (list.is_null()) return {};
+  if (!list.is_array()) return bad(where, "want a list");
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const json& member = field(list[i], {required});
+    const bool fits = integer ? member.is_number_integer() && member.get<std::int64_t>() >= 1 &&
+                                    member.get<std::int64_t>() <= 65535
+                              : member.is_string() && !member.get<std::string>().empty();
+    if (!list[i].is_object() || !fits) {
+      return bad(where + "[" + std::to_string(i) + "]." + required, integer ? "want a port number" : "want a name");
+    }
+  }
+  out = list;
+  return {};
+}
+
+// spec.service.ports and spec.httpRoute: a Service per class, and the route
+// that weights them.
+Status read_traffic(const json& spec, PoolSpec& pool) {
+  if (auto s = read_objects(spec, {"service", "ports"}, "spec.service.ports", "port", true, pool.service_ports); !s) return s;
+  if (auto s = read_objects(spec, {"httpRoute", "parentRefs"}, "spec.httpRoute.parentRefs", "name", false, pool.route_parents);
+      !s) {
+    return s;
+  }
+  const json& hostnames = field(spec, {"httpRoute", "hostnames"});
+  if (!hostnames.is_null()) {
+    if (!hostnames.is_array() ||
+        std::any_of(hostnames.begin(), hostnames.end(), [](const json& h) { return !h.is_string(); })) {
+      return bad("spec.httpRoute.hostnames", "want a list of host names");
+    }
+    pool.route_hostnames = hostnames;
+  }
+  if (!pool.route_parents.empty() && pool.service_ports.empty()) {
+    return bad("spec.httpRoute", "needs spec.service.ports: its backends are the classes' Services");
+  }
+  return {};
+}
+
+
 }  // namespace
 
 Result<PoolSpec> parse_pool(const json& object) {
@@ -127,25 +192,11 @@ Result<PoolSpec> parse_pool(const json& object) {
     }
     pool.max_unavailable = m;
   }
-  if (spec.contains("hugepagesPerReplica")) {
-    if (!spec["hugepagesPerReplica"].is_object()) return bad("spec.hugepagesPerReplica", "want a map of hugepages-<size> to a quantity");
-    for (const auto& [k, v] : spec["hugepagesPerReplica"].items()) {
-      auto bytes = v.is_string() ? parse_quantity(v.get<std::string>()) : Result<std::uint64_t>(0);
-      if (!k.starts_with("hugepages-") || !bytes || *bytes == 0) {
-        return bad("spec.hugepagesPerReplica." + k, "want hugepages-<size>: <quantity>");
-      }
-      pool.sizing.hugepages_per_replica[k] = *bytes;
-    }
-  }
-  if (spec.contains("nodeSelector")) {
-    if (!spec["nodeSelector"].is_object()) return bad("spec.nodeSelector", "want a map of labels");
-    for (const auto& [k, v] : spec["nodeSelector"].items()) {
-      if (!v.is_string()) return bad("spec.nodeSelector." + k, "want a string");
-      pool.node_selector[k] = v.get<std::string>();
-    }
-  }
+  if (auto s = read_placement(spec, pool); !s) return tl::unexpected(s.error());
+  if (auto s = read_traffic(spec, pool); !s) return tl::unexpected(s.error());
   return pool;
 }
+
 
 Result<std::vector<fleet::FleetNode>> fleet_of(const json& node_list, const json& nrt_list,
                                                const std::map<std::string, std::string>& node_selector) {

@@ -37,6 +37,14 @@ struct PoolSpec {
   unsigned headroom = 0;                  // NUMA slots left free per class
   nlohmann::json max_unavailable = 1;     // per class: rollouts and the PDB
   std::map<std::string, std::string> node_selector;  // the pool's nodes; empty: every node
+  // spec.service.ports: each class's Service's ports (ServicePorts); empty:
+  // no Service per class. The first is the one an HTTPRoute sends to.
+  nlohmann::json service_ports = nlohmann::json::array();
+  // spec.httpRoute: an HTTPRoute weighting each class's Service by its ready
+  // CPUs, under these parents (Gateways, or a Service in a GAMMA mesh); no
+  // parent: no route.
+  nlohmann::json route_parents = nlohmann::json::array();
+  nlohmann::json route_hostnames = nlohmann::json::array();
 };
 
 // From the ServingPool object as the API server returns it. The CRD's schema

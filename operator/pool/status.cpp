@@ -1,5 +1,6 @@
 #include "pool/status.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <vector>
 
@@ -49,6 +50,20 @@ json classes_json(const PoolSpec& pool, const fleet::FleetPlan& plan, const Pass
                    {"replica", {{"cpus", c.cpus}, {"memory", format_quantity(c.memory_bytes)}}}});
   }
   return out;
+}
+
+// How far one Service's equal split reaches, and what the pool does about it.
+json traffic_json(const PoolSpec& pool, const fleet::FleetPlan& plan) {
+  const double share = plan.equal_split_share();
+  char line[200];
+  std::snprintf(line, sizeof line, "one Service through kube-proxy puts %.0f%% of the planned CPUs to work", 100 * share);
+  std::string message = line;
+  if (share < 1) {
+    message += " (the " + std::to_string(plan.smallest_replica_cpus()) + "-CPU replicas saturate first); ";
+    message += pool.route_parents.empty() ? "spec.httpRoute weights each class's Service by its CPUs, or size uniform"
+                                          : "the HTTPRoute weights each class's Service by its ready CPUs";
+  }
+  return {{"equalSplitShare", share}, {"weightedRoute", !pool.route_parents.empty()}, {"message", message}};
 }
 
 std::vector<Condition> conditions_of(const fleet::FleetPlan* plan, const PassReport& pass, const Totals& t,
@@ -123,6 +138,7 @@ json pool_status(const PoolSpec& pool, const fleet::FleetPlan* plan, const PassR
     for (const auto& u : plan->unplanned) status["unplanned"].push_back({{"node", u.node}, {"reason", u.reason}});
     status["cpusUsed"] = plan->cpus_used();
     status["cpusAllocatable"] = plan->cpus_allocatable();
+    status["traffic"] = traffic_json(pool, *plan);
   }
   status["refusedPods"] = refusals.deleted();
   status["refusingNodes"] = json::array();

@@ -26,6 +26,14 @@ struct ServerConfig {
   double shutdown_idle_seconds = 0.2;
   std::size_t max_header_bytes = 16u << 10;  // 431 beyond
   std::size_t max_body_bytes = 8u << 20;     // 413 beyond (chunked bodies count their decoded bytes)
+  // A connection retires after this many requests, or once this old (each
+  // connection's age drawn within ±10% of it, so a fleet's clients do not
+  // reconnect in step): its reply carries Connection: close and it closes
+  // after that reply, never mid-request; requests the client already
+  // pipelined behind it are answered first. Clients then reconnect, and an
+  // L4 balancer (kube-proxy) spreads them again. 0: never.
+  std::size_t max_connection_requests = 0;
+  double max_connection_age_seconds = 0;
   // Several processes may share the port (the per-NUMA-node supervisor);
   // off by default so a port in use is an error, not a silent split.
   bool reuse_port = false;

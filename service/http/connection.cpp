@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <exception>
+#include <random>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -30,10 +31,26 @@ constexpr const char* kDroppedMessage = "internal error: the request was dropped
 
 asio::mutable_buffer room(std::span<char> bytes) { return asio::buffer(bytes.data(), bytes.size()); }
 
+// When a connection accepted now retires by age: the age drawn within ±10%
+// of max_connection_age (as gRPC jitters MAX_CONNECTION_AGE), so that the
+// connections a fleet's clients opened together do not all end together.
+Connection::Clock::time_point retire_at(double age_seconds) {
+  using Clock = Connection::Clock;
+  if (age_seconds <= 0) return Clock::time_point::max();
+  thread_local std::minstd_rand rng(std::random_device{}());
+  const double jitter = std::uniform_real_distribution<double>(0.9, 1.1)(rng);
+  return Clock::now() + to_duration(age_seconds * jitter);
+}
+
 }  // namespace
 
 Connection::Connection(Worker& owner, tcp::socket socket, bool counted, bool admin)
-    : worker(owner), socket_(std::move(socket)), framer_(owner.server.config), counted_(counted), admin_(admin) {
+    : worker(owner),
+      socket_(std::move(socket)),
+      framer_(owner.server.config),
+      counted_(counted),
+      admin_(admin),
+      retire_at_(retire_at(owner.server.config.max_connection_age_seconds)) {
   worker.link(this);
 }
 
@@ -214,7 +231,9 @@ void Connection::header_done() {
 
 void Connection::dispatch() {
   auto taken = framer_.take();
-  keep_alive_ = taken.keep_alive && !worker.server.closing.load(std::memory_order_relaxed);
+  ++served_;
+  retiring_ = taken.keep_alive && retires_now();
+  keep_alive_ = taken.keep_alive && !retiring_ && !worker.server.closing.load(std::memory_order_relaxed);
   head_ = taken.head;
   http10_ = taken.http10;
   taken.request.admin = admin_;
@@ -226,6 +245,14 @@ void Connection::dispatch() {
     // The Responder it took answered 500 as it unwound.
     log(LogLevel::kError, "request handler failed", {{"error", e.what()}});
   }
+}
+
+// At its request or age limit, and nothing pipelined behind this request:
+// what the client already sent is answered before the connection ends.
+bool Connection::retires_now() const {
+  const std::size_t most = worker.server.config.max_connection_requests;
+  const bool due = (most > 0 && served_ >= most) || Clock::now() >= retire_at_;
+  return due && framer_.buffered() == 0;
 }
 
 void Connection::send(Reply reply) {
@@ -303,6 +330,7 @@ void Connection::written() {
   out_head_.clear();
   out_body_ = std::string();
   if (!keep_alive_) {
+    if (std::exchange(retiring_, false)) bump(worker.counters.retired);
     linger();
     return;
   }

@@ -80,6 +80,7 @@ class Connection final : public ReplySink, public std::enable_shared_from_this<C
   void linger();
   void discard();
   void close_if_idle();
+  bool retires_now() const;
   void serve_or_close();
 
   boost::asio::ip::tcp::socket socket_;
@@ -96,6 +97,9 @@ class Connection final : public ReplySink, public std::enable_shared_from_this<C
   bool pumping_ = false;
   bool closing_idle_ = false;  // the pending operation was cancelled to close an idle connection
   bool keep_alive_ = true;
+  bool retiring_ = false;  // this reply ends the connection: max_connection_requests or _age reached
+  std::size_t served_ = 0;  // requests handed to the application
+  const Clock::time_point retire_at_;  // max_connection_age's end, with its jitter; max(): never
   bool head_ = false;
   bool http10_ = false;
 };

@@ -41,6 +41,7 @@ struct WorkerStats {
   std::uint64_t timed_out = 0;     // 408 at the header or body deadline, or a reply the client did not take
   std::uint64_t rejected = 0;      // 400 malformed, 413, 431: refused before the application saw them
   std::uint64_t cut = 0;           // mid-request when the drain's time ran out
+  std::uint64_t retired = 0;       // closed after a reply at max_connection_requests or max_connection_age
 };
 
 class Server {

@@ -39,7 +39,8 @@ inline void bump(std::atomic<std::uint64_t>& counter) {
 }
 
 struct alignas(64) WorkerCounters {
-  std::atomic<std::uint64_t> connections{0}, accepted{0}, requests{0}, idle_closed{0}, timed_out{0}, rejected{0}, cut{0};
+  std::atomic<std::uint64_t> connections{0}, accepted{0}, requests{0}, idle_closed{0}, timed_out{0}, rejected{0}, cut{0},
+      retired{0};
 };
 
 // What the workers share.

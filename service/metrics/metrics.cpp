@@ -95,11 +95,13 @@ void render_transport(std::string& out, const TransportGauges& t) {
   w.family("numaserve_http_connections_closed_total", "counter",
          "Connections the server closed: idle past the idle timeout, timeout (a header or body not received, or a "
          "reply not taken, in time; 408), rejected (malformed, header or body over the limit; 400, 431, 413), cut "
-         "(mid-request when the shutdown grace ended).");
+         "(mid-request when the shutdown grace ended), retired (after a reply at max_connection_requests or "
+         "max_connection_age).");
   w.sample("numaserve_http_connections_closed_total", t.idle_closed, "reason=\"idle\"");
   w.sample("numaserve_http_connections_closed_total", t.timed_out, "reason=\"timeout\"");
   w.sample("numaserve_http_connections_closed_total", t.rejected, "reason=\"rejected\"");
   w.sample("numaserve_http_connections_closed_total", t.cut, "reason=\"cut\"");
+  w.sample("numaserve_http_connections_closed_total", t.retired, "reason=\"retired\"");
   w.family("numaserve_http_connections_refused_total", "counter",
          "Connections answered 503 and closed because max_connections were open.");
   w.sample("numaserve_http_connections_refused_total", t.refused);

@@ -59,6 +59,7 @@ struct TransportGauges {
   std::uint64_t timed_out = 0;
   std::uint64_t rejected = 0;
   std::uint64_t cut = 0;
+  std::uint64_t retired = 0;
   std::uint64_t refused = 0;
   std::uint64_t max_connections = 0;
 };

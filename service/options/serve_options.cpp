@@ -136,6 +136,14 @@ std::vector<OptionSpec> transport_options(http::ServerConfig& h) {
                      h.body_timeout_seconds),
       seconds_option("idle_timeout", "A keep-alive connection without a request is closed after this",
                      h.idle_timeout_seconds),
+      count_option("max_connection_requests", "N",
+                   "A connection closes after the reply to its Nth request (Connection: close; what the client "
+                   "pipelined before it is answered first), so clients reconnect and kube-proxy spreads them again; 0: never",
+                   h.max_connection_requests),
+      seconds_option("max_connection_age",
+                     "A connection closes after the first reply once it is this old (each drawn within ±10%), as "
+                     "--max-connection-requests does; 0: never",
+                     h.max_connection_age_seconds),
       seconds_option("shutdown_idle",
                      "During the drain, a connection without a request is closed once it has been idle this long "
                      "(a request that comes before is answered, with Connection: close)",

@@ -143,6 +143,7 @@ void transport_gauges(const http::Server& server, metrics::Gauges& g) {
     g.transport.timed_out += w.timed_out;
     g.transport.rejected += w.rejected;
     g.transport.cut += w.cut;
+    g.transport.retired += w.retired;
   }
   g.transport.refused = server.refused_connections();
   g.transport.max_connections = server.max_connections();

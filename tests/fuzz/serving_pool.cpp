@@ -3,7 +3,8 @@
 // NodeResourceTopology lists, and as the pool's previous status. Never a
 // crash (nlohmann's throwing accessors on a field of another type would be
 // one); a refused pool names its field; a pool that parses, on a two-class
-// fleet, gets per class one Deployment and one PDB whose names are DNS
+// fleet, gets per class one Deployment and one PDB (a Service and a route
+// when it asks) whose names are DNS
 // labels and whose selector picks its own pods, each already "containing"
 // itself (so a pass after an apply sends nothing).
 #include <nlohmann/json.hpp>
@@ -77,8 +78,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   const auto objects = pool::desired_objects(*parsed, *plan);
-  FUZZ_CHECK(objects.size() == 2 * plan->classes.size(), "%zu objects for %zu classes", objects.size(),
-             plan->classes.size());
+  const std::size_t per_class = 2 + (parsed->service_ports.empty() ? 0 : 1);
+  const std::size_t expected = per_class * plan->classes.size() + (parsed->route_parents.empty() ? 0 : 1);
+  FUZZ_CHECK(objects.size() == expected, "%zu objects for %zu classes", objects.size(), plan->classes.size());
   for (const json& o : objects) {
     const std::string name = o["metadata"]["name"];
     FUZZ_CHECK(dns_label(name), "object name '%s' is not a DNS label", name.c_str());

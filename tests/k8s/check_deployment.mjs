@@ -14,6 +14,8 @@
 //     only and monitoring to the admin port and the agent's;
 //   - replicas spread across machines; Service and PDB select the pods; no
 //     two Deployments select each other's pods (one per machine class);
+//   - a class's Service selects that class's pods only, and an HTTPRoute
+//     weighs each class's Service by its CPUs (replica CPUs x replicas);
 //   - the agent mounts only what it reads (read-only) and writes, tolerates
 //     no taint wholesale, and its RBAC grants exactly what it uses.
 //
@@ -191,6 +193,30 @@ for (const w of services) {
   // (each ReplicaSet counts the other's pods as its own).
   for (const other of services.filter((o) => o !== w && matches(o.spec.selector.matchLabels, podLabels)))
     fail(what, `its pods are also selected by ${other.kind}/${other.metadata.name}`);
+}
+// Traffic that follows capacity: a Service of a machine class selects the
+// pods of that class's Deployment and no other's; an HTTPRoute's backends
+// are Services, each weighted by the CPUs its pods are sized for.
+const CLASS = "numaserve.io/machine-class";
+const podsOf = (s) => services.filter((w) => w.kind === "Deployment" && matches(s.spec.selector, w.spec.template.metadata?.labels));
+for (const s of byKind("Service").filter((s) => s.metadata.labels?.[CLASS])) {
+  const selected = podsOf(s);
+  if (selected.length !== 1 || selected[0].metadata.labels?.[CLASS] !== s.metadata.labels[CLASS])
+    fail(`Service/${s.metadata.name}`, `selects the pods of ${selected.map((w) => w.metadata.name).join(", ") || "no Deployment"}, not its class's alone`);
+}
+for (const route of byKind("HTTPRoute")) {
+  const what = `HTTPRoute/${route.metadata.name}`;
+  if (!route.spec.parentRefs?.length) fail(what, "has no parent (Gateway or Service)");
+  for (const b of (route.spec.rules ?? []).flatMap((r) => r.backendRefs ?? [])) {
+    const service = byKind("Service").find((s) => s.metadata.name === b.name);
+    if (!service) { fail(what, `backend ${b.name} is no Service of the render`); continue; }
+    if (!service.spec.ports.some((p) => p.port === b.port)) fail(what, `backend ${b.name}: no port ${b.port}`);
+    const [w, ...others] = podsOf(service);
+    if (!w || others.length || b.weight === undefined) continue;  // the all-classes Service: one size, no weight
+    const main = w.spec.template.spec.containers.find((c) => c.name === "numaserve") ?? w.spec.template.spec.containers[0];
+    const cpus = millis(main.resources.limits.cpu) / 1000 * (w.spec.replicas ?? 0);
+    if (b.weight !== cpus) fail(what, `backend ${b.name} weighs ${b.weight}, its pods serve with ${cpus} CPUs`);
+  }
 }
 for (const pdb of byKind("PodDisruptionBudget"))
   if (!services.some((w) => matches(pdb.spec.selector.matchLabels, w.spec.template.metadata?.labels)))

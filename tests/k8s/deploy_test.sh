@@ -17,6 +17,8 @@ use_control_plane "$out/cluster"
 KUBECTL=$CP_DIR/bin/kubectl
 # The Prometheus Operator's ServiceMonitor CRD, for the renders that have one.
 kube apply --server-side -f "$CP_DIR/bin/crds/monitoring.coreos.com_servicemonitors.yaml" >/dev/null
+# The Gateway API's CRDs, for the renders with an HTTPRoute.
+gateway_api
 # The chart's own CRD (crds/: Helm installs it before the templates).
 kube apply --server-side -f "$CHART/crds/servingpool-crd.yaml" >/dev/null
 kube wait --for condition=Established --timeout 30s crd/servingpools.numaserve.io >/dev/null
@@ -140,7 +142,24 @@ for kind in Deployment PodDisruptionBudget HorizontalPodAutoscaler; do
   n=$(grep -c "^kind: $kind\$" "$out/fleet-classes.yaml")
   [[ $n == "$classes" ]] || fail "fleet-classes: $n ${kind}s for $classes classes"
 done
-[[ $(grep -c '^kind: Service$' "$out/fleet-classes.yaml") == 3 ]] || fail "fleet-classes: not one Service (+ admin, agent)"
+[[ $(grep -c '^kind: Service$' "$out/fleet-classes.yaml") == $((3 + classes)) ]] ||
+  fail "fleet-classes: not one Service for all and one per class (+ admin, agent)"
+# Traffic that follows capacity on the two generations (cluster-plan's
+# golden): each class's Service weighted by replica CPUs x replicas in an
+# HTTPRoute under a Gateway (check_deployment.mjs checks each weight against
+# the render's own Deployments); by hand: 4 x 46 and 4 x 26.
+render fleet-route "" -f "$FIXTURES/fleet/golden/two-generations.per-class.helm-values.yaml" \
+  --set-json 'httpRoute.parentRefs=[{"name":"ranking","namespace":"gateways"}]' --set-json 'httpRoute.hostnames=["rank.example"]'
+weights=$(sed -n '/^kind: HTTPRoute$/,$s/^ *weight: //p' "$out/fleet-route.yaml" | sort -n | tr '\n' ' ')
+[[ $weights == "104 184 " ]] && ok "fleet-route: class weights $weights" || fail "fleet-route: weights '$weights', expected 104 184"
+# More classes than a rule's 16 backendRefs: refused, naming the field.
+{ echo "classes:"; for i in $(seq 1 17); do
+    printf '  - {name: mc-%02d, nodes: 1, replicasPerMachine: 1, resources: {requests: {cpu: 2, memory: 1Gi}, limits: {cpu: 2, memory: 1Gi}}}\n' "$i"
+  done; } > "$out/17-classes.yaml"
+if why=$("$HELM" template many "$CHART" -f "$out/17-classes.yaml" --set 'httpRoute.parentRefs[0].name=gw' 2>&1); then
+  fail "17 classes in one HTTPRoute rendered"
+elif [[ $why == *"classes: 17 machine classes"*"at most 16 backendRefs"* ]]; then ok "17 classes refused: one HTTPRoute rule takes 16"
+else fail "17 classes refused, but not for the route: $why"; fi
 # The topology operator: a ServingPool instead of Deployments, the operator
 # itself restricted (Pod Security, in the service's namespace).
 render operator "" --set operator.enabled=true

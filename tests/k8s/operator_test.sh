@@ -7,7 +7,9 @@
 #   1. one Deployment and PDB per machine class; kube-scheduler binds every
 #      replica on a node of its class; the pool's status says so; each is
 #      the Deployment the chart renders for that class without the operator
-#      (same spec, ownership aside: same_deployments.mjs);
+#      (same spec, ownership aside: same_deployments.mjs); a Service per class
+#      selects exactly its class's pods, and the HTTPRoute weighs each by its
+#      ready replicas' CPUs (0 before any is ready);
 #   2. a second pass writes nothing (resourceVersions unchanged);
 #   3. a write by another field manager is taken back;
 #   4. a node of a new class adds a Deployment; a class gone deletes its own;
@@ -46,8 +48,11 @@ export NAMESPACE=numaserve  # the release's; control-plane.sh made the operator'
 echo "== the chart's ServingPool, the operator's RBAC"
 kube apply --server-side -f "$CHART/crds/servingpool-crd.yaml" >/dev/null
 kube wait --for condition=Established --timeout 30s crd/servingpools.numaserve.io >/dev/null
+# The Gateway API's CRDs: the pool asks for an HTTPRoute under a Gateway.
+gateway_api
 "$HELM" template numaserve "$CHART" --namespace numaserve --set operator.enabled=true --set agent.enabled=false \
-  --set schedulerName=topology-aware-scheduler > "$out/release.yaml"
+  --set schedulerName=topology-aware-scheduler --set-json 'httpRoute.parentRefs=[{"name":"ranking","namespace":"gateways"}]' \
+  > "$out/release.yaml"
 # Everything but the operator's own Deployment: it runs here instead.
 node -e 'const {parseAllDocuments, stringify} = require(process.argv[1]);
   const docs = parseAllDocuments(require("fs").readFileSync(process.argv[2], "utf8")).map((d) => d.toJS()).filter(Boolean);
@@ -111,7 +116,25 @@ wrong=$(class_mismatches numaserve "$pods_sel")
   fail "placement $(placement), expected $expected; on another class's node: ${wrong:-none}"
 owner=$(kube get deployment "$pool-$e5" -o jsonpath='{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name} {.spec.strategy.rollingUpdate.maxSurge} {.spec.template.spec.containers[0].resources.limits.cpu}')
 [[ $owner == "ServingPool/$pool 0 26" ]] && ok "the E5 class's Deployment: owned by the pool, no surge, 26 CPUs" || fail "the E5 Deployment: $owner"
+# A Service per class, selecting exactly that class's pods; the route's
+# weights are CPUs x ready replicas: none ready yet, no traffic anywhere.
+services=$(kube get services -l "$pods_sel" -o jsonpath='{range .items[*]}{.metadata.name}{" "}{end}')
+[[ $services == "$(deployments)" ]] && ok "one Service per class: $services" || fail "class Services: '$services', Deployments: '$(deployments)'"
+for s in $services; do
+  selector=$(kube get service "$s" -o json | node -e 'const s = JSON.parse(require("fs").readFileSync(0, "utf8")).spec.selector;
+    console.log(Object.entries(s).map(([k, v]) => `${k}=${v}`).join(","))')
+  classes=$(kube get pods -l "$selector" -o jsonpath='{range .items[*]}{.metadata.labels.numaserve\.io/machine-class}{"\n"}{end}' | sort -u | tr '\n' ' ')
+  [[ $classes == "${s#"$pool-"} " ]] || fail "Service $s selects pods of classes '$classes'"
+done
+# name=weight of each backend, sorted.
+weights() { kube get httproute $pool -o jsonpath='{range .spec.rules[0].backendRefs[*]}{.name}={.weight}{"\n"}{end}' | sort | tr '\n' ' '; }
+want_weights() { printf '%s\n' "$pool-$e5=$1" "$pool-$gold=$2" | sort | tr '\n' ' '; }
+[[ $(weights) == "$(want_weights 0 0)" ]] && ok "the HTTPRoute under its Gateway, no replica ready: $(weights)" ||
+  fail "the HTTPRoute before readiness: '$(weights)'"
 mark_ready
+weighted() { [[ $(weights) == "$(want_weights $((26 * 4)) $((46 * 4)))" ]]; }
+eventually 90 weighted && ok "every replica ready: the route weighs each class by its ready CPUs: $(weights)" ||
+  fail "the route's weights: '$(weights)', expected $(want_weights $((26 * 4)) $((46 * 4)))"
 condition() { pool_field "{.status.conditions[?(@.type==\"$1\")].status}/{.status.conditions[?(@.type==\"$1\")].reason}"; }
 ready() { [[ $(condition Available) == True/* && $(condition Progressing) == False/AllReplicasReady ]]; }
 eventually 90 ready || true
@@ -153,7 +176,7 @@ eventually 30 broken && ok "a pool naming no container of its template: $(kube g
 kube delete servingpool broken >/dev/null
 
 echo "== 2. a second pass writes nothing"
-versions() { kube get deployments,pdb,servingpool -l "app.kubernetes.io/instance=numaserve" -o jsonpath='{range .items[*]}{.metadata.resourceVersion} {end}'; kube get deployments,pdb -l "$pods_sel" -o jsonpath='{range .items[*]}{.metadata.resourceVersion} {end}'; }
+versions() { kube get deployments,pdb,servingpool -l "app.kubernetes.io/instance=numaserve" -o jsonpath='{range .items[*]}{.metadata.resourceVersion} {end}'; kube get deployments,pdb,services,httproutes -l "$pods_sel" -o jsonpath='{range .items[*]}{.metadata.resourceVersion} {end}'; }
 # Settled: the status has caught up with the replicas' readiness.
 sleep 3
 before=$(versions) applied=$(metric op-a numaserve_operator_objects_total 'action="applied"') passes=$(metric op-a numaserve_operator_reconciles_total)
@@ -279,13 +302,15 @@ echo "== 8. RBAC: what the operator's identity may do"
 as_operator() { "$CP_DIR/bin/kubectl" --kubeconfig "$CP_DIR/operator.kubeconfig" "$@"; }
 for allowed in "list nodes" "list noderesourcetopologies.topology.node.k8s.io" "-n numaserve patch deployments" \
                "-n numaserve create deployments" "-n numaserve delete poddisruptionbudgets" "-n numaserve delete pods" \
-               "-n numaserve patch servingpools.numaserve.io --subresource status" "-n numaserve update leases/numaserve-operator"; do
+               "-n numaserve patch servingpools.numaserve.io --subresource status" "-n numaserve update leases/numaserve-operator" \
+               "-n numaserve patch services" "-n numaserve delete httproutes.gateway.networking.k8s.io"; do
   # shellcheck disable=SC2086
   [[ $(as_operator auth can-i $allowed 2>/dev/null) == yes ]] && ok "may $allowed" || fail "may not $allowed"
 done
 for refused in "-n default create deployments" "-n kube-system delete pods" "patch nodes" "-n numaserve get secrets" \
                "-n numaserve patch servingpools.numaserve.io" "-n numaserve update leases/another" "-n numaserve create pods" \
-               "patch noderesourcetopologies.topology.node.k8s.io"; do
+               "patch noderesourcetopologies.topology.node.k8s.io" "-n default patch services" \
+               "-n default create httproutes.gateway.networking.k8s.io" "patch gateways.gateway.networking.k8s.io"; do
   # shellcheck disable=SC2086
   [[ $(as_operator auth can-i $refused 2>/dev/null) == no ]] && ok "refused $refused" || fail "may $refused"
 done

@@ -257,6 +257,21 @@ std::uint64_t FleetPlan::cpus_allocatable() const {
   return n;
 }
 
+unsigned FleetPlan::smallest_replica_cpus() const {
+  unsigned least = 0;
+  for (const auto& c : classes) {
+    if (c.replicas_per_machine > 0 && !c.nodes.empty() && (least == 0 || c.cpus < least)) least = c.cpus;
+  }
+  return least;
+}
+
+double FleetPlan::equal_split_share() const {
+  std::uint64_t replicas = 0;
+  for (const auto& c : classes) replicas += std::uint64_t{c.replicas_per_machine} * c.nodes.size();
+  const std::uint64_t used = cpus_used();
+  return used == 0 ? 0 : static_cast<double>(smallest_replica_cpus() * replicas) / static_cast<double>(used);
+}
+
 Result<FleetPlan> plan_fleet(const std::vector<FleetNode>& nodes, const FleetConfig& config) {
   if (config.replicas_per_numa_node == 0) return bad("--replicas-per-numa-node: want at least 1");
   FleetPlan plan;
@@ -298,12 +313,13 @@ void to_json(nlohmann::json& j, const FleetPlan& plan) {
                                          {"topology_manager_scope", c.shape.scope}}}});
   }
   for (const auto& u : plan.unplanned) j["unplanned"].push_back({{"node", u.node}, {"reason", u.reason}});
-  j["fleet"] = {{"cpus_used", plan.cpus_used()}, {"cpus_allocatable", plan.cpus_allocatable()}};
+  j["fleet"] = {{"cpus_used", plan.cpus_used()}, {"cpus_allocatable", plan.cpus_allocatable()},
+                {"equal_split_share", plan.equal_split_share()}};
 }
 
 std::string render_text(const FleetPlan& plan) {
   std::ostringstream out;
-  char line[256];
+  char line[320];
   out << "sizing: " << to_string(plan.sizing) << "\n";
   for (const auto& c : plan.classes) {
     std::snprintf(line, sizeof line, "%s: %zu node(s), %zu NUMA zone(s) of %u CPUs (smallest), %u thread(s) per core\n",
@@ -328,6 +344,14 @@ std::string render_text(const FleetPlan& plan) {
                 plan.cpus_allocatable() ? 100.0 * static_cast<double>(plan.cpus_used()) / static_cast<double>(plan.cpus_allocatable())
                                         : 0.0);
   out << line;
+  if (const double share = plan.equal_split_share(); share < 1) {
+    std::snprintf(line, sizeof line,
+                  "traffic: one Service through kube-proxy puts %.0f%% of the planned CPUs to work (the %u-CPU replicas "
+                  "saturate first); an HTTPRoute weighting each class's Service by its CPUs, or --sizing uniform, "
+                  "puts them all to work\n",
+                  100 * share, plan.smallest_replica_cpus());
+    out << line;
+  }
   for (const auto& n : plan.notes) out << "note: " << n << "\n";
   return out.str();
 }

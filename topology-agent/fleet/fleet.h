@@ -116,6 +116,13 @@ struct FleetPlan {
   std::vector<std::string> notes;
   std::uint64_t cpus_used() const;
   std::uint64_t cpus_allocatable() const;
+  // The share of the planned CPUs one Service can put to work: kube-proxy
+  // gives every replica the same share of requests, so the smallest replica
+  // saturates first, when the fleet serves its CPUs x the replica count.
+  // 1 with one replica size.
+  double equal_split_share() const;
+  // The smallest replica's CPUs.
+  unsigned smallest_replica_cpus() const;
 };
 
 // Errors only when no node can be planned; the error lists every node's reason.

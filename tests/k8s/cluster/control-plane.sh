@@ -105,16 +105,34 @@ build() {
 # checksum database and against the hash recorded here.
 PROMETHEUS_OPERATOR=github.com/prometheus-operator/prometheus-operator@v0.85.0
 PROMETHEUS_OPERATOR_SUM=h1:M5xLCLEoaW2IJfnuCwFzzpL+jSVQu3KGT84Pye+fW8s=
-crds() {  # dir
+# The Gateway API's standard-channel CRDs (HTTPRoute, Gateway, GatewayClass...),
+# for the chart's and the operator's HTTPRoutes, from their Go module.
+GATEWAY_API=sigs.k8s.io/gateway-api@v1.6.3
+GATEWAY_API_SUM=h1:lKpJa5bGlraC/QeACvCpsHLdmO6y0iKfzVl6gzaFEYc=
+
+module_dir() {  # module@version sum: its directory in the Go module cache, checked
   local scratch info
   scratch=$(mktemp -d)
   printf 'module scratch\n' > "$scratch/go.mod"
-  info=$(cd "$scratch" && go mod download -json "$PROMETHEUS_OPERATOR") || { rm -rf "$scratch"; return 1; }
+  info=$(cd "$scratch" && go mod download -json "$1") || { rm -rf "$scratch"; return 1; }
   rm -rf "$scratch"
-  grep -qF "\"Sum\": \"$PROMETHEUS_OPERATOR_SUM\"" <<<"$info" || { echo "$PROMETHEUS_OPERATOR: not the recorded module" >&2; return 1; }
+  grep -qF "\"Sum\": \"$2\"" <<<"$info" || { echo "$1: not the recorded module" >&2; return 1; }
+  sed -n 's/^\t"Dir": "\(.*\)",$/\1/p' <<<"$info"
+}
+
+crds() {  # dir
+  local dir
+  dir=$(module_dir "$PROMETHEUS_OPERATOR" "$PROMETHEUS_OPERATOR_SUM") || return 1
   mkdir -p "$1"
-  cp "$(sed -n 's/^\t"Dir": "\(.*\)",$/\1/p' <<<"$info")/example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml" "$1/"
+  cp "$dir/example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml" "$1/"
   chmod u+w "$1"/*
+}
+
+# Prints the Gateway API's standard CRD files, one per line.
+gateway_api_crds() {
+  local dir
+  dir=$(module_dir "$GATEWAY_API" "$GATEWAY_API_SUM") || die "the Gateway API's CRDs could not be fetched"
+  ls "$dir"/config/crd/standard/gateway.networking.k8s.io_{gatewayclasses,gateways,httproutes,referencegrants}.yaml
 }
 
 free_port() {
@@ -332,5 +350,6 @@ case ${1:-} in
   start) [[ -n ${2:-} ]] || die "usage: control-plane.sh start DIR"; start "$2" ;;
   stop) [[ -n ${2:-} ]] || die "usage: control-plane.sh stop DIR"; stop "$2" ;;
   running) [[ -n ${2:-} ]] || die "usage: control-plane.sh running PIDS"; running "$2" ;;
-  *) die "usage: control-plane.sh build | start DIR | stop DIR | running PIDS" ;;
+  gateway-api-crds) gateway_api_crds ;;
+  *) die "usage: control-plane.sh build | start DIR | stop DIR | running PIDS | gateway-api-crds" ;;
 esac

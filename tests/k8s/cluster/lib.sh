@@ -15,6 +15,7 @@
 #                           are created first. Prints "kind/name: warning" for
 #                           each workload Pod Security admission would refuse
 #                           pods of in its namespace
+#   gateway_api             the Gateway API's standard CRDs installed (HTTPRoute...)
 #   ROOT, CHART, HELM       the repository, its chart, the helm that renders it
 #   ok / fail MESSAGE       a check's result; fail counts into $failures
 #   eventually SECONDS CMD  polls CMD until it succeeds or the seconds run out
@@ -51,6 +52,12 @@ kube() {
     KUBE_CONTEXT_NAMESPACE=${NAMESPACE:-default}
   fi
   "$CP_DIR/bin/kubectl" --kubeconfig "$CP_DIR/kubeconfig" "$@"
+}
+gateway_api() {
+  local files
+  files=$("$CLUSTER_DIR/control-plane.sh" gateway-api-crds) || return 1
+  for f in $files; do kube apply --server-side -f "$f" >/dev/null || return 1; done
+  kube wait --for condition=Established --timeout 30s crd/httproutes.gateway.networking.k8s.io >/dev/null
 }
 as_agent() { "$CP_DIR/bin/kubectl" --kubeconfig "$CP_DIR/agent.kubeconfig" "$@"; }
 

@@ -43,18 +43,10 @@ TEST(Server, AfterTheShutdownIsAnnouncedEveryReplyClosesItsConnection) {
   ASSERT_TRUE(kept);
   EXPECT_NE(kept->header("connection"), "close");
   r.server.announce_shutdown();
-  auto closing_reply = [](RawConnection& c) {
-    ASSERT_TRUE(c.send(testing::get("/echo")));
-    auto reply = c.read_response();
-    ASSERT_TRUE(reply);
-    EXPECT_EQ(reply->status, 200);
-    EXPECT_EQ(reply->header("connection"), "close");
-    EXPECT_TRUE(c.wait_closed(2s));
-  };
-  closing_reply(before);
+  expect_closing_reply(before);
   auto after = r.connect();
   ASSERT_TRUE(after.connected()) << "the port must accept until stop()";
-  closing_reply(after);
+  expect_closing_reply(after);
 }
 
 // The drain does not close a connection between a reply and the request a

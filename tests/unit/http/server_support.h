@@ -149,4 +149,15 @@ struct Running {
   Server server;
 };
 
+// GET /echo on `c` is answered 200 with Connection: close, and the server
+// then closes the connection.
+inline void expect_closing_reply(RawConnection& c) {
+  ASSERT_TRUE(c.send(testing::get("/echo")));
+  auto reply = c.read_response();
+  ASSERT_TRUE(reply);
+  EXPECT_EQ(reply->status, 200);
+  EXPECT_EQ(reply->header("connection"), "close");
+  EXPECT_TRUE(c.wait_closed(2s));
+}
+
 }  // namespace numaserve::http::server_testing

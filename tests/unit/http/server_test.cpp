@@ -230,6 +230,63 @@ TEST(Server, ConnectionsAreHandedToTheWorkersInTurn) {
   for (const auto& worker : r.server.stats()) EXPECT_EQ(worker.accepted, 3u);
 }
 
+// --max-connection-requests: the Nth reply says Connection: close and the
+// server closes after writing it, so the client reconnects (and kube-proxy
+// may pick another replica).
+TEST(Server, AConnectionRetiresAfterItsLastRequestNeverMidRequest) {
+  ServerConfig config = small();
+  config.max_connection_requests = 3;
+  Running r(config);
+  auto c = r.connect();
+  for (int i = 1; i <= 3; ++i) {
+    ASSERT_TRUE(c.send(testing::post("/echo", std::to_string(i))));
+    auto response = c.read_response();
+    ASSERT_TRUE(response) << i;
+    EXPECT_EQ(response->body, "0 POST /echo " + std::to_string(i));
+    EXPECT_EQ(response->header("connection"), i < 3 ? "" : "close") << i;
+  }
+  EXPECT_TRUE(c.wait_closed(2s));
+  EXPECT_EQ(r.server.stats()[0].retired, 1u);
+  // A new connection counts afresh.
+  auto again = r.connect();
+  again.send(testing::get("/echo"));
+  EXPECT_EQ(again.read_response()->header("connection"), "");
+}
+
+// What the client pipelined behind the last request is answered before the
+// close, not dropped.
+TEST(Server, RequestsPipelinedPastTheLimitAreAnsweredThenTheConnectionCloses) {
+  ServerConfig config = small();
+  config.max_connection_requests = 3;
+  Running r(config);
+  auto c = r.connect();
+  std::string burst;
+  for (int i = 1; i <= 5; ++i) burst += testing::post("/echo", std::to_string(i));
+  ASSERT_TRUE(c.send(burst));
+  for (int i = 1; i <= 5; ++i) {
+    auto response = c.read_response();
+    ASSERT_TRUE(response) << i;
+    EXPECT_EQ(response->status, 200) << i;
+    EXPECT_EQ(response->body, "0 POST /echo " + std::to_string(i));
+    EXPECT_EQ(response->header("connection"), i < 5 ? "" : "close") << i;
+  }
+  EXPECT_TRUE(c.wait_closed(2s));
+}
+
+// --max-connection-age: the first reply after the connection's age (within
+// ±10% of the setting) closes it.
+TEST(Server, AConnectionRetiresOnceOld) {
+  ServerConfig config = small();
+  config.max_connection_age_seconds = 0.2;
+  Running r(config);
+  auto c = r.connect();
+  ASSERT_TRUE(c.send(testing::get("/echo")));
+  EXPECT_EQ(c.read_response()->header("connection"), "");  // at most ~0 s old: well under 0.18 s
+  std::this_thread::sleep_for(300ms);                       // past 0.22 s, the longest age drawn
+  expect_closing_reply(c);
+  EXPECT_EQ(r.server.stats()[0].retired, 1u);
+}
+
 TEST(Server, APortInUseIsAClearError) {
   Running first(small());
   auto config = small();

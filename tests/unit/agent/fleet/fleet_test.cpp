@@ -62,6 +62,26 @@ const ClassPlan& class_of(const FleetPlan& plan, const std::string& node) {
   return plan.classes.front();
 }
 
+// One Service gives each replica an equal share of requests: the 26-CPU
+// replicas saturate while the 46-CPU ones still have room. By hand: 4 + 4
+// replicas, each loaded as a 26-CPU one at saturation, of 4 x 26 + 4 x 46
+// planned CPUs.
+TEST(FleetPlan, OneServiceReachesOnlyTheSmallestReplicasShareOfACapacity) {
+  auto plan = plan_fleet(two_generations(), {});
+  ASSERT_TRUE(plan) << plan.error().message;
+  EXPECT_EQ(plan->smallest_replica_cpus(), 26u);
+  EXPECT_DOUBLE_EQ(plan->equal_split_share(), (8.0 * 26) / (4 * 26 + 4 * 46));
+  EXPECT_NE(render_text(*plan).find("one Service through kube-proxy puts 72% of the planned CPUs to work (the 26-CPU "
+                                    "replicas saturate first)"),
+            std::string::npos)
+      << render_text(*plan);
+  // One replica size: every CPU reachable, and nothing to say.
+  auto uniform = plan_fleet(two_generations(), {.sizing = Sizing::kUniform, .uniform_min_use = 0.85});
+  ASSERT_TRUE(uniform) << uniform.error().message;
+  EXPECT_DOUBLE_EQ(uniform->equal_split_share(), 1.0);
+  EXPECT_EQ(render_text(*uniform).find("traffic:"), std::string::npos);
+}
+
 TEST(FleetPlan, PerClassFillsOneNumaNodeOfEachClass) {
   auto plan = plan_fleet(two_generations(), {});
   ASSERT_TRUE(plan) << plan.error().message;

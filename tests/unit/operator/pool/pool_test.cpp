@@ -29,8 +29,11 @@ json pool_object(json spec = json::object()) {
 
 PoolSpec parsed(json spec = json::object()) {
   auto pool = parse_pool(pool_object(std::move(spec)));
-  EXPECT_TRUE(pool) << pool.error().message;
-  return pool.value_or(PoolSpec{});
+  if (!pool) {
+    ADD_FAILURE() << pool.error().message;
+    return {};
+  }
+  return std::move(*pool);
 }
 
 // The API server's lists: Nodes with the agent's labels, their NRTs.
@@ -71,6 +74,13 @@ fleet::FleetPlan plan_for(const PoolSpec& pool) {
   auto plan = fleet::plan_fleet(nodes.value_or(std::vector<fleet::FleetNode>{}), pool.sizing);
   EXPECT_TRUE(plan) << plan.error().message;
   return plan.value_or(fleet::FleetPlan{});
+}
+
+std::string class_of_node(const fleet::FleetPlan& plan, const std::string& node) {
+  for (const auto& c : plan.classes) {
+    if (std::find(c.nodes.begin(), c.nodes.end(), node) != c.nodes.end()) return c.name;
+  }
+  return "";
 }
 
 const json* find(const std::vector<json>& objects, const std::string& kind, const std::string& class_of_node,
@@ -140,6 +150,51 @@ TEST(ServingPool, TheTemplatesOwnSpreadCountsPerClassAndAnotherIsLeftAlone) {
   const json& made = find(plain, "Deployment", "e5-1", plan)->at("spec")["template"]["spec"]["topologySpreadConstraints"];
   ASSERT_EQ(made.size(), 1u);
   EXPECT_EQ(made[0]["labelSelector"]["matchLabels"], json({{kPoolLabel, "ranking"}, {kClassLabel, e5_class}}));
+}
+
+// Traffic that follows capacity: a Service per class selecting its pods
+// only, and an HTTPRoute weighting each by the CPUs its ready replicas serve.
+TEST(ServingPool, EachClassGetsAServiceAndTheRouteWeighsThemByReadyCpus) {
+  const json ports = json::array({{{"name", "http"}, {"port", 8080}, {"targetPort", "http"}}});
+  const PoolSpec pool = parsed({{"service", {{"ports", ports}}},
+                                {"httpRoute", {{"parentRefs", {{{"name", "gw"}}}}, {"hostnames", {"rank.example"}}}}});
+  const auto plan = plan_for(pool);
+  const std::string e5 = class_of_node(plan, "e5-1"), gold = class_of_node(plan, "gold-1");
+  const auto objects = desired_objects(pool, plan, {{e5, 3}, {gold, 2}});
+  ASSERT_EQ(objects.size(), 2 * 3 + 1u);
+  const json* service = find(objects, "Service", "e5-1", plan);
+  ASSERT_TRUE(service);
+  EXPECT_EQ((*service)["spec"]["selector"], json({{kPoolLabel, "ranking"}, {kClassLabel, e5}}));
+  EXPECT_EQ((*service)["spec"]["ports"], ports);
+  const auto route = std::find_if(objects.begin(), objects.end(), [](const json& o) { return o["kind"] == "HTTPRoute"; });
+  ASSERT_NE(route, objects.end());
+  EXPECT_EQ((*route)["metadata"]["name"], "ranking");
+  EXPECT_EQ((*route)["spec"]["parentRefs"], json::array({{{"name", "gw"}}}));
+  EXPECT_EQ((*route)["spec"]["hostnames"], json::array({"rank.example"}));
+  std::map<std::string, json> weights;
+  for (const json& b : (*route)["spec"]["rules"][0]["backendRefs"]) weights[b["name"]] = b["weight"];
+  EXPECT_EQ(weights["ranking-" + e5], 26 * 3);  // replica CPUs x ready replicas
+  EXPECT_EQ(weights["ranking-" + gold], 46 * 2);
+  EXPECT_EQ((*route)["spec"]["rules"][0]["backendRefs"][0]["port"], 8080);
+  // None ready: no traffic to the class.
+  const auto cold = desired_objects(pool, plan);
+  const auto cold_route = std::find_if(cold.begin(), cold.end(), [](const json& o) { return o["kind"] == "HTTPRoute"; });
+  EXPECT_EQ((*cold_route)["spec"]["rules"][0]["backendRefs"][0]["weight"], 0);
+  EXPECT_TRUE(route_fits(pool, plan));
+  // More classes than a rule's backendRefs: refused, naming the field.
+  fleet::FleetPlan many = plan;
+  while (many.classes.size() <= kMostBackends) many.classes.push_back(many.classes.front());
+  const auto refused = route_fits(pool, many);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().field, "spec.httpRoute");
+  EXPECT_TRUE(route_fits(parsed(), many));  // no route, no limit
+  // A route without Service ports has no backends to weigh.
+  const auto no_ports = parse_pool(pool_object({{"httpRoute", {{"parentRefs", {{{"name", "gw"}}}}}}}));
+  ASSERT_FALSE(no_ports);
+  EXPECT_EQ(no_ports.error().field, "spec.httpRoute");
+  const auto bad_port = parse_pool(pool_object({{"service", {{"ports", {{{"port", 0}}}}}}}));
+  ASSERT_FALSE(bad_port);
+  EXPECT_EQ(bad_port.error().field, "spec.service.ports[0].port");
 }
 
 TEST(ServingPool, HeadroomAndUniformSizing) {
@@ -272,6 +327,9 @@ TEST(PoolStatus, AvailableProgressingDegradedWithReasonsAndTransitionTimesKept) 
   EXPECT_EQ(ready["classes"].size(), 2u);
   EXPECT_EQ(ready["classes"][0]["replicasPerMachine"], 2);
   EXPECT_EQ(ready["cpusUsed"], 2 * 2 * 26 + 2 * 46);
+  // One Service: six replicas loaded as the 26-CPU ones saturate.
+  EXPECT_DOUBLE_EQ(ready["traffic"]["equalSplitShare"].get<double>(), 6.0 * 26 / (2 * 2 * 26 + 2 * 46));
+  EXPECT_NE(ready["traffic"]["message"].get<std::string>().find("spec.httpRoute"), std::string::npos);
   // Unchanged a minute later: the same status, so nothing to write.
   EXPECT_EQ(pool_status(pool, &plan, pass, refusals, ready, "2026-12-02T00:01:00Z", now), ready);
 
