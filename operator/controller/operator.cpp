@@ -186,13 +186,18 @@ json Operator::reconcile(const json& object, const json& nodes, const json& nrts
     failed(pass, live.error().message, "ApiServerError");
     return report(object, &*spec, &*plan, pass);
   }
+  pass.ready = ready_replicas(*live, spec->namespace_name);
+  std::set<std::string> wanted;
+  // A route that cannot hold every class is refused (Degraded), the rest
+  // still served, and a route already there left as it is: deleting it
+  // would cut the Gateway's traffic off.
+  pool::PoolSpec serving = *spec;
   if (auto fits = pool::route_fits(*spec, *plan); !fits) {
     failed(pass, fits.error().message, "InvalidPool");
-    return report(object, &*spec, &*plan, pass);
+    serving.route_parents = json::array();
+    wanted.insert(collection("HTTPRoute", spec->namespace_name) + "/" + spec->name);
   }
-  pass.ready = ready_replicas(*live, spec->namespace_name);
-  const std::vector<json> desired = pool::desired_objects(*spec, *plan, pass.ready);
-  std::set<std::string> wanted;
+  const std::vector<json> desired = pool::desired_objects(serving, *plan, pass.ready);
   for (const json& d : desired) wanted.insert(collection(d["kind"], spec->namespace_name) + "/" + d["metadata"]["name"].get<std::string>());
   // Stopped leading: no more writes this pass, the status included.
   if (!apply_desired(desired, *live, spec->namespace_name, pass) || !delete_unwanted(*live, wanted, pass)) return json(*plan);
