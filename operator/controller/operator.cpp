@@ -53,6 +53,12 @@ std::string collection(const std::string& kind, const std::string& ns) {
   return "/apis/gateway.networking.k8s.io/v1/namespaces/" + ns + "/httproutes";
 }
 
+// Where an object of the pool's lives: "<collection>/<name>", the key of
+// the live objects and the path it is applied and deleted at.
+std::string path_of(const json& object, const std::string& ns) {
+  return collection(object["kind"], ns) + "/" + object["metadata"]["name"].get<std::string>();
+}
+
 // Each class's ready replicas: its live Deployment's, by its class label.
 std::map<std::string, std::int64_t> ready_replicas(const std::map<std::string, json>& live, const std::string& ns) {
   std::map<std::string, std::int64_t> out;
@@ -155,8 +161,9 @@ void Operator::failed(pool::PassReport& pass, const std::string& why, const char
   pass.fault = reason;
 }
 
-Result<json> Operator::list(const std::string& path) {
+Result<json> Operator::list(const std::string& path, bool missing_is_empty) {
   auto reply = api_.get(path);
+  if (missing_is_empty && reply && reply->status == 404) return json::object();
   if (auto read = expect(reply, "GET " + path); !read) return tl::unexpected(read.error());
   return reply->body;
 }
@@ -198,7 +205,7 @@ json Operator::reconcile(const json& object, const json& nodes, const json& nrts
     wanted.insert(collection("HTTPRoute", spec->namespace_name) + "/" + spec->name);
   }
   const std::vector<json> desired = pool::desired_objects(serving, *plan, pass.ready);
-  for (const json& d : desired) wanted.insert(collection(d["kind"], spec->namespace_name) + "/" + d["metadata"]["name"].get<std::string>());
+  for (const json& d : desired) wanted.insert(path_of(d, spec->namespace_name));
   // Stopped leading: no more writes this pass, the status included.
   if (!apply_desired(desired, *live, spec->namespace_name, pass) || !delete_unwanted(*live, wanted, pass)) return json(*plan);
   if (auto refused = delete_refused(*spec, selector); !refused && refused.error().code == Error::Code::kNotAllowed) {
@@ -211,11 +218,9 @@ Result<Operator::Live> Operator::live_objects(const pool::PoolSpec& spec, const 
   Live live;
   for (const char* kind : kKinds) {
     const std::string path = collection(kind, spec.namespace_name);
-    auto reply = api_.get(path + "?" + selector);
     // No Gateway API in the cluster: no HTTPRoute of the pool's to find
     // (one it asks for then fails to apply, saying so).
-    if (reply && reply->status == 404 && std::string(kind) == "HTTPRoute") continue;
-    auto items = expect(reply, "GET " + path).and_then([&] { return Result<json>(reply->body); });
+    auto items = list(path + "?" + selector, std::string(kind) == "HTTPRoute");
     if (!items) return tl::unexpected(items.error());
     const json& got = field(*items, {"items"});
     for (const json& item : got.is_array() ? got : json::array()) live[path + "/" + text_field(item, {"metadata", "name"})] = item;
@@ -229,7 +234,7 @@ Result<Operator::Live> Operator::live_objects(const pool::PoolSpec& spec, const 
 Status Operator::apply_desired(const std::vector<json>& desired, const Live& live, const std::string& ns,
                                pool::PassReport& pass) {
   for (const json& d : desired) {
-    const std::string path = collection(d["kind"], ns) + "/" + d["metadata"]["name"].get<std::string>();
+    const std::string path = path_of(d, ns);
     const auto it = live.find(path);
     // List items carry no apiVersion and kind: compare what they carry.
     json fields = d;

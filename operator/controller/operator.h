@@ -35,14 +35,15 @@ class Operator {
   http::Snapshot snapshot() const;
 
  private:
-  // The pool's live Deployments and PDBs: "<collection>/<name>" -> object.
+  // The pool's live Deployments, PDBs, Services and HTTPRoute: "<collection>/<name>" -> object.
   using Live = std::map<std::string, nlohmann::json>;
 
   bool lost(const std::string& why);
   Status acting();
   void fault(const std::string& why);
   void failed(pool::PassReport& pass, const std::string& why, const char* reason);
-  Result<nlohmann::json> list(const std::string& path);
+  // A list reply; `missing_is_empty`: a 404 (a kind the cluster lacks) as no items.
+  Result<nlohmann::json> list(const std::string& path, bool missing_is_empty = false);
   std::string leases() const;
 
   nlohmann::json reconcile(const nlohmann::json& object, const nlohmann::json& nodes, const nlohmann::json& nrts);

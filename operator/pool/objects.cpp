@@ -10,9 +10,20 @@ namespace {
 
 using nlohmann::json;
 
-json labels_of(const PoolSpec& pool, const std::string& class_name) {
-  return {{"app.kubernetes.io/managed-by", kFieldManager}, {kPoolLabel, pool.name}, {kClassLabel, class_name}};
+// What a class's Deployment, PDB, Service and spread select: its pods.
+json class_pods(const PoolSpec& pool, const std::string& class_name) {
+  return {{kPoolLabel, pool.name}, {kClassLabel, class_name}};
 }
+
+// A class's objects and pods: what selects them, and who manages them.
+json labels_of(const PoolSpec& pool, const std::string& class_name) {
+  json labels = class_pods(pool, class_name);
+  labels["app.kubernetes.io/managed-by"] = kFieldManager;
+  return labels;
+}
+
+// A class's Deployment, PDB and Service, and its backend in the route.
+std::string class_object_name(const PoolSpec& pool, const fleet::ClassPlan& c) { return pool.name + "-" + c.name; }
 
 json owner_of(const PoolSpec& pool) {
   return json::array({{{"apiVersion", kApiVersion},
@@ -35,7 +46,7 @@ void spread_per_class(json& spec, const json& own, const PoolSpec& pool, const s
                                 {"whenUnsatisfiable", "DoNotSchedule"},
                                 {"nodeAffinityPolicy", "Honor"},
                                 {"nodeTaintsPolicy", "Honor"},
-                                {"labelSelector", {{"matchLabels", {{kPoolLabel, pool.name}, {kClassLabel, class_name}}}}}}});
+                                {"labelSelector", {{"matchLabels", class_pods(pool, class_name)}}}}});
     return;
   }
   for (json& constraint : constraints) {
@@ -85,7 +96,7 @@ json route(const PoolSpec& pool, const fleet::FleetPlan& plan, const std::map<st
   for (const auto& c : plan.classes) {
     const auto it = ready.find(c.name);
     const std::int64_t weight = std::int64_t{c.cpus} * (it == ready.end() ? 0 : it->second);
-    backends.push_back({{"name", pool.name + "-" + c.name}, {"port", pool.service_ports[0]["port"]}, {"weight", weight}});
+    backends.push_back({{"name", class_object_name(pool, c)}, {"port", pool.service_ports[0]["port"]}, {"weight", weight}});
   }
   json spec = {{"parentRefs", pool.route_parents}, {"rules", json::array({{{"backendRefs", backends}}})}};
   if (!pool.route_hostnames.empty()) spec["hostnames"] = pool.route_hostnames;
@@ -102,7 +113,7 @@ json route(const PoolSpec& pool, const fleet::FleetPlan& plan, const std::map<st
 }  // namespace
 
 std::int64_t desired_replicas(const PoolSpec& pool, const fleet::ClassPlan& c) {
-  const std::uint64_t slots = std::uint64_t{c.replicas_per_machine} * c.nodes.size();
+  const std::uint64_t slots = c.replicas();
   return static_cast<std::int64_t>(slots > pool.headroom ? slots - pool.headroom : 0);
 }
 
@@ -110,10 +121,9 @@ std::vector<json> desired_objects(const PoolSpec& pool, const fleet::FleetPlan& 
                                   const std::map<std::string, std::int64_t>& ready) {
   std::vector<json> out;
   for (const auto& c : plan.classes) {
-    const std::string name = pool.name + "-" + c.name;
     const json labels = labels_of(pool, c.name);
-    const json selector = {{"matchLabels", {{kPoolLabel, pool.name}, {kClassLabel, c.name}}}};
-    const json metadata = {{"name", name}, {"namespace", pool.namespace_name}, {"labels", labels},
+    const json selector = {{"matchLabels", class_pods(pool, c.name)}};
+    const json metadata = {{"name", class_object_name(pool, c)}, {"namespace", pool.namespace_name}, {"labels", labels},
                            {"ownerReferences", owner_of(pool)}};
     out.push_back({{"apiVersion", "apps/v1"},
                    {"kind", "Deployment"},
@@ -134,7 +144,7 @@ std::vector<json> desired_objects(const PoolSpec& pool, const fleet::FleetPlan& 
       out.push_back({{"apiVersion", "v1"},
                      {"kind", "Service"},
                      {"metadata", metadata},
-                     {"spec", {{"type", "ClusterIP"}, {"selector", selector["matchLabels"]}, {"ports", pool.service_ports}}}});
+                     {"spec", {{"type", "ClusterIP"}, {"selector", class_pods(pool, c.name)}, {"ports", pool.service_ports}}}});
     }
   }
   if (!pool.route_parents.empty()) out.push_back(route(pool, plan, ready));

@@ -33,15 +33,15 @@ std::string reason_not_plannable(const FleetNode& node, const Shape* shape) {
 
 // The class with its replica size, or its nodes unplanned for `why` when
 // no replica fits.
-void settle(FleetPlan& plan, ClassPlan c, unsigned cpus, std::uint64_t memory, unsigned per_node,
+void settle(FleetPlan& plan, ClassPlan c, unsigned cpus, std::uint64_t memory, unsigned per_machine,
             const std::string& why, const Hugepages& hugepages) {
-  if (cpus == 0 || memory == 0 || per_node == 0) {
+  if (cpus == 0 || memory == 0 || per_machine == 0) {
     for (const auto& n : c.nodes) plan.unplanned.push_back({n, why});
     return;
   }
   c.cpus = cpus;
   c.memory_bytes = memory;
-  c.replicas_per_machine = per_node;
+  c.replicas_per_machine = per_machine;
   c.hugepages = hugepages;
   plan.classes.push_back(std::move(c));
 }
@@ -194,16 +194,16 @@ void size_uniform(Classes& classes, const FleetConfig& config, FleetPlan& plan) 
   const std::string too_small = "no NUMA zone holds the fleet's replica of " + std::to_string(chosen) + " CPUs" +
                                 (ask.empty() ? "" : " and " + names_of(ask));
   for (auto& [name, c] : classes) {
-    unsigned per_node = 0;
+    unsigned per_machine = 0;
     std::uint64_t memory = ~std::uint64_t{0};
     for (const auto& z : c.shape.zones) {
       const unsigned n = chosen == 0 ? 0 : fit.replicas_in(z, chosen);
-      per_node += n;
+      per_machine += n;
       if (n > 0) memory = std::min(memory, memory_for(z, n, config.pod_memory_fraction));
     }
     const bool any_memory = std::any_of(c.shape.zones.begin(), c.shape.zones.end(),
                                         [](const Zone& z) { return z.memory_bytes > 0; });
-    settle(plan, std::move(c), chosen, per_node == 0 ? 0 : memory, per_node,
+    settle(plan, std::move(c), chosen, per_machine == 0 ? 0 : memory, per_machine,
            any_memory ? too_small : "no NUMA zone with CPUs has allocatable memory", ask);
   }
 }
@@ -267,7 +267,7 @@ unsigned FleetPlan::smallest_replica_cpus() const {
 
 double FleetPlan::equal_split_share() const {
   std::uint64_t replicas = 0;
-  for (const auto& c : classes) replicas += std::uint64_t{c.replicas_per_machine} * c.nodes.size();
+  for (const auto& c : classes) replicas += c.replicas();
   const std::uint64_t used = cpus_used();
   return used == 0 ? 0 : static_cast<double>(smallest_replica_cpus() * replicas) / static_cast<double>(used);
 }
@@ -303,7 +303,7 @@ void to_json(nlohmann::json& j, const FleetPlan& plan) {
     j["classes"].push_back({{"name", c.name},
                             {"nodes", c.nodes},
                             {"replicas_per_machine", c.replicas_per_machine},
-                            {"replicas", c.replicas_per_machine * c.nodes.size()},
+                            {"replicas", c.replicas()},
                             {"replica", {{"cpus", c.cpus}, {"memory_bytes", c.memory_bytes}, {"hugepages", c.hugepages}}},
                             {"cpus_used", c.cpus_used()},
                             {"cpus_allocatable", c.cpus_allocatable()},
@@ -328,10 +328,10 @@ std::string render_text(const FleetPlan& plan) {
                                    [](const Zone& a, const Zone& b) { return a.cpus < b.cpus; })->cpus,
                   c.shape.threads_per_core);
     out << line;
-    std::snprintf(line, sizeof line, "  %u replica(s) per node of %u CPU / %s%s: %zu replica(s), %llu of %llu CPUs at work\n",
+    std::snprintf(line, sizeof line, "  %u replica(s) per node of %u CPU / %s%s: %llu replica(s), %llu of %llu CPUs at work\n",
                   c.replicas_per_machine, c.cpus, format_quantity(c.memory_bytes).c_str(),
                   c.hugepages.empty() ? "" : (" / " + names_of(c.hugepages)).c_str(),
-                  c.replicas_per_machine * c.nodes.size(), static_cast<unsigned long long>(c.cpus_used()),
+                  static_cast<unsigned long long>(c.replicas()), static_cast<unsigned long long>(c.cpus_used()),
                   static_cast<unsigned long long>(c.cpus_allocatable()));
     out << line;
     std::string names;

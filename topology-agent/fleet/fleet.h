@@ -100,7 +100,8 @@ struct ClassPlan {
   unsigned cpus = 0;  // a replica's
   std::uint64_t memory_bytes = 0;
   std::map<std::string, std::uint64_t> hugepages;  // a replica's, as asked
-  std::uint64_t cpus_used() const { return std::uint64_t{cpus} * replicas_per_machine * nodes.size(); }
+  std::uint64_t replicas() const { return std::uint64_t{replicas_per_machine} * nodes.size(); }
+  std::uint64_t cpus_used() const { return cpus * replicas(); }
   std::uint64_t cpus_allocatable() const;
 };
 
