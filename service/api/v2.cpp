@@ -3,6 +3,8 @@
 // the same batches as /predict. infer checks in /predict's order: admit,
 // then the model (its path names it), then the body (read against the
 // model's inputs).
+#include <charconv>
+
 #include <nlohmann/json.hpp>
 
 #include "api/handlers.h"
@@ -10,6 +12,21 @@
 
 namespace numaserve::api {
 namespace {
+
+// Triton's binary tensor data extension: the header says how many bytes of
+// the body are JSON, in a request and in a reply.
+constexpr const char* kHeaderLength = "Inference-Header-Content-Length";
+
+Result<std::optional<std::size_t>> binary_header_length(const http::Request& request) {
+  const std::string_view value = request.header("inference-header-content-length");
+  if (value.empty()) return std::nullopt;
+  std::size_t length = 0;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), length);
+  if (ec != std::errc() || end != value.data() + value.size()) {
+    return make_error(Error::Code::kInvalidArgument, std::string(kHeaderLength) + ": want a byte count", kHeaderLength);
+  }
+  return length;
+}
 
 http::Reply json_reply(int status, std::string body) {
   http::Reply reply;
@@ -51,11 +68,20 @@ Answer v2_infer(Service& service, Call& call) {
   auto version = service.find_model(call.params.name, call.params.version);
   if (!version) return tl::unexpected(version.error());
   const features::ModelSpec& spec = (*version)->model->spec();
-  auto parsed = parse_infer_request(call.request.body, spec, service.config().limits);
+  auto json_length = binary_header_length(call.request);
+  if (!json_length) return tl::unexpected(json_length.error());
+  auto parsed = parse_infer_request(call.request.body, *json_length, spec, service.config().limits);
   if (!parsed) return tl::unexpected(parsed.error());
-  service.enqueue(call, std::move(*version), std::move(parsed->batch), start, [&spec, id = std::move(parsed->id)](std::vector<float>&& scores) {
-    return json_reply(200, v2_infer_response(spec, id, scores));
-  });
+  auto encode = [&spec, id = std::move(parsed->id), binary = parsed->binary_output](std::vector<float>&& scores) {
+    auto encoded = v2_infer_response(spec, id, scores, binary);
+    http::Reply reply = json_reply(200, std::move(encoded.body));
+    if (encoded.json_length) {
+      reply.content_type = "application/octet-stream";
+      reply.headers.emplace_back(kHeaderLength, std::to_string(*encoded.json_length));
+    }
+    return reply;
+  };
+  service.enqueue(call, std::move(*version), std::move(parsed->batch), start, std::move(encode));
   return std::nullopt;
 }
 

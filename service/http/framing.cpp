@@ -1,6 +1,7 @@
 #include "http/framing.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <limits>
 
@@ -191,6 +192,21 @@ RequestFramer::Taken RequestFramer::take() {
   taken.http10 = message.version() < 11;
   taken.request.method = std::string(message.method_string());
   taken.request.path = decode_path(message.target());
+  for (const auto& field : message) {
+    switch (field.name()) {
+      case bhttp::field::host:
+      case bhttp::field::content_length:
+      case bhttp::field::transfer_encoding:
+      case bhttp::field::connection:
+      case bhttp::field::expect:
+        continue;  // the transport's own
+      default:
+        break;
+    }
+    std::string name(field.name_string());
+    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+    taken.request.headers.emplace_back(std::move(name), std::string(field.value()));
+  }
   taken.request.body = std::move(message.body());
   return taken;
 }

@@ -4,6 +4,7 @@
 // without sockets and the transport (server.h) could change without them.
 
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -14,6 +15,17 @@ struct Request {
   std::string path;    // percent-decoded, without the query string
   std::string body;
   bool admin = false;  // arrived on the admin listener (ServerConfig::admin_port)
+  // The header fields the transport does not consume itself, names in
+  // lower case (Inference-Header-Content-Length, grpc-timeout, ...).
+  std::vector<std::pair<std::string, std::string>> headers;
+
+  // The value of the field `lower_name`, empty when absent.
+  std::string_view header(std::string_view lower_name) const {
+    for (const auto& [name, value] : headers) {
+      if (name == lower_name) return value;
+    }
+    return {};
+  }
 };
 
 struct Reply {

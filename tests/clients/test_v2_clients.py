@@ -1,5 +1,6 @@
 """The KServe v2 routes driven by real clients: Triton's (tritonclient.http)
-and KServe's own (kserve.InferenceRESTClient).
+and KServe's own (kserve.InferenceRESTClient), with tensors as JSON and in
+Triton's binary tensor data extension (both clients' default).
 
 Each checks server and model metadata and readiness, then sends the tensors
 the service itself extracts for a /predict request (`numaserve extract`) as
@@ -52,15 +53,18 @@ def test_tritons_client(demo, binary, served):
     metadata = client.get_model_metadata("ranker_a")
     assert metadata["name"] == "ranker_a" and metadata["outputs"][0]["name"] == "score"
     for body, want, tensors in zip(BODIES, expected, extract(binary, demo / "ranker_a", demo / "store.jsonl", BODIES)):
-        inputs = []
-        for name, array in v2_inputs(metadata, tensors).items():
-            one = triton.InferInput(name, list(array.shape), "FP32" if array.dtype == np.float32 else "INT64")
-            one.set_data_from_numpy(array, binary_data=False)
-            inputs.append(one)
-        result = client.infer("ranker_a", inputs, request_id="r1",
-                              outputs=[triton.InferRequestedOutput("score", binary_data=False)])
-        assert result.get_response()["id"] == "r1"
-        assert result.as_numpy("score").tolist() == pytest.approx(want, rel=1e-6, abs=1e-7)
+        # JSON both ways; binary inputs with JSON scores; the client's default: binary both ways.
+        for binary_in, binary_out in ((False, False), (True, False), (True, True)):
+            inputs = []
+            for name, array in v2_inputs(metadata, tensors).items():
+                one = triton.InferInput(name, list(array.shape), "FP32" if array.dtype == np.float32 else "INT64")
+                one.set_data_from_numpy(array, binary_data=binary_in)
+                inputs.append(one)
+            outputs = None if binary_out else [triton.InferRequestedOutput("score", binary_data=False)]
+            result = client.infer("ranker_a", inputs, request_id="r1", outputs=outputs)
+            assert result.get_response()["id"] == "r1"
+            assert ("data" in result.get_output("score")) != binary_out
+            assert result.as_numpy("score").tolist() == pytest.approx(want, rel=1e-6, abs=1e-7)
 
     with pytest.raises(InferenceServerException) as refused:
         client.get_model_metadata("no_such_model")
@@ -70,12 +74,14 @@ def test_tritons_client(demo, binary, served):
     with pytest.raises(InferenceServerException) as refused:
         client.infer("ranker_a", [bad], outputs=[triton.InferRequestedOutput("score", binary_data=False)])
     assert refused.value.status() == "400" and "inputs" in str(refused.value)
-    # The client's default, binary tensor data, is refused saying what to change.
-    binary_default = triton.InferInput("dense", [1, 6], "FP32")
-    binary_default.set_data_from_numpy(np.zeros((1, 6), dtype=np.float32))
+    # Binary data that does not fill its tensor's shape is refused naming it.
+    short = triton.InferInput("dense", [2, 6], "FP32")
+    short.set_data_from_numpy(np.zeros((2, 6), dtype=np.float32))
+    short._raw_data = short._raw_data[:24]  # the client checks shapes itself: send what a broken one would
+    short._parameters["binary_data_size"] = 24
     with pytest.raises(InferenceServerException) as refused:
-        client.infer("ranker_a", [binary_default])
-    assert refused.value.status() == "400" and "binary_data=False" in str(refused.value)
+        client.infer("ranker_a", [short])
+    assert refused.value.status() == "400" and "inputs[0].parameters.binary_data_size" in str(refused.value)
 
 
 def test_kserves_client(demo, binary, served):
@@ -92,18 +98,21 @@ def test_kserves_client(demo, binary, served):
             metadata = server.request("GET", "/v2/models/ranker_a")[1]
             scores = []
             for tensors in extract(binary, demo / "ranker_a", demo / "store.jsonl", BODIES):
-                inputs = []
-                for name, array in v2_inputs(metadata, tensors).items():
-                    one = InferInput(name, list(array.shape), "FP32" if array.dtype == np.float32 else "INT64")
-                    one.set_data_from_numpy(array, binary_data=False)
-                    inputs.append(one)
-                reply = await client.infer(server.url, InferRequest(model_name="ranker_a", infer_inputs=inputs),
-                                           model_name="ranker_a")
-                scores.append(reply.outputs[0].as_numpy().tolist())
+                for binary_data in (False, True):
+                    inputs = []
+                    for name, array in v2_inputs(metadata, tensors).items():
+                        one = InferInput(name, list(array.shape), "FP32" if array.dtype == np.float32 else "INT64")
+                        one.set_data_from_numpy(array, binary_data=binary_data)
+                        inputs.append(one)
+                    request = InferRequest(model_name="ranker_a", infer_inputs=inputs,
+                                           parameters={"binary_data_output": binary_data})
+                    reply = await client.infer(server.url, request, model_name="ranker_a")
+                    scores.append(reply.outputs[0].as_numpy().tolist())
             return scores
         finally:
             await client.close()
 
     got = asyncio.run(calls())
-    for g, want in zip(got, expected):
+    assert len(got) == 2 * len(expected)
+    for g, want in zip(got, [w for w in expected for _ in (False, True)]):
         assert g == pytest.approx(want, rel=1e-6, abs=1e-7)

@@ -3,11 +3,14 @@
 // the model's forward takes — no wrong tensor ever reaches LibTorch: the
 // dense rows are rows x the numeric features, one embedding bag per id
 // feature with one offset per row, starting at 0, never falling, never past
-// its indices, and every index inside its table.
+// its indices, and every index inside its table. Bodies with binary tensor
+// data (Triton's extension) as well as JSON ones.
 #include "features/model_spec.h"
 #include "fuzz.h"
 #include "api/v2_json.h"
 #include "numaserve/common/text_file.h"
+
+#include <optional>
 
 using namespace numaserve;
 
@@ -27,7 +30,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const auto& model = spec();
   api::RequestLimits limits;
   limits.max_items = 64;
-  const auto parsed = api::parse_infer_request(fuzz::text(data, size), model, limits);
+  // An input starting 'B' is a binary tensor data body: its second byte
+  // the JSON's length (Inference-Header-Content-Length), the rest the body.
+  std::optional<std::size_t> json_length;
+  if (size >= 2 && data[0] == 'B') {
+    json_length = data[1];
+    data += 2;
+    size -= 2;
+  }
+  const auto parsed = api::parse_infer_request(fuzz::text(data, size), json_length, model, limits);
   if (!parsed) {
     FUZZ_CHECK(!parsed.error().field.empty(), "refused without a field: %s", parsed.error().message.c_str());
     return 0;

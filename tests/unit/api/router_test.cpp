@@ -86,7 +86,7 @@ class Harness {
   // Hands a request to the router; the reply, once the worker has run the turns it needs.
   std::shared_ptr<Caught> send(std::string method, std::string path, std::string body = {}, bool admin = false) {
     auto caught = std::make_shared<Caught>();
-    router_->on_request(0, http::Request{std::move(method), std::move(path), std::move(body), admin},
+    router_->on_request(0, http::Request{std::move(method), std::move(path), std::move(body), admin, {}},
                         http::Responder(std::make_shared<Sink>(caught)));
     return caught;
   }

@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <limits>
+
 namespace numaserve::api {
 namespace {
 
@@ -48,7 +50,7 @@ TEST(V2, InferRequestBecomesABatch) {
   json body = request({{1.5}, {2.5}}, {3, 4, 9}, {0, 1});
   body["model_name"] = "m";
   body["model_version"] = "2";
-  auto parsed = parse_infer_request(body.dump(), spec(), {});
+  auto parsed = parse_infer_request(body.dump(), std::nullopt, spec(), {});
   ASSERT_TRUE(parsed.has_value()) << parsed.error().message;
   EXPECT_EQ(parsed->id, "q");
   EXPECT_EQ(parsed->batch.rows, 2u);
@@ -86,46 +88,119 @@ TEST(V2, BadTensorsNameTheField) {
       {json{{"model_name", 7}, {"inputs", json::array()}}, "model_name"},
   };
   for (const auto& c : cases) {
-    auto parsed = parse_infer_request(c.body.dump(), spec(), {});
+    auto parsed = parse_infer_request(c.body.dump(), std::nullopt, spec(), {});
     ASSERT_FALSE(parsed.has_value()) << c.body.dump();
     EXPECT_EQ(parsed.error().field, c.field) << c.body.dump() << ": " << parsed.error().message;
   }
 }
 
+template <typename T>
+std::string bytes_of(const std::vector<T>& values) {
+  return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
+}
+
 // What Triton's clients send by default: a JSON header whose inputs say
-// binary_data_size, then the raw bytes. Refused saying what to change, and
-// the bytes after a NUL are not silently ignored (nlohmann stops at a NUL).
-TEST(V2, BinaryTensorDataIsRefusedSayingWhatToDo) {
+// binary_data_size, then each one's raw bytes in the inputs' order. The
+// same tensors as JSON values make the same batch.
+TEST(V2, BinaryTensorDataReadsAsJsonDoes) {
+  json header = request({1.5, 2.5}, {3, 4, 9}, {0, 1});
+  header["inputs"][0].erase("data");
+  header["inputs"][0]["parameters"] = {{"binary_data_size", 8}};
+  header["inputs"][2].erase("data");
+  header["inputs"][2]["parameters"] = {{"binary_data_size", 16}};
+  header["parameters"] = {{"binary_data_output", true}};
+  const std::string text = header.dump();
+  const std::string body = text + bytes_of(std::vector<float>{1.5, 2.5}) + bytes_of(std::vector<std::int64_t>{0, 1});
+  auto parsed = parse_infer_request(body, text.size(), spec(), {});
+  ASSERT_TRUE(parsed.has_value()) << parsed.error().message;
+  auto as_json = parse_infer_request(request({1.5, 2.5}, {3, 4, 9}, {0, 1}).dump(), std::nullopt, spec(), {});
+  ASSERT_TRUE(as_json.has_value());
+  EXPECT_EQ(parsed->batch.dense, as_json->batch.dense);
+  EXPECT_EQ(parsed->batch.bags[0].indices, as_json->batch.bags[0].indices);
+  EXPECT_EQ(parsed->batch.bags[0].offsets, as_json->batch.bags[0].offsets);
+  EXPECT_TRUE(parsed->binary_output);
+  EXPECT_FALSE(as_json->binary_output);
+
+  // The score output's own binary_data overrides the request's.
+  header["outputs"] = {{{"name", "score"}, {"parameters", {{"binary_data", false}}}}};
+  const std::string overridden = header.dump();
+  parsed = parse_infer_request(overridden + body.substr(text.size()), overridden.size(), spec(), {});
+  ASSERT_TRUE(parsed.has_value()) << parsed.error().message;
+  EXPECT_FALSE(parsed->binary_output);
+}
+
+TEST(V2, BadBinaryTensorDataNamesTheField) {
   json header = request({1, 2}, {3}, {0, 0});
   header["inputs"][0].erase("data");
   header["inputs"][0]["parameters"] = {{"binary_data_size", 8}};
-  auto parsed = parse_infer_request(header.dump(), spec(), {});
+  const std::string text = header.dump();
+  const std::string floats = bytes_of(std::vector<float>{1, 2});
+  struct Case {
+    std::string body;
+    std::optional<std::size_t> json_length;
+    std::string field;
+  };
+  const std::vector<Case> cases = {
+      {text + floats, std::nullopt, "body"},  // bytes after the JSON without the header saying where it ends
+      {text, text.size(), "inputs[0].parameters.binary_data_size"},  // fewer bytes than it says
+      {text + floats.substr(0, 6), text.size(), "inputs[0].parameters.binary_data_size"},
+      {text + floats + "xx", text.size(), "Inference-Header-Content-Length"},  // bytes no input takes
+      {text, text.size() + 1, "Inference-Header-Content-Length"},  // past the body
+      {text.substr(0, 10), 10, "body"},  // the header cuts the JSON
+  };
+  for (const auto& c : cases) {
+    auto parsed = parse_infer_request(c.body, c.json_length, spec(), {});
+    ASSERT_FALSE(parsed.has_value()) << c.field;
+    EXPECT_EQ(parsed.error().field, c.field) << parsed.error().message;
+  }
+  // Without the header, binary_data_size names what is missing.
+  auto parsed = parse_infer_request(text, std::nullopt, spec(), {});
   ASSERT_FALSE(parsed.has_value());
   EXPECT_EQ(parsed.error().field, "inputs[0].parameters.binary_data_size");
-  EXPECT_NE(parsed.error().message.find("binary_data=False"), std::string::npos) << parsed.error().message;
-
-  const std::string trailing = request({1, 2}, {3}, {0, 0}).dump() + std::string("\0\0\0\x01", 4);
-  parsed = parse_infer_request(trailing, spec(), {});
+  EXPECT_NE(parsed.error().message.find("Inference-Header-Content-Length"), std::string::npos) << parsed.error().message;
+  // 6 bytes are not whole FP32 values; data and binary_data_size together are refused.
+  json both = request({1, 2}, {3}, {0, 0});
+  both["inputs"][0]["parameters"] = {{"binary_data_size", 8}};
+  parsed = parse_infer_request(both.dump() + floats, both.dump().size(), spec(), {});
   ASSERT_FALSE(parsed.has_value());
-  EXPECT_EQ(parsed.error().field, "body");
-  EXPECT_NE(parsed.error().message.find("not valid JSON"), std::string::npos) << parsed.error().message;
+  EXPECT_EQ(parsed.error().field, "inputs[0].data");
+  json odd = header;
+  odd["inputs"][0]["parameters"]["binary_data_size"] = 6;
+  parsed = parse_infer_request(odd.dump() + floats.substr(0, 6), odd.dump().size(), spec(), {});
+  ASSERT_FALSE(parsed.has_value());
+  EXPECT_NE(parsed.error().message.find("whole number"), std::string::npos) << parsed.error().message;
+  // A non-finite float is refused in binary as in JSON.
+  parsed = parse_infer_request(text + bytes_of(std::vector<float>{1, std::numeric_limits<float>::infinity()}), text.size(),
+                               spec(), {});
+  ASSERT_FALSE(parsed.has_value());
+  EXPECT_EQ(parsed.error().field, "inputs[0].data[1]");
 }
 
 TEST(V2, ElementCountsAreBoundedBeforeAllocating) {
   RequestLimits limits;
   limits.max_items = 4;
-  auto parsed = parse_infer_request(request({1, 2}, {3}, {0, 0}, {1000000000, 1}).dump(), spec(), limits);
+  auto parsed = parse_infer_request(request({1, 2}, {3}, {0, 0}, {1000000000, 1}).dump(), std::nullopt, spec(), limits);
   ASSERT_FALSE(parsed.has_value());
   EXPECT_EQ(parsed.error().field, "inputs[0].shape");
 }
 
 TEST(V2, ResponseCarriesTheScores) {
-  const json body = json::parse(v2_infer_response(spec(), "q", {0.25f, 0.5f}));
+  const auto reply = v2_infer_response(spec(), "q", {0.25f, 0.5f});
+  EXPECT_FALSE(reply.json_length.has_value());
+  const json body = json::parse(reply.body);
   EXPECT_EQ(body["model_name"], "m");
   EXPECT_EQ(body["model_version"], "2");
   EXPECT_EQ(body["id"], "q");
   EXPECT_EQ(body["outputs"][0]["shape"], json::array({2}));
   EXPECT_EQ(body["outputs"][0]["data"], json::array({0.25, 0.5}));
+
+  // Binary: the JSON says the size, the scores' bytes follow it.
+  const auto binary = v2_infer_response(spec(), "q", {0.25f, 0.5f}, true);
+  ASSERT_TRUE(binary.json_length.has_value());
+  const json head = json::parse(binary.body.substr(0, *binary.json_length));
+  EXPECT_FALSE(head["outputs"][0].contains("data"));
+  EXPECT_EQ(head["outputs"][0]["parameters"]["binary_data_size"], 8);
+  EXPECT_EQ(binary.body.substr(*binary.json_length), bytes_of(std::vector<float>{0.25f, 0.5f}));
 }
 
 }  // namespace

@@ -57,6 +57,22 @@ TEST(Framing, BytesInPiecesFrameAsTheWholeAndStopWhereAConnectionStops) {
   EXPECT_TRUE(frame_requests("GET /half HTTP/1.1\r\nHo", config).incomplete);
 }
 
+// The application sees the fields the transport does not consume, named in
+// lower case (Inference-Header-Content-Length tells the v2 codec where a
+// body's JSON ends).
+TEST(Framing, TheApplicationSeesTheHeaderFieldsTheTransportLeaves) {
+  const Framing framed = frame_requests(
+      "POST /v2 HTTP/1.1\r\nHost: t\r\nInference-Header-Content-Length: 2\r\nX-Trace: a\r\nContent-Length: 3\r\n\r\n{}x",
+      small());
+  ASSERT_EQ(framed.requests.size(), 1u);
+  const Request& r = framed.requests[0];
+  EXPECT_EQ(r.header("inference-header-content-length"), "2");
+  EXPECT_EQ(r.header("x-trace"), "a");
+  EXPECT_EQ(r.header("host"), "");
+  EXPECT_EQ(r.header("content-length"), "");
+  EXPECT_EQ(r.headers.size(), 2u);
+}
+
 TEST(Framing, ChunkExtensionsAndTrailersFrameTheSameInPieces) {
   const std::string head = "POST /c HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n";
   const auto config = small();
