@@ -114,7 +114,11 @@ void Server::Impl::accept_next(Listener& listener) {
       retry_later(listener, ec);
       return;
     }
-    accept_next(listener);
+    // An accept that had completed when stop() closed the port comes here
+    // after it, with its connection: taken, and no next accept on the
+    // closed port (it would fail at once, again and again, and stop() would
+    // wait for this thread forever).
+    if (listener.acceptor.is_open()) accept_next(listener);
   });
 }
 

@@ -6,6 +6,14 @@
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <future>
+
 #include "server_support.h"
 
 namespace numaserve::http::server_testing {
@@ -30,6 +38,42 @@ TEST(Server, StopAnswersWhatWasReadClosesIdleConnectionsAndReturns) {
   stopper.join();
   RawConnection late(r.server.port());
   EXPECT_FALSE(late.connected() && late.send(testing::get("/echo")) && late.read_response(500ms));
+}
+
+// stop() while clients keep connecting: an accept that completed as the
+// port closed is handed over like any other, and accepting ends there (it
+// once went on, on the closed port, forever, and stop() never returned).
+TEST(Server, StopReturnsWhileClientsKeepConnecting) {
+  for (int round = 0; round < 30; ++round) {
+    auto r = std::make_unique<Running>(small());
+    const int port = r->server.port();
+    std::atomic<bool> done{false};
+    std::thread clients([&] {  // connect and go, without waiting for a handshake the closing port drops
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_port = htons(static_cast<std::uint16_t>(port));
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      while (!done.load()) {
+        const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        ASSERT_GE(fd, 0);
+        (void)::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+        ::close(fd);
+      }
+    });
+    std::this_thread::sleep_for(2ms);
+    std::promise<void> returned;
+    std::thread stopper([&] {
+      r->server.stop();
+      returned.set_value();
+    });
+    if (returned.get_future().wait_for(5s) != std::future_status::ready) {
+      ADD_FAILURE() << "stop() did not return within 5 s in round " << round;
+      std::_Exit(1);  // the stuck thread cannot be joined: end the run rather than hang it
+    }
+    done = true;
+    stopper.join();
+    clients.join();
+  }
 }
 
 // SIGTERM: the port still accepts and serves, but every reply tells the
