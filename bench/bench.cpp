@@ -19,7 +19,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/grpc_codec.h"
 #include "api/predict_json.h"
+#include "api/v2_json.h"
 #include "feature_store/embedded.h"
 #include "forward.h"
 #include "loadgen.h"
@@ -27,6 +29,7 @@
 #include "model/model.h"
 #include "numa/numa.h"
 #include "numaserve/common/duration.h"
+#include "numaserve/common/text_file.h"
 #include "requests.h"
 
 namespace numaserve::bench {
@@ -124,7 +127,62 @@ struct LoadOptions {
   LoadConfig config;
   std::string store, model, cpus;
   std::size_t items = 200;
+  bool grpc = false;  // numaserve.v1.Ranking/Predict on --port, the same requests as protobuf
+  std::string v2_infer;   // json | binary: the same requests as v2 infer bodies of the model in model_dir
+  std::string model_dir;
 };
+
+// The requests as KServe v2 infer bodies: the tensors the server extracts
+// for each (its own code: the store's query, the item cache, extraction),
+// as JSON data or as Triton's binary tensor data, the scores asked back the
+// same way, as tritonclient.http sends them by default.
+Status v2_infer_bodies(LoadOptions& o, RequestSet& set) {
+  const std::string file = o.model_dir + "/model.yaml";
+  auto yaml = read_text_file(file);
+  if (!yaml) return tl::unexpected(yaml.error());
+  auto spec = features::parse_model_spec(*yaml, file);
+  if (!spec) return tl::unexpected(spec.error());
+  auto store = feature_store::Entities::load(o.store);
+  if (!store) return tl::unexpected(store.error());
+  auto cache = features::ItemCache::build(
+      *spec, [&](const features::EntityVisitor& visit) { (*store)->for_each_item(visit); });
+  if (!cache) return tl::unexpected(cache.error());
+  const bool binary = o.v2_infer == "binary";
+  set.bodies.clear();
+  for (const auto& request : set.requests) {
+    const auto stored = (*store)->query(request, &*cache);
+    auto batch = features::extract(*spec, request, stored, &*cache);
+    if (!batch) return tl::unexpected(batch.error());
+    json inputs = json::array();
+    std::string raw;
+    auto add = [&](const api::TensorSpec& t, const auto& values, std::vector<std::int64_t> shape) {
+      json input{{"name", t.name}, {"datatype", t.datatype}, {"shape", shape}};
+      if (binary) {
+        const std::size_t bytes = values.size() * sizeof(values[0]);
+        input["parameters"] = {{"binary_data_size", bytes}};
+        raw.append(reinterpret_cast<const char*>(values.data()), bytes);
+      } else {
+        input["data"] = values;
+      }
+      inputs.push_back(std::move(input));
+    };
+    const auto names = api::v2_inputs(*spec);
+    add(names[0], batch->dense, {static_cast<std::int64_t>(batch->rows), static_cast<std::int64_t>(batch->dense_width)});
+    for (std::size_t k = 0; k < batch->bags.size(); ++k) {
+      const auto& bag = batch->bags[k];
+      add(names[1 + 2 * k], bag.indices, {static_cast<std::int64_t>(bag.indices.size())});
+      add(names[2 + 2 * k], bag.offsets, {static_cast<std::int64_t>(bag.offsets.size())});
+    }
+    json body{{"inputs", std::move(inputs)}};
+    if (binary) body["outputs"] = json::array({{{"name", "score"}, {"parameters", {{"binary_data", true}}}}});
+    std::string text = body.dump();
+    if (binary) o.config.body_headers.emplace_back("Inference-Header-Content-Length", std::to_string(text.size()));
+    set.bodies.push_back(std::move(text) + raw);
+  }
+  o.config.path = "/v2/models/" + spec->name + "/infer";
+  if (binary) o.config.content_type = "application/octet-stream";
+  return {};
+}
 
 struct BodiesOptions {
   std::string store;
@@ -150,15 +208,29 @@ int run_load(LoadOptions& o) {
   for (auto& body : set->bodies) {
     if (!o.model.empty()) body.insert(1, "\"model\":" + json(o.model).dump() + ",");
   }
+  if (o.grpc) {
+    if (o.config.rate > 0) return fail("--grpc: closed loop only (no --rate)");
+    for (auto& body : set->bodies) {
+      auto request = api::parse_predict_request(body, api::RequestLimits{});
+      if (!request) return fail(request.error().message);
+      body = api::grpc_codec::predict_message(*request);
+    }
+    o.config.path = "/numaserve.v1.Ranking/Predict";
+  }
+  if (!o.v2_infer.empty()) {
+    if (o.model_dir.empty()) return fail("--v2-infer needs --model-dir");
+    if (auto made = v2_infer_bodies(o, *set); !made) return fail(made.error().message);
+  }
   o.config.bodies = std::move(set->bodies);
-  const auto r = bench::run_load(o.config);
+  const auto r = o.grpc ? bench::run_grpc_load(o.config) : bench::run_load(o.config);
   json statuses = json::object();
   for (const auto& [status, n] : r.statuses) statuses[std::to_string(status)] = n;
   json latencies = json::object();
   for (const auto& [status, l] : r.latencies) {
     latencies[std::to_string(status)] = {{"p50_ms", l.p50_ms}, {"p99_ms", l.p99_ms}, {"max_ms", l.max_ms}};
   }
-  std::cout << json{{"what", o.config.rate > 0 ? "open-loop" : "closed-loop"},
+  const std::string what = o.grpc ? "closed-loop-grpc" : o.config.rate > 0 ? "open-loop" : "closed-loop";
+  std::cout << json{{"what", o.v2_infer.empty() ? what : what + "-v2-infer-" + o.v2_infer},
                     {"connections", o.config.connections},
                     {"offered_rps", o.config.rate},
                     {"items_per_request", o.items},
@@ -228,6 +300,12 @@ CLI::App* add_load(CLI::App& app, LoadOptions& l) {
   load->add_option("--seconds", l.config.seconds)->capture_default_str();
   load->add_option("--warmup", l.config.warmup_seconds)->capture_default_str();
   load->add_option("--cpus", l.cpus, "Pin the load generator to these CPUs");
+  load->add_flag("--grpc", l.grpc, "Call numaserve.v1.Ranking/Predict on --port (a --grpc-port) with the same requests");
+  load->add_option("--v2-infer", l.v2_infer,
+                   "Send the same requests to the v2 infer route of --model-dir's model, as the tensors the server "
+                   "extracts: JSON data, or Triton's binary tensor data")
+      ->check(CLI::IsMember({"json", "binary"}));
+  load->add_option("--model-dir", l.model_dir, "The model --v2-infer extracts for (its model.yaml)");
 
   return load;
 }

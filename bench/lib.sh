@@ -78,6 +78,8 @@ thread_cpu_seconds() {
 scrape_stages() {
   curl -sf --max-time 10 "http://127.0.0.1:$1/metrics" | awk '
     /^numaserve_requests_total\{route="\/predict",code="200"\}/ { requests += $2 }
+    /^numaserve_grpc_requests_total\{method="\/numaserve.v1.Ranking\/Predict",code="OK"\}/ { requests += $2 }
+    /^numaserve_requests_total\{route="\/v2\/models\/\{name\}\/infer",code="200"\}/ { requests += $2 }
     /^numaserve_stage_seconds_sum\{/ {
       if (match($0, /stage="[a-z]+"/)) stage[substr($0, RSTART + 7, RLENGTH - 8)] += $2
     }

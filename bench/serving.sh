@@ -11,6 +11,14 @@
 #         serve one request at a time
 #   (w)   Debian's wrk (a Lua script posting the same bodies) with (b)'s
 #         connections: a second, independent load generator
+#   (g)   the same requests as numaserve.v1.Ranking/Predict over gRPC (the
+#         server's --grpc-port), --connections HTTP/2 connections with one
+#         call outstanding each: items/s beside (b)'s, and the server's CPU
+#         per request outside the forward beside (b)'s
+#   (v)   the same requests to the KServe v2 infer route as the tensors the
+#         server extracts for them, JSON data (vj) and Triton's binary tensor
+#         data (vb), --connections connections: items/s, p99 and the server's
+#         CPU per request of each, vb beside vj
 #   (r)   (b) with the features in Redis (Feast's online format, a
 #         redis-server on --client-cpus, loaded by `feature-store load`):
 #         warm, the item cache holding every item (a request asks Redis for
@@ -76,8 +84,13 @@ bodies=$models/bodies-$items.jsonl
 "$bench" bodies --feature-store "$models/store.jsonl" --items "$items" > "$bodies"
 
 source bench/lib.sh
-port=$(free_port)
-start_server "$port" "$server_cpus" "$models/ranker_a" "$models/store.jsonl"
+port=$(free_port) grpc_port=""
+if [[ $("$numaserve" serve --help) == *--grpc-port* ]]; then
+  grpc_port=$(free_port)
+  start_server "$port" "$server_cpus" "$models/ranker_a" "$models/store.jsonl" --grpc-port "$grpc_port"
+else
+  start_server "$port" "$server_cpus" "$models/ranker_a" "$models/store.jsonl"
+fi
 
 # (r)'s Redis and the two servers that read it, when this build has the
 # Redis store.
@@ -99,12 +112,15 @@ if [[ $("$numaserve" serve --help) == *--item-cache-ttl* ]]; then
 fi
 server_pid=${server_pids[0]}
 
-# load CONNECTIONS [PROFILE [PORT PID]]: one closed-loop measurement, with
+# load CONNECTIONS [PROFILE [PORT PID [--grpc GRPC_PORT | --v2-infer json|binary]]]: one closed-loop measurement, with
 # what the server spent on it per request: CPU by thread kind, its own stage
 # times, Redis's CPU when it has one, and with PROFILE=1 the system calls'
 # share (syscall_profile).
 load() {
   local m0 m1 t0 t1 r0=0 r1=0 result kernel='null' profiled port=${3:-$port} server_pid=${4:-$server_pid}
+  local target=(--port "$port")
+  [[ ${5:-} != --grpc ]] || target=(--grpc --port "$6")
+  [[ ${5:-} != --v2-infer ]] || target+=(--v2-infer "$6" --model-dir "$models/ranker_a")
   m0=$(scrape_stages "$port")
   t0=$(thread_cpu_seconds "$server_pid")
   [[ -z $redis_pid ]] || r0=$(process_cpu_seconds "$redis_pid")
@@ -112,7 +128,7 @@ load() {
     profiled=$(mktemp)
     (sleep "$warmup"; syscall_profile "$server_pid" $((seconds - 1)) > "$profiled") &
   fi
-  result=$(timeout $limit "$bench" load --port "$port" --feature-store "$models/store.jsonl" --items "$items" \
+  result=$(timeout $limit "$bench" load "${target[@]}" --feature-store "$models/store.jsonl" --items "$items" \
     --connections "$1" --seconds "$seconds" --warmup "$warmup" --cpus "$client_cpus")
   t1=$(thread_cpu_seconds "$server_pid")
   [[ -z $redis_pid ]] || r1=$(process_cpu_seconds "$redis_pid")
@@ -151,7 +167,9 @@ wrk_load() {
 }
 
 limit=$((seconds * 3 + 60))
-forward=() served=() batched=() stages=() wrks=() redis_warm=() redis_cold=()
+forward=() served=() batched=() stages=() wrks=() redis_warm=() redis_cold=() grpcs=() v2_json=() v2_binary=()
+binary_tensors=0  # (v): a server that takes Triton's binary tensor data says so in its metadata
+curl -sf "http://127.0.0.1:$port/v2" | jq -e '.extensions | index("binary_tensor_data")' > /dev/null && binary_tensors=1
 for ((r = 1; r <= repeats; r++)); do
   # Interleaved, each ratio within its round: this machine's speed drifts by
   # tens of percent over a minute, less over the seconds a round takes.
@@ -162,6 +180,15 @@ for ((r = 1; r <= repeats; r++)); do
   stages+=("$(timeout $limit "$bench" stages --model-dir "$models/ranker_a" --feature-store "$models/store.jsonl" \
     --items "$items" --cpus "$server_cpus" --seconds "$seconds")")
   batched+=("$(load $((connections * 4)))")
+  if [[ -n $grpc_port ]]; then
+    grpcs+=("$(load "$connections" 0 "$port" "$server_pid" --grpc "$grpc_port")")
+    echo "round $r: Ranking.Predict over gRPC $(jq .items_per_s <<< "${grpcs[-1]}") items/s" >&2
+  fi
+  if ((binary_tensors)); then
+    v2_json+=("$(load "$connections" 0 "$port" "$server_pid" --v2-infer json)")
+    v2_binary+=("$(load "$connections" 0 "$port" "$server_pid" --v2-infer binary)")
+    echo "round $r: v2 infer, JSON tensors $(jq .items_per_s <<< "${v2_json[-1]}"), binary $(jq .items_per_s <<< "${v2_binary[-1]}") items/s" >&2
+  fi
   if [[ -n $redis_pid ]]; then
     redis_warm+=("$(load "$connections" 0 "$redis_warm_port" "$redis_warm_pid")")
     redis_cold+=("$(load "$connections" 0 "$redis_cold_port" "$redis_cold_pid")")
@@ -205,6 +232,9 @@ jq -n --argjson forward "$(printf '%s\n' "${forward[@]}" | jq -s .)" \
   --argjson wrks "$(printf '%s\n' "${wrks[@]}" | jq -s .)" \
   --argjson redis_warm "$(printf '%s\n' "${redis_warm[@]}" | jq -s .)" \
   --argjson redis_cold "$(printf '%s\n' "${redis_cold[@]}" | jq -s .)" \
+  --argjson grpcs "$(printf '%s\n' "${grpcs[@]}" | jq -s .)" \
+  --argjson v2_json "$(printf '%s\n' "${v2_json[@]}" | jq -s .)" \
+  --argjson v2_binary "$(printf '%s\n' "${v2_binary[@]}" | jq -s .)" \
   --argjson sweep "$(printf '%s\n' "${swept[@]}" | jq -s .)" \
   --arg machine "$(machine_summary)" --arg server_cpus "$server_cpus" --arg client_cpus "$client_cpus" \
   --arg numaserve "$numaserve" --argjson connections "$connections" '
@@ -229,6 +259,10 @@ jq -n --argjson forward "$(printf '%s\n' "${forward[@]}" | jq -s .)" \
    profile_us: ($served[0].profile_us // null),
    wrk: {items_per_s: ([$wrks[].items_per_s] | median), non_200: ([$wrks[].non_200] | add)},
    redis_warm: redis($redis_warm), redis_cold: redis($redis_cold),
+   grpc: (if ($grpcs | length) == 0 then null else summary($grpcs) + {vs_predict: per_round_ratio($grpcs; $served),
+     transport_vs_predict_us: ([range(0; $grpcs | length) as $i | $grpcs[$i].transport_us - $served[$i].transport_us] | median)} end),
+   v2_infer: (if ($v2_json | length) == 0 then null else {json: summary($v2_json),
+     binary: (summary($v2_binary) + {vs_json: per_round_ratio($v2_binary; $v2_json)})} end),
    pipeline: {items_per_s: ([$stages[].items_per_s] | median),
               stages_us: {parse: ([$stages[].parse_us] | median), query: ([$stages[].query_us] | median),
                           extract: ([$stages[].extract_us] | median), forward: ([$stages[].forward_us] | median),
@@ -237,9 +271,10 @@ jq -n --argjson forward "$(printf '%s\n' "${forward[@]}" | jq -s .)" \
             p_a: per_round_ratio($stages; $forward), w_b: per_round_ratio($wrks; $served)},
    sweep: $sweep,
    rounds: {forward: $forward, predict: $served, batched: $batched, stages: $stages, wrk: $wrks,
-            redis_warm: $redis_warm, redis_cold: $redis_cold}}' > "$out"
+            redis_warm: $redis_warm, redis_cold: $redis_cold, grpc: $grpcs, v2_json: $v2_json, v2_binary: $v2_binary}}' > "$out"
 
 jq -r '
+  . as $root |
   def r3: . * 1000 | round / 1000;
   def r2: . * 100 | round / 100;
   def breakdown: "\(.cpu_us_per_request | [.[]] | add) us: " +
@@ -250,6 +285,11 @@ jq -r '
   "(b16) POST /predict, \(.connections * 4) conn: \(.batched.items_per_s | floor) items/s, p50 \(.batched.p50_ms | r2) ms, p99 \(.batched.p99_ms | r2) ms, errors \(.batched.errors), mean batch \(.batched.mean_batch_requests // "n/a" | tostring | .[0:4]) requests",
   "(w)   wrk, \(.connections) conn:       \(.wrk.items_per_s | floor) items/s, non-200 \(.wrk.non_200)",
   "(p)   pipeline, no HTTP:   \(.pipeline.items_per_s | floor) items/s",
+  (.grpc | select(. != null) |
+    "(g)   Ranking.Predict, gRPC, \($root.connections) conn: \(.items_per_s | floor) items/s = \(.vs_predict | r3) x (b), p50 \(.p50_ms | r2) ms, p99 \(.p99_ms | r2) ms, errors \(.errors); server CPU \(breakdown) us, outside the stages \(.transport_vs_predict_us | r2) us over (b)"),
+  (.v2_infer | select(. != null) |
+    "(vj)  v2 infer, JSON tensors, \($root.connections) conn: \(.json.items_per_s | floor) items/s, p50 \(.json.p50_ms | r2) ms, p99 \(.json.p99_ms | r2) ms, errors \(.json.errors)",
+    "(vb)  v2 infer, binary tensors, \($root.connections) conn: \(.binary.items_per_s | floor) items/s = \(.binary.vs_json | r3) x (vj), p50 \(.binary.p50_ms | r2) ms, p99 \(.binary.p99_ms | r2) ms, errors \(.binary.errors)"),
   (["warm", .redis_warm], ["cold", .redis_cold] | select(.[1] != null) | .[0] as $cache | .[1] |
     "(r)   Redis, item cache \($cache): \(.items_per_s | floor) items/s = \(.vs_embedded | r3) x (b), p99 \(.p99_ms | r2) ms (\(.p99_added_ms | r2) ms over (b)), query \(.stages_us.query | round) us/request, Redis CPU \(.redis_cpu_us_per_request) us/request, errors \(.errors)"),
   "ratios: b/a \(.ratios.b_a | r3), b16/a \(.ratios.b16_a | r3), p/a \(.ratios.p_a | r3), wrk/b \(.ratios.w_b | r3)",
@@ -257,6 +297,8 @@ jq -r '
   "server CPU per request in (b), by thread: \(.predict.cpu_us_per_request | to_entries | map(select(.value > 0)) | map("\(.key) \(.value) us") | join(", "))",
   "  where it goes (b):   \(.predict | breakdown) us",
   "  where it goes (b16): \(.batched | breakdown) us",
+  (.grpc | select(. != null) | "  where it goes (g):   \(breakdown) us"),
+  (.v2_infer | select(. != null) | "  where it goes (vj):  \(.json | breakdown) us", "  where it goes (vb):  \(.binary | breakdown) us"),
   (if .profile_us then "  (b) by perf, per request: send \(.profile_us.send) us (of it \(.profile_us.loopback_receive) us delivering into the client on this CPU), recv \(.profile_us.recv) us, epoll \(.profile_us.epoll) us, other kernel \(.profile_us.other_kernel) us, user space \(.profile_us.user) us" else empty end),
   "stages of (p), each beside the forward: \(.pipeline.stages_us | to_entries | map("\(.key) \(.value | round) us") | join(", "))"' "$out"
 echo "results: $out"

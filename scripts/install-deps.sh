@@ -13,8 +13,9 @@ BUILD_PACKAGES=(
   libsimdjson-dev
   # The agent's client of the kubelet's PodResources API: gRPC C++ and protoc.
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
-  # The service's HTTP transport: Boost.Asio and Boost.Beast, header-only.
-  libboost1.81-dev
+  # The service's HTTP transport: Boost.Asio and Boost.Beast, header-only;
+  # nghttp2 frames its HTTP/2 (gRPC) on the same loops.
+  libboost1.81-dev libnghttp2-dev
   # The Redis feature store: hiredis, and MurmurHash3 for Feast's hash fields
   # (feast.types.Value is protobuf, above).
   libhiredis-dev libmurmurhash-dev

@@ -2,6 +2,7 @@
 // is a client of the product, not part of it, and uses it only for the
 // closed loop, where each connection's thread blocks on its own request.
 #include "loadgen.h"
+#include "recorder.h"
 
 #include <httplib.h>
 #include <netinet/in.h>
@@ -21,48 +22,6 @@
 namespace numaserve::bench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-Clock::duration seconds(double s) {
-  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
-}
-
-double percentile(std::vector<double>& sorted, double p) {
-  if (sorted.empty()) return 0;
-  const auto i = static_cast<std::size_t>(p * static_cast<double>(sorted.size() - 1) + 0.5);
-  return sorted[std::min(i, sorted.size() - 1)];
-}
-
-// What both loops record, in the measured window only.
-struct Recorder {
-  Clock::time_point measure_from, end;
-  LoadResult result;
-  std::map<int, std::vector<double>> latencies_ms;  // per status
-
-  void record(Clock::time_point due, Clock::time_point sent, Clock::time_point done, int status) {
-    if (due < measure_from || done > end) return;
-    ++result.statuses[status];
-    (status == 200 ? result.requests : result.errors) += 1;
-    latencies_ms[status].push_back(std::chrono::duration<double, std::milli>(done - due).count());
-    if (sent - due > std::chrono::milliseconds(1)) ++result.late;
-  }
-
-  LoadResult finish(double window_seconds) {
-    result.seconds = window_seconds;
-    result.requests_per_second = static_cast<double>(result.requests) / window_seconds;
-    for (auto& [status, ms] : latencies_ms) {
-      std::sort(ms.begin(), ms.end());
-      result.latencies[status] = {ms.size(), percentile(ms, 0.50), percentile(ms, 0.90), percentile(ms, 0.99), ms.back()};
-    }
-    const Latencies ok = result.latencies.count(200) ? result.latencies[200] : Latencies{};
-    result.p50_ms = ok.p50_ms;
-    result.p90_ms = ok.p90_ms;
-    result.p99_ms = ok.p99_ms;
-    result.max_ms = ok.max_ms;
-    return result;
-  }
-};
-
 // Closed loop: a thread per connection, each sending its next request when
 // the last is answered.
 LoadResult closed_loop(const LoadConfig& config, Recorder& recorder) {
@@ -79,7 +38,10 @@ LoadResult closed_loop(const LoadConfig& config, Recorder& recorder) {
       for (std::size_t index = c;; index += config.connections) {
         const auto sent = Clock::now();
         if (sent >= recorder.end) return;
-        auto res = client.Post(config.path, config.bodies[index % config.bodies.size()], "application/json");
+        const std::size_t body = index % config.bodies.size();
+        httplib::Headers headers;
+        if (!config.body_headers.empty()) headers.insert(config.body_headers[body]);
+        auto res = client.Post(config.path, headers, config.bodies[body], config.content_type);
         const auto done = Clock::now();
         std::lock_guard lock(mutex);
         recorder.record(sent, sent, done, res ? res->status : 0);
@@ -208,9 +170,12 @@ LoadResult open_loop(const LoadConfig& config, Recorder& recorder, Clock::time_p
     epoll_ctl(epoll, EPOLL_CTL_ADD, pool[i].fd, &ev);
   }
   std::vector<std::string> requests;
-  for (const auto& body : config.bodies) {
-    requests.push_back("POST " + config.path + " HTTP/1.1\r\nHost: " + config.host +
-                       "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+  for (std::size_t i = 0; i < config.bodies.size(); ++i) {
+    const auto& body = config.bodies[i];
+    std::string extra;
+    if (!config.body_headers.empty()) extra = config.body_headers[i].first + ": " + config.body_headers[i].second + "\r\n";
+    requests.push_back("POST " + config.path + " HTTP/1.1\r\nHost: " + config.host + "\r\nContent-Type: " +
+                       config.content_type + "\r\n" + extra + "Content-Length: " + std::to_string(body.size()) +
                        "\r\n\r\n" + body);
   }
   const auto interval = seconds(1.0 / config.rate);

@@ -1,5 +1,5 @@
 #pragma once
-// An HTTP load generator for POST bodies against one URL.
+// An HTTP (and gRPC) load generator for POST bodies against one URL.
 //   closed loop: `connections` clients, each sends its next request when the
 //                previous is answered — finds saturation throughput.
 //   open loop:   requests are due at a constant `rate`, whether or not the
@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace numaserve::bench {
@@ -20,6 +21,10 @@ struct LoadConfig {
   int port = 8080;
   std::string path = "/predict";
   std::vector<std::string> bodies;  // sent round-robin
+  std::string content_type = "application/json";
+  // With each body (by index), one more header field: Triton's
+  // Inference-Header-Content-Length for binary tensor data. Empty: none.
+  std::vector<std::pair<std::string, std::string>> body_headers;
   std::size_t connections = 4;
   double rate = 0;  // requests/s; 0: closed loop
   double warmup_seconds = 2;
@@ -45,5 +50,11 @@ struct LoadResult {
 };
 
 LoadResult run_load(const LoadConfig& config);
+
+// The closed loop over gRPC (grpc_loadgen.cpp): `path` is the method
+// ("/numaserve.v1.Ranking/Predict"), `bodies` its request messages, each
+// connection a channel of its own with one call outstanding. OK counts as
+// status 200, another gRPC status as 1000 + its code, no answer as 0.
+LoadResult run_grpc_load(const LoadConfig& config);
 
 }  // namespace numaserve::bench

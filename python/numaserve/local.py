@@ -58,7 +58,7 @@ class LocalServer:
             self.command += ["--feature-store", str(feature_store)]
         self.command += [str(a) for a in args]
         self.start_timeout = start_timeout
-        self.log, self.port, self._process = [], None, None
+        self.log, self.port, self.admin_port, self.grpc_port, self._process = [], None, None, None, None
         self._listening = threading.Event()
 
     @property
@@ -75,6 +75,10 @@ class LocalServer:
                 continue
             if isinstance(entry, dict) and str(entry.get("msg", "")).startswith("listening"):
                 self.port = int(entry["port"])
+                if entry.get("admin_port", "none") != "none":  # started with --admin-port
+                    self.admin_port = int(entry["admin_port"])
+                if entry.get("grpc_port", "none") != "none":  # started with --grpc-port
+                    self.grpc_port = int(entry["grpc_port"])
                 self._listening.set()
         self._listening.set()  # exited: start() reports it
 
@@ -99,14 +103,17 @@ class LocalServer:
         raise RuntimeError(f"{' '.join(self.command)}: not ready within {self.start_timeout:.0f} s\n{tail}")
 
     def stop(self):
-        if self._process is None or self._process.poll() is not None:
-            return
-        self._process.send_signal(signal.SIGTERM)
-        try:
-            self._process.wait(30)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait()
+        """SIGTERM, then the exit status (killed after 30 s: negative); None if never started."""
+        if self._process is None:
+            return None
+        if self._process.poll() is None:
+            self._process.send_signal(signal.SIGTERM)
+            try:
+                self._process.wait(30)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        return self._process.returncode
 
     def __enter__(self):
         return self.start()

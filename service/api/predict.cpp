@@ -14,6 +14,8 @@
 //            together (batching/); an idle worker may take it
 //   forward  the model (model/), on the worker that took the batch
 //   encode   the reply, written by the loop that owns the connection
+// The same way for /predict's JSON and the Ranking.Predict gRPC call's
+// protobuf: only the codec differs.
 #include "api/handlers.h"
 #include "api/predict_json.h"
 #include "numaserve/common/duration.h"
@@ -27,6 +29,7 @@ using Clock = batching::Clock;
 // completion, which may come later, on the same worker.
 struct Prediction {
   Call call;
+  const PredictCodec* codec;
   PredictRequest request;
   HeldVersion version;
   Clock::time_point start, fetch_start;
@@ -43,28 +46,36 @@ Answer extract_and_enqueue(Service& service, Prediction& p, Result<feature_store
   service.store().keep(p.call.worker, p.version->model_index, p.request.features, *found, *batch);
   service.metrics().observe(metrics::Stage::kExtract, name, to_seconds(Clock::now() - extract_start));
 
-  auto encode = [version = p.version.get(), id = service.request_id(std::move(p.request.request_id))](std::vector<float>&& scores) {
-    http::Reply reply;
-    reply.body = to_json(PredictResponse{version->name, version->version, id, std::move(scores)});
-    return reply;
+  auto encode = [codec = p.codec, version = p.version.get(),
+                 id = service.request_id(std::move(p.request.request_id))](std::vector<float>&& scores) {
+    return codec->encode(PredictResponse{version->name, version->version, id, std::move(scores)});
   };
   service.enqueue(p.call, p.version, std::move(*batch), p.start, std::move(encode));
   return std::nullopt;
 }
 
+const PredictCodec kJsonCodec{&parse_predict_request, [](PredictResponse&& response) {
+                                 http::Reply reply;
+                                 reply.body = to_json(response);
+                                 return reply;
+                               }};
+
 }  // namespace
 
-Answer predict(Service& service, Call& call) {
+Answer predict(Service& service, Call& call) { return predict_with(service, call, kJsonCodec); }
+
+Answer predict_with(Service& service, Call& call, const PredictCodec& codec) {
   const auto start = Clock::now();
-  if (auto admitted = service.admit(call.worker); !admitted) return tl::unexpected(admitted.error());
-  auto parsed = parse_predict_request(call.request.body, service.config().limits);
+  if (auto admitted = service.admit(call); !admitted) return tl::unexpected(admitted.error());
+  auto parsed = codec.parse(call.request.body, service.config().limits);
   if (!parsed) return tl::unexpected(parsed.error());
   auto version = service.find_model(parsed->model, parsed->version);
   if (!version) return tl::unexpected(version.error());
   const auto fetch_start = Clock::now();
   service.metrics().observe(metrics::Stage::kParse, (*version)->name, to_seconds(fetch_start - start));
 
-  auto p = std::make_shared<Prediction>(Prediction{std::move(call), std::move(*parsed), std::move(*version), start, fetch_start});
+  auto p = std::make_shared<Prediction>(
+      Prediction{std::move(call), &codec, std::move(*parsed), std::move(*version), start, fetch_start});
   const bool networked = service.store().networked();
   service.store().fetch(p->call.worker, p->version->model_index, p->request.features,
                         [&service, p, networked](Result<feature_store::Found>&& found) {

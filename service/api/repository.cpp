@@ -1,4 +1,5 @@
-// Triton's model repository extension, on the admin port only: the index of
+// Triton's model repository extension, on the admin port only, over REST
+// and gRPC (the admin port takes HTTP/2 too): the index of
 // every version the repository holds and its state, and the load and unload
 // of a model by name. Loads run on the manager's thread (reload/); the route
 // takes the call and answers when the load has served or failed, from that
@@ -8,6 +9,7 @@
 #include <memory>
 
 #include "api/errors.h"
+#include "api/grpc_codec.h"
 #include "api/handlers.h"
 #include "repository/repository.h"
 
@@ -28,26 +30,49 @@ http::Reply json_reply(int status, std::string body) {
   return reply;
 }
 
-// Load and unload answer when the manager is done.
+// Every version the repository holds, or only those serving.
+Result<std::vector<RepositoryEntry>> listed(Service& service, bool only_ready) {
+  auto control = control_of(service);
+  if (!control) return tl::unexpected(control.error());
+  auto entries = (*control)->index();
+  if (only_ready) {
+    std::erase_if(entries, [](const RepositoryEntry& e) { return e.state != repository::VersionState::kReady; });
+  }
+  return entries;
+}
+
+// Load and unload answer when the manager is done: {} on REST, the empty
+// response message on gRPC.
 using Action = void (RepositoryControl::*)(const std::string&, std::function<void(Status)>);
-Answer act(Service& service, Call& call, Action action) {
+Answer act(Service& service, Call& call, const std::string& model, Action action) {
   auto control = control_of(service);
   if (!control) return tl::unexpected(control.error());
   // Names, never paths: nothing outside the repository can be named.
-  if (auto name = repository::check_model_name(call.params.name); !name) return tl::unexpected(name.error());
+  if (auto name = repository::check_model_name(model); !name) return tl::unexpected(name.error());
   auto responder = std::make_shared<http::Responder>(std::move(call.responder));
-  ((*control)->*action)(call.params.name, [&service, responder, route = call.route](Status done) {
-    service.finish(route, *responder, done ? json_reply(200, "{}") : error_reply(done.error()));
+  const auto protocol = call.request.protocol;
+  ((*control)->*action)(model, [&service, responder, route = call.route, protocol](Status done) {
+    http::Reply ok;
+    if (protocol == http::Protocol::kGrpc) {
+      ok.grpc_status = 0;
+    } else {
+      ok = json_reply(200, "{}");
+    }
+    service.finish(route, *responder, done ? std::move(ok) : error_reply(done.error(), protocol));
   });
   return std::nullopt;
+}
+
+Answer grpc_act(Service& service, Call& call, Action action) {
+  auto model = grpc_codec::parse_repository_model(call.request.body);
+  if (!model) return tl::unexpected(model.error());
+  return act(service, call, *model, action);
 }
 
 }  // namespace
 
 // Body (optional): {"ready": true} lists only what serves.
 Answer repository_index(Service& service, Call& call) {
-  auto control = control_of(service);
-  if (!control) return tl::unexpected(control.error());
   bool only_ready = false;
   if (!call.request.body.empty()) {
     const auto body = nlohmann::json::parse(call.request.body, nullptr, false);
@@ -59,9 +84,10 @@ Answer repository_index(Service& service, Call& call) {
       only_ready = body["ready"].get<bool>();
     }
   }
+  const auto entries = listed(service, only_ready);
+  if (!entries) return tl::unexpected(entries.error());
   auto out = nlohmann::json::array();
-  for (const auto& e : (*control)->index()) {
-    if (only_ready && e.state != repository::VersionState::kReady) continue;
+  for (const auto& e : *entries) {
     nlohmann::json entry{{"name", e.name}, {"version", e.version}, {"state", repository::state_name(e.state)}};
     if (!e.reason.empty()) entry["reason"] = e.reason;
     out.push_back(std::move(entry));
@@ -69,7 +95,26 @@ Answer repository_index(Service& service, Call& call) {
   return json_reply(200, out.dump());
 }
 
-Answer repository_load(Service& service, Call& call) { return act(service, call, &RepositoryControl::load); }
-Answer repository_unload(Service& service, Call& call) { return act(service, call, &RepositoryControl::unload); }
+Answer repository_load(Service& service, Call& call) {
+  return act(service, call, call.params.name, &RepositoryControl::load);
+}
+Answer repository_unload(Service& service, Call& call) {
+  return act(service, call, call.params.name, &RepositoryControl::unload);
+}
+
+Answer grpc_repository_index(Service& service, Call& call) {
+  const auto only_ready = grpc_codec::parse_repository_index(call.request.body);
+  if (!only_ready) return tl::unexpected(only_ready.error());
+  const auto entries = listed(service, *only_ready);
+  if (!entries) return tl::unexpected(entries.error());
+  http::Reply reply;
+  reply.grpc_status = 0;
+  reply.body = grpc_codec::repository_index_reply(*entries);
+  return reply;
+}
+Answer grpc_repository_load(Service& service, Call& call) { return grpc_act(service, call, &RepositoryControl::load); }
+Answer grpc_repository_unload(Service& service, Call& call) {
+  return grpc_act(service, call, &RepositoryControl::unload);
+}
 
 }  // namespace numaserve::api

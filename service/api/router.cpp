@@ -1,5 +1,5 @@
-// What a client can ask of the service, in one table, and the one error
-// boundary every request passes: a route's Error becomes its reply in
+// What a client can ask of the service, in one table per protocol (REST,
+// gRPC), and the one error boundary every request passes: a route's Error becomes its reply in
 // errors.cpp, an exception a 500, a path no route has a 404, a method the
 // path does not take a 405 with Allow.
 #include "api/router.h"
@@ -8,6 +8,7 @@
 
 #include "api/errors.h"
 #include "api/handlers.h"
+#include "http/grpc_wire.h"
 
 namespace numaserve::api {
 namespace {
@@ -48,6 +49,29 @@ constexpr Route kRoutes[] = {
     {Port::kAdminOnly, "POST", "/v2/repository/models/{name}/unload", "/v2/repository/models/{name}/unload", &repository_unload},
 };
 
+// The gRPC methods: "/package.Service/Method", each its own label, served
+// where their REST twins are (the gRPC port is a data port; the admin port
+// takes HTTP/2 as well).
+struct GrpcMethod {
+  Port port;
+  std::string_view path;
+  Answer (*handle)(Service&, Call&);
+};
+
+constexpr GrpcMethod kGrpcMethods[] = {
+    {Port::kBoth, "/grpc.health.v1.Health/Check", &grpc_health_check},
+    {Port::kData, "/numaserve.v1.Ranking/Predict", &ranking_predict},
+    {Port::kBoth, "/inference.GRPCInferenceService/ServerLive", &grpc_server_live},
+    {Port::kBoth, "/inference.GRPCInferenceService/ServerReady", &grpc_server_ready},
+    {Port::kData, "/inference.GRPCInferenceService/ModelReady", &grpc_model_ready},
+    {Port::kData, "/inference.GRPCInferenceService/ServerMetadata", &grpc_server_metadata},
+    {Port::kData, "/inference.GRPCInferenceService/ModelMetadata", &grpc_model_metadata},
+    {Port::kData, "/inference.GRPCInferenceService/ModelInfer", &grpc_model_infer},
+    {Port::kAdminOnly, "/inference.GRPCInferenceService/RepositoryIndex", &grpc_repository_index},
+    {Port::kAdminOnly, "/inference.GRPCInferenceService/RepositoryModelLoad", &grpc_repository_load},
+    {Port::kAdminOnly, "/inference.GRPCInferenceService/RepositoryModelUnload", &grpc_repository_unload},
+};
+
 // The next "/segment" of `path` from `at`, without its slash.
 std::string_view next_segment(std::string_view path, std::size_t& at) {
   if (at >= path.size() || path[at] != '/') return {};
@@ -71,10 +95,16 @@ bool matches(std::string_view pattern, std::string_view path, PathParams& params
   return p == pattern.size() && q == path.size();
 }
 
-bool serves(const Route& route, bool split, bool admin) {
-  if (route.port == Port::kAdminOnly) return split && admin;
-  if (!split || route.port == Port::kBoth) return true;
-  return (route.port == Port::kAdmin) == admin;
+bool serves(Port port, bool split, bool admin) {
+  if (port == Port::kAdminOnly) return split && admin;
+  if (!split || port == Port::kBoth) return true;
+  return (port == Port::kAdmin) == admin;
+}
+
+// Where a refused path or method is served instead.
+std::string elsewhere_note(const Call& call, bool elsewhere) {
+  if (!elsewhere) return "";
+  return call.request.admin ? " on the admin port; it is on the main port" : " on this port; it is on the admin port";
 }
 
 bool takes(const Route& route, std::string_view method) {
@@ -92,18 +122,20 @@ void respond(Service& service, Call& call, const std::function<Answer()>& handle
     }
   }();
   if (answer && !*answer) return;  // the route answers later, when its batch has run
-  service.finish(call.route, call.responder, answer ? std::move(**answer) : error_reply(answer.error()));
+  service.finish(call.route, call.responder,
+                 answer ? std::move(**answer) : error_reply(answer.error(), call.request.protocol));
 }
 
 void Router::on_request(std::size_t worker, http::Request&& request, http::Responder responder) {
   service_.begin_request();
   Call call{std::move(request), {}, worker, "other", std::move(responder)};
+  if (call.request.protocol == http::Protocol::kGrpc) return grpc_call(call);
   std::string allow;  // methods of the routes the path matched, when none took the method
   bool elsewhere = false;  // the path is served, on the other port
   for (const Route& route : kRoutes) {
     PathParams params;
     if (!matches(route.path, call.request.path, params)) continue;
-    if (!serves(route, split_, call.request.admin)) {
+    if (!serves(route.port, split_, call.request.admin)) {
       elsewhere = true;
       continue;
     }
@@ -123,13 +155,33 @@ void Router::on_request(std::size_t worker, http::Request&& request, http::Respo
   service_.finish(call.route, call.responder, std::move(reply));
 }
 
+void Router::grpc_call(Call& call) {
+  bool elsewhere = false;
+  for (const GrpcMethod& method : kGrpcMethods) {
+    if (call.request.path != method.path) continue;
+    if (!serves(method.port, split_, call.request.admin)) {
+      elsewhere = true;
+      break;
+    }
+    call.route = method.path;
+    respond(service_, call, [&] { return method.handle(service_, call); });
+    return;
+  }
+  // A method this server does not have, here or at all: gRPC's UNIMPLEMENTED.
+  call.route = "other";
+  http::Reply reply;
+  reply.status = 404;
+  reply.grpc_status = http::grpc::kUnimplemented;
+  reply.body = "no method " + call.request.path + elsewhere_note(call, elsewhere);
+  service_.finish(call.route, call.responder, std::move(reply));
+}
+
 void Router::no_route(Call& call, bool elsewhere) {
   call.route = "other";
-  const std::string where = !elsewhere             ? ""
-                            : call.request.admin ? " on the admin port; it is on the main port"
-                                                 : " on this port; it is on the admin port";
   service_.finish(call.route, call.responder,
-                  error_reply(Error{Error::Code::kNotFound, "no route " + call.request.method + " " + call.request.path + where, "path"}));
+                  error_reply(Error{Error::Code::kNotFound,
+                                    "no route " + call.request.method + " " + call.request.path + elsewhere_note(call, elsewhere),
+                                    "path"}));
 }
 
 http::Reply Router::refusal(int status, const std::string& message, const std::string& field) const {

@@ -23,6 +23,7 @@ class Router final : public http::Handler {
   http::Reply refusal(int status, const std::string& message, const std::string& field) const override;
 
  private:
+  void grpc_call(Call& call);
   void no_route(Call& call, bool elsewhere);
   Service& service_;
   const bool split_;

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "api/errors.h"
+#include "http/grpc_wire.h"
 #include "numaserve/common/duration.h"
 
 namespace numaserve::api {
@@ -188,9 +189,9 @@ Status Service::ready() const {
   return {};
 }
 
-Status Service::admit(std::size_t worker) {
+Status Service::admit(const Call& call) {
   if (!readiness_.warm()) return make_error(Error::Code::kUnavailable, "not ready: warming up");
-  return batcher_.admit(worker);
+  return batcher_.admit(call.worker, call.request.deadline);
 }
 
 std::string Service::request_id(std::string given) {
@@ -202,6 +203,7 @@ std::string Service::request_id(std::string given) {
 struct Service::Pending {
   http::Responder responder;
   std::string_view route;
+  http::Protocol protocol;
   HeldVersion version;  // from admission to the reply
   Clock::time_point start;
   Encoder encode;
@@ -209,16 +211,16 @@ struct Service::Pending {
 
 void Service::enqueue(Call& call, HeldVersion version, features::Batch batch, Clock::time_point start, Encoder encode) {
   const std::size_t slot = version->slot;
-  auto pending = std::make_shared<Pending>(Pending{std::move(call.responder), call.route, std::move(version), start, std::move(encode)});
-  batcher_.submit(call.worker, batching::Job{slot, std::move(batch), [this, pending](batching::Outcome&& outcome) {
-                                               complete(*pending, std::move(outcome));
-                                             }});
+  auto pending = std::make_shared<Pending>(
+      Pending{std::move(call.responder), call.route, call.request.protocol, std::move(version), start, std::move(encode)});
+  batcher_.submit(call.worker, batching::Job{slot, std::move(batch), call.request.deadline,
+                                             [this, pending](batching::Outcome&& outcome) { complete(*pending, std::move(outcome)); }});
 }
 
 // On the worker that ran the forward (or refused the request for its age).
 void Service::complete(Pending& pending, batching::Outcome&& outcome) {
-  if (!outcome.scores) {  // 503: aged out in the queue; 500: the forward failed
-    finish(pending.route, pending.responder, error_reply(outcome.scores.error()));
+  if (!outcome.scores) {  // 503: aged out in the queue; 504: past the caller's deadline; 500: the forward failed
+    finish(pending.route, pending.responder, error_reply(outcome.scores.error(), pending.protocol));
     return;
   }
   const std::string& name = pending.version->name;
@@ -233,7 +235,11 @@ void Service::complete(Pending& pending, batching::Outcome&& outcome) {
 }
 
 void Service::finish(std::string_view route, http::Responder& responder, http::Reply reply) {
-  metrics_.count_request(std::string(route), reply.status);
+  if (reply.grpc_status) {
+    metrics_.count_grpc_call(std::string(route), http::grpc::code_name(*reply.grpc_status));
+  } else {
+    metrics_.count_request(std::string(route), reply.status);
+  }
   in_flight_.fetch_sub(1, std::memory_order_relaxed);
   responder.send(std::move(reply));
 }

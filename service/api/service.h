@@ -131,8 +131,9 @@ class Service {
   // A request starts: counted in flight until finish().
   void begin_request() { in_flight_.fetch_add(1, std::memory_order_relaxed); }
   // Before a request is parsed: a service still warming up, or a worker
-  // whose queue is full or stale, refuses it (503).
-  Status admit(std::size_t worker);
+  // whose queue is full or stale, refuses it (503); one whose queue would
+  // outlast the call's deadline refuses it as exceeded (504).
+  Status admit(const Call& call);
   // The version a request names (ModelTable::resolve), held to its reply.
   Result<HeldVersion> find_model(const std::optional<std::string>& name, const std::string& version = {}) const {
     return models_.resolve(name, version);

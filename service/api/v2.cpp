@@ -9,6 +9,7 @@
 
 #include "api/handlers.h"
 #include "api/v2_json.h"
+#include "numaserve/common/duration.h"
 
 namespace numaserve::api {
 namespace {
@@ -64,7 +65,7 @@ Answer v2_model_ready(Service& service, Call& call) {
 
 Answer v2_infer(Service& service, Call& call) {
   const auto start = batching::Clock::now();
-  if (auto admitted = service.admit(call.worker); !admitted) return tl::unexpected(admitted.error());
+  if (auto admitted = service.admit(call); !admitted) return tl::unexpected(admitted.error());
   auto version = service.find_model(call.params.name, call.params.version);
   if (!version) return tl::unexpected(version.error());
   const features::ModelSpec& spec = (*version)->model->spec();
@@ -72,6 +73,8 @@ Answer v2_infer(Service& service, Call& call) {
   if (!json_length) return tl::unexpected(json_length.error());
   auto parsed = parse_infer_request(call.request.body, *json_length, spec, service.config().limits);
   if (!parsed) return tl::unexpected(parsed.error());
+  // As /predict's parse stage: what reading the tensors cost, JSON or binary.
+  service.metrics().observe(metrics::Stage::kParse, spec.name, to_seconds(batching::Clock::now() - start));
   auto encode = [&spec, id = std::move(parsed->id), binary = parsed->binary_output](std::vector<float>&& scores) {
     auto encoded = v2_infer_response(spec, id, scores, binary);
     http::Reply reply = json_reply(200, std::move(encoded.body));

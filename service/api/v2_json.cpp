@@ -132,22 +132,30 @@ std::size_t element_size(std::string_view datatype) {
   return 0;
 }
 
+std::vector<TensorSpec> v2_inputs(const features::ModelSpec& model) {
+  std::vector<TensorSpec> inputs{{"dense", "FP32", {-1, static_cast<std::int64_t>(model.dense_features().size())}}};
+  for (const auto* f : model.sparse_features()) {
+    inputs.push_back({input_name(*f, "indices"), "INT64", {-1}});
+    inputs.push_back({input_name(*f, "offsets"), "INT64", {-1}});
+  }
+  return inputs;
+}
+
+TensorSpec v2_output() { return {"score", "FP32", {-1}}; }
+
 std::string v2_server_metadata(std::string_view version) {
-  return json{{"name", "numaserve"}, {"version", std::string(version)}, {"extensions", {"binary_tensor_data"}}}.dump();
+  return json{{"name", "numaserve"}, {"version", std::string(version)}, {"extensions", kV2Extensions}}.dump();
 }
 
 std::string v2_model_metadata(const features::ModelSpec& model, const std::vector<std::string>& versions) {
+  auto meta = [](const TensorSpec& t) { return json{{"name", t.name}, {"datatype", t.datatype}, {"shape", t.shape}}; };
   json inputs = json::array();
-  inputs.push_back(tensor_meta("dense", "FP32", {-1, model.dense_features().size()}));
-  for (const auto* f : model.sparse_features()) {
-    inputs.push_back(tensor_meta(input_name(*f, "indices"), "INT64", {-1}));
-    inputs.push_back(tensor_meta(input_name(*f, "offsets"), "INT64", {-1}));
-  }
+  for (const auto& t : v2_inputs(model)) inputs.push_back(meta(t));
   return json{{"name", model.name},
               {"versions", versions.empty() ? std::vector<std::string>{model.version} : versions},
-              {"platform", "pytorch_torchscript"},
+              {"platform", kV2Platform},
               {"inputs", inputs},
-              {"outputs", {tensor_meta("score", "FP32", {-1})}}}
+              {"outputs", {meta(v2_output())}}}
       .dump();
 }
 

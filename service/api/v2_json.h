@@ -53,6 +53,19 @@ struct InferRequest {
   bool binary_output = false;  // the scores as raw bytes after the JSON (Triton's binary tensor data)
 };
 
+// A tensor as the model's metadata describes it (-1: any size).
+struct TensorSpec {
+  std::string name;
+  std::string datatype;
+  std::vector<std::int64_t> shape;
+};
+std::vector<TensorSpec> v2_inputs(const features::ModelSpec& model);
+TensorSpec v2_output();  // score FP32 [-1]
+
+inline constexpr const char* kV2Platform = "pytorch_torchscript";  // a model's metadata's platform
+// The extensions a server's metadata names.
+inline const std::vector<std::string> kV2Extensions = {"binary_tensor_data"};
+
 std::string v2_server_metadata(std::string_view version);
 // `versions`: every version of the model served now (the model's own when empty).
 std::string v2_model_metadata(const features::ModelSpec& model, const std::vector<std::string>& versions = {});

@@ -42,8 +42,10 @@ Batcher::Batcher(BatcherConfig config, ForwardFn forward) : config_(config), for
 
 Batcher::~Batcher() = default;
 
-Status Batcher::admit(std::size_t worker) const {
+Status Batcher::admit(std::size_t worker, Clock::time_point deadline) const {
   const Worker& w = *workers_[worker];
+  const auto now = Clock::now();
+  if (deadline <= now) return make_error(Error::Code::kDeadlineExceeded, "deadline exceeded before the request was queued");
   const std::size_t depth = w.depth.load(std::memory_order_relaxed);
   if (depth >= config_.queue_capacity) {
     return make_error(Error::Code::kUnavailable, "queue full: " + std::to_string(depth) +
@@ -52,7 +54,7 @@ Status Batcher::admit(std::size_t worker) const {
   if (depth == 0) return {};
   std::lock_guard lock(w.mutex);
   if (w.queue.empty()) return {};
-  const auto waited = Clock::now() - w.queue.front().submitted;
+  const auto waited = now - w.queue.front().submitted;
   if (waited > config_.max_queue_delay) {
     return make_error(Error::Code::kUnavailable, "overloaded: the oldest request of worker " + std::to_string(worker) +
                                                      " has waited " + millis(waited) + ", longer than the limit of " +
@@ -67,6 +69,11 @@ Status Batcher::admit(std::size_t worker) const {
                                                      std::to_string(w.queued_rows) + " rows queued, about " +
                                                      millis(ahead) + " of forwards, more than the limit of " +
                                                      millis(config_.max_queue_delay));
+  }
+  if (deadline != Clock::time_point::max() && now + ahead > deadline) {
+    return make_error(Error::Code::kDeadlineExceeded, "deadline exceeded: worker " + std::to_string(worker) + " has about " +
+                                                          millis(ahead) + " of forwards queued, more than the " +
+                                                          millis(deadline - now) + " left");
   }
   return {};
 }
@@ -174,6 +181,19 @@ Turn Batcher::run_turn(std::size_t worker) {
   }
   if (jobs.empty() && !turn.wake_at) stolen = steal(worker, now, jobs, aged);
 
+  // A request past its caller's deadline is refused, not run: its answer
+  // would come when nobody waits for it any more.
+  for (auto it = jobs.begin(); it != jobs.end();) {
+    if (it->job.deadline > now) {
+      ++it;
+      continue;
+    }
+    const auto waited = now - it->submitted;
+    it->job.done(Outcome{make_error(Error::Code::kDeadlineExceeded,
+                                    "deadline exceeded after " + millis(waited) + " in the queue; not run"),
+                         Timing{to_seconds(waited), 0, 0, 0}});
+    it = jobs.erase(it);
+  }
   for (auto& q : aged) {
     const auto waited = now - q.submitted;
     q.job.done(Outcome{make_error(Error::Code::kUnavailable, "overloaded: waited " + millis(waited) +

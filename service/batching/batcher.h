@@ -58,6 +58,9 @@ struct Outcome {
 struct Job {
   std::size_t model = 0;  // an index the caller defines
   features::Batch batch;
+  // The caller's deadline (a gRPC call's): past it the job is refused
+  // (kDeadlineExceeded), not run.
+  Clock::time_point deadline = Clock::time_point::max();
   // Called once, on the thread of the worker that ran (or refused) it.
   std::function<void(Outcome&&)> done;
 };
@@ -93,8 +96,9 @@ class Batcher {
   // On `worker`'s thread, before the request is parsed, so an overloaded
   // worker refuses at the cost of a check: kUnavailable when its queue is
   // full, its oldest request waited longer than max_queue_delay, or the
-  // rows queued would take longer than that to run (at its recent speed).
-  Status admit(std::size_t worker) const;
+  // rows queued would take longer than that to run (at its recent speed);
+  // kDeadlineExceeded when they would take longer than `deadline` leaves.
+  Status admit(std::size_t worker, Clock::time_point deadline = Clock::time_point::max()) const;
   // On `worker`'s thread, after admit().
   void submit(std::size_t worker, Job job);
   // On `worker`'s thread, once per turn of its loop: refuses what aged out

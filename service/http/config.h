@@ -13,6 +13,10 @@ struct ServerConfig {
   // A second listener for operators (metrics, placement, probes), on the same
   // workers; its requests say so (Request::admin). -1: none; 0: any free port.
   int admin_port = -1;
+  // A listener for gRPC (HTTP/2 without TLS, as a cluster's gRPC clients and
+  // Kubernetes' gRPC probes speak it), on the same workers; its calls say so
+  // (Request::protocol). -1: none; 0: any free port.
+  int grpc_port = -1;
   std::size_t workers = 1;  // pinned threads, each with its own event loop
   // Open connections; beyond it a new one gets 503 and is closed. 0: the
   // file-descriptor limit (raised to its hard limit at start) less a reserve.

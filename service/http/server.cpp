@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -53,12 +54,12 @@ bool out_of_descriptors(const error_code& ec) {
          ec.value() == ENFILE;
 }
 
-// One listening socket; the acceptor thread serves both.
+// One listening socket; the acceptor thread serves them all.
 struct Listener {
-  explicit Listener(asio::io_context& context, bool is_admin) : acceptor(context), retry(context), admin(is_admin) {}
+  Listener(asio::io_context& context, PortKind k) : acceptor(context), retry(context), kind(k) {}
   tcp::acceptor acceptor;
   asio::steady_timer retry;
-  const bool admin;
+  const PortKind kind;
   int port = -1;
 };
 
@@ -69,8 +70,8 @@ struct Server::Impl : ServerState {
   std::mutex stop_mutex;
   bool stopped = false;
   asio::io_context accept_context{1};
-  Listener main{accept_context, false};
-  std::optional<Listener> admin;
+  Listener main{accept_context, PortKind::kMain};
+  std::optional<Listener> admin, grpc;
   std::thread accept_thread;
 
   Status listen(Listener& listener, int port);
@@ -132,8 +133,8 @@ void Server::Impl::accepted(Listener& listener, Worker& worker, tcp::socket sock
   } else {
     refused.fetch_add(1, std::memory_order_relaxed);
   }
-  asio::post(worker.context, [&worker, counted, admin = listener.admin, socket = std::move(socket)]() mutable {
-    worker.adopt(std::move(socket), counted, admin);
+  asio::post(worker.context, [&worker, counted, kind = listener.kind, socket = std::move(socket)]() mutable {
+    worker.adopt(std::move(socket), counted, kind);
   });
 }
 
@@ -210,9 +211,10 @@ Status Server::start(Handler& handler) {
   s.handler = &handler;
   s.max_connections = connection_limit(c.max_connections);
   if (auto listening = s.listen(s.main, c.port); !listening) return listening;
-  if (c.admin_port >= 0) {
-    s.admin.emplace(s.accept_context, true);
-    if (auto listening = s.listen(*s.admin, c.admin_port); !listening) return listening;
+  for (auto [port, listener, kind] : {std::tuple{c.admin_port, &s.admin, PortKind::kAdmin}, std::tuple{c.grpc_port, &s.grpc, PortKind::kGrpc}}) {
+    if (port < 0) continue;
+    listener->emplace(s.accept_context, kind);
+    if (auto listening = s.listen(**listener, port); !listening) return listening;
   }
 
   for (std::size_t i = 0; i < std::max<std::size_t>(c.workers, 1); ++i) {
@@ -221,6 +223,7 @@ Status Server::start(Handler& handler) {
   for (auto& worker : s.workers) worker->thread = std::thread([w = worker.get()] { w->run(); });
   s.accept_next(s.main);
   if (s.admin) s.accept_next(*s.admin);
+  if (s.grpc) s.accept_next(*s.grpc);
   s.accept_thread = std::thread([&s] {
     pthread_setname_np(pthread_self(), "ns-accept");
     s.accept_context.run();
@@ -231,6 +234,8 @@ Status Server::start(Handler& handler) {
 int Server::port() const { return impl_->main.port; }
 
 int Server::admin_port() const { return impl_->admin ? impl_->admin->port : -1; }
+
+int Server::grpc_port() const { return impl_->grpc ? impl_->grpc->port : -1; }
 
 std::size_t Server::max_connections() const { return impl_->max_connections; }
 
@@ -250,6 +255,7 @@ void Server::stop(Clock::time_point cut_at) {
   asio::post(s.accept_context, [&s] {
     s.close_listener(s.main);
     if (s.admin) s.close_listener(*s.admin);
+    if (s.grpc) s.close_listener(*s.grpc);
   });
   s.accept_thread.join();
   // After the acceptor's last hand-over: each worker sees its new

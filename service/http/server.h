@@ -1,5 +1,6 @@
 #pragma once
-// The service's HTTP/1.1 transport: one event loop per inference worker, run
+// The service's HTTP transport — HTTP/1.1, and gRPC over HTTP/2 on its own
+// port (http2_connection.h) — one event loop per inference worker, run
 // by that worker's own pinned thread (worker.h), which reads each request
 // and runs it to completion on its core. No thread per connection, no
 // hand-off between an I/O thread and a compute thread. http/ is the
@@ -56,6 +57,7 @@ class Server {
   Status start(Handler& handler);
   int port() const;
   int admin_port() const;  // -1 without an admin listener
+  int grpc_port() const;   // -1 without a gRPC listener
   std::size_t max_connections() const;  // the limit in force, after start()
 
   // Wakes `worker` for a turn; any thread.

@@ -9,7 +9,8 @@
 
 #include <boost/asio/executor_work_guard.hpp>
 
-#include "http/connection.h"
+#include "http/http1_connection.h"
+#include "http/http2_connection.h"
 #include "numaserve/common/duration.h"
 #include "numaserve/common/log.h"
 
@@ -25,7 +26,7 @@ using Clock = std::chrono::steady_clock;
 constexpr std::size_t kHandlersPerTurn = 1024;
 
 // The worker whose thread this is: a reply sent on it is written at once
-// instead of posted (Connection::send).
+// instead of posted (a ReplySink's send).
 thread_local const Worker* current_worker = nullptr;
 
 }  // namespace
@@ -90,8 +91,13 @@ void Worker::sweep(Clock::duration period) {
   });
 }
 
-void Worker::adopt(asio::ip::tcp::socket socket, bool counted, bool admin) {
-  auto connection = std::make_shared<Connection>(*this, std::move(socket), counted, admin);
+void Worker::adopt(asio::ip::tcp::socket socket, bool counted, PortKind port) {
+  std::shared_ptr<Connection> connection;
+  if (port == PortKind::kGrpc) {
+    connection = std::make_shared<Http2Connection>(*this, std::move(socket), counted);
+  } else {
+    connection = std::make_shared<Http1Connection>(*this, std::move(socket), counted, port == PortKind::kAdmin);
+  }
   if (!counted) {
     connection->refuse("too many connections: the limit is " + std::to_string(server.max_connections));
     return;
@@ -114,7 +120,7 @@ void Worker::drain() {
 void Worker::cut() {
   std::map<std::string, std::size_t> by_phase;
   each_connection([&by_phase](Connection& c) {
-    if (c.mid_request()) ++by_phase[to_string(c.phase())];
+    if (c.mid_request()) ++by_phase[c.state()];
     c.close();
   });
   std::size_t total = 0;

@@ -1,6 +1,6 @@
 #pragma once
 // One worker: a pinned thread running its own event loop. It owns the
-// connections the acceptor hands it and runs each request it reads to
+// connections the acceptor hands it (HTTP/1.1, and HTTP/2 on the gRPC port) and runs each request it reads to
 // completion on its core: the application (Handler) gets the whole request
 // on the worker's thread, and after every round of network events it gets
 // a turn (Handler::on_turn) to run what the round gathered — one forward
@@ -31,6 +31,10 @@ namespace numaserve::http {
 
 class Connection;
 class Worker;
+
+// Which listener a connection came from: what it speaks, and whether its
+// requests are the admin port's (Request::admin).
+enum class PortKind { kMain, kAdmin, kGrpc };
 
 // Counters have one writer, their worker's thread: a plain load and store
 // instead of a locked read-modify-write on the hot path.
@@ -69,7 +73,7 @@ class Worker {
   Worker(ServerState& shared, std::size_t i) : server(shared), index(i) {}
 
   void run();  // the thread's body, until the drain has closed every connection
-  void adopt(boost::asio::ip::tcp::socket socket, bool counted, bool admin);
+  void adopt(boost::asio::ip::tcp::socket socket, bool counted, PortKind port);
   void drain();
   void wake() {
     boost::asio::post(context, [] {});

@@ -233,6 +233,11 @@ void Metrics::count_request(const std::string& route, int status) {
   ++requests_[{route, status}];
 }
 
+void Metrics::count_grpc_call(const std::string& method, const std::string& code) {
+  std::lock_guard lock(requests_mutex_);
+  ++grpc_calls_[{method, code}];
+}
+
 void Metrics::count_version(const std::string& model, const std::string& version) {
   std::lock_guard lock(requests_mutex_);
   ++version_requests_[{model, version}];
@@ -255,6 +260,13 @@ std::string Metrics::render(const Gauges& gauges) const {
     std::lock_guard lock(requests_mutex_);
     for (const auto& [key, count] : requests_) {
       w.sample("numaserve_requests_total", count, prometheus::label("route", key.first) + "," + prometheus::label("code", std::to_string(key.second)));
+    }
+  }
+  w.family("numaserve_grpc_requests_total", "counter", "gRPC calls answered, by method and status code.");
+  {
+    std::lock_guard lock(requests_mutex_);
+    for (const auto& [key, count] : grpc_calls_) {
+      w.sample("numaserve_grpc_requests_total", count, prometheus::label("method", key.first) + "," + prometheus::label("code", key.second));
     }
   }
   w.family("numaserve_stage_seconds", "histogram",

@@ -95,6 +95,9 @@ class Metrics {
   void add_model(const std::string& model);
 
   void count_request(const std::string& route, int status);
+  // A gRPC call answered: its method ("/numaserve.v1.Ranking/Predict") and
+  // status ("OK", "INVALID_ARGUMENT", ...).
+  void count_grpc_call(const std::string& method, const std::string& code);
   // A reply scored by `version` of `model`.
   void count_version(const std::string& model, const std::string& version);
   // `model` must be one given to the constructor or add_model; others are dropped.
@@ -113,6 +116,7 @@ class Metrics {
  private:
   mutable std::mutex requests_mutex_;
   std::map<std::pair<std::string, int>, std::uint64_t> requests_;
+  std::map<std::pair<std::string, std::string>, std::uint64_t> grpc_calls_;  // under requests_mutex_
   std::map<std::pair<std::string, std::string>, std::uint64_t> version_requests_;  // under requests_mutex_
   // Per model: a histogram per stage, the load and warm-up times. Added,
   // never removed, so the workers look theirs up without a lock.

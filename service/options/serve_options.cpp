@@ -125,7 +125,12 @@ std::vector<OptionSpec> transport_options(http::ServerConfig& h) {
                   "Port for /metrics and /placement (and the probes, also on --port), which --port then no longer "
                   "serves; 0 picks a free one (logged); none: all on --port",
                   h.admin_port, true),
-      quantity_option("max_body_bytes", "Largest request body, chunked or not (413 beyond)", h.max_body_bytes),
+      port_option("grpc_port",
+                  "Port for gRPC (HTTP/2 without TLS): numaserve.v1.Ranking, KServe v2's GRPCInferenceService and "
+                  "grpc.health.v1.Health, on the same workers; 0 picks a free one (logged); none: no gRPC",
+                  h.grpc_port, true),
+      quantity_option("max_body_bytes", "Largest request body, chunked or not (413 beyond), and gRPC request message "
+                      "(RESOURCE_EXHAUSTED beyond)", h.max_body_bytes),
       quantity_option("max_header_bytes", "Largest request line and header (431 beyond)", h.max_header_bytes),
       count_option("max_connections", "N",
                    "Open connections before a new one gets 503 and is closed; 0: the file-descriptor limit less 256",

@@ -156,6 +156,7 @@ Status start_serving(const ServeOptions& o, http::Server& server, api::Router& r
   log(LogLevel::kInfo, "listening (live, not ready until warm)",
       {{"address", o.http.host}, {"port", std::to_string(server.port())},
        {"admin_port", server.admin_port() < 0 ? "none" : std::to_string(server.admin_port())},
+       {"grpc_port", server.grpc_port() < 0 ? "none" : std::to_string(server.grpc_port())},
        {"max_connections", std::to_string(server.max_connections())}});
   return {};
 }
@@ -289,7 +290,9 @@ int serve(const ServeOptions& o, const std::string& version, const Runtime& runt
 
 int supervise(const ServeOptions& o, std::vector<std::string> command) {
   configure_logging("supervisor", o.log.level, o.log.format);
-  if (o.http.port == 0) return fail("--port 0 cannot be shared by replicas: give a port");
+  if (o.http.port == 0 || o.http.admin_port == 0 || o.http.grpc_port == 0) {
+    return fail("port 0 cannot be shared by replicas: give --port, --admin-port and --grpc-port a port each");
+  }
   auto machine = read_machine();
   if (!machine) return fail(machine.error().message);
   auto slots = supervisor::plan_replicas(machine->placement, machine->topology, o.replicas);

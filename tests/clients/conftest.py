@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -91,6 +92,43 @@ def serve(binary):
     yield start
     for server in started:
         server.stop()
+
+
+def v2_inputs(metadata, tensors):
+    """The tensors `extract` printed as name -> numpy array, in the metadata's input order."""
+    out = {}
+    bags = iter(tensors["bags"])
+    for spec in metadata["inputs"]:
+        if spec["name"] == "dense":
+            out["dense"] = np.array(tensors["dense"], dtype=np.float32).reshape(tensors["rows"], tensors["dense_width"])
+        elif spec["name"].endswith("_indices"):
+            bag = next(bags)
+            out[spec["name"]] = np.array(bag["indices"], dtype=np.int64)
+            out[spec["name"][:-len("_indices")] + "_offsets"] = np.array(bag["offsets"], dtype=np.int64)
+    return out
+
+
+def kserve_inputs(metadata, tensors, binary_data):
+    """The tensors as KServe's InferInput list, as raw bytes (binary_data) or typed values."""
+    from kserve import InferInput
+    inputs = []
+    for name, array in v2_inputs(metadata, tensors).items():
+        one = InferInput(name, list(array.shape), "FP32" if array.dtype == np.float32 else "INT64")
+        one.set_data_from_numpy(array, binary_data=binary_data)
+        inputs.append(one)
+    return inputs
+
+
+@pytest.fixture(scope="session")
+def stubs(tmp_path_factory):
+    """The repository's ranking.proto and health.proto, compiled for Python."""
+    out = tmp_path_factory.mktemp("stubs")
+    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{ROOT / 'service/api/proto'}",
+                    f"--python_out={out}", f"--grpc_python_out={out}", "ranking.proto", "health.proto"],
+                   check=True, timeout=60)
+    sys.path.insert(0, str(out))
+    import health_pb2, health_pb2_grpc, ranking_pb2, ranking_pb2_grpc  # noqa: E401
+    return ranking_pb2, ranking_pb2_grpc, health_pb2, health_pb2_grpc
 
 
 def extract(binary, model_dir, store, bodies):

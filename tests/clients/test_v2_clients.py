@@ -14,27 +14,13 @@ import pytest
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
-from conftest import extract, store_lines
+from conftest import extract, kserve_inputs, store_lines, v2_inputs
 
 BODIES = [
     {"user": {"id": "u3"}, "context": {"hour": 9, "device": "app"}, "items": [{"id": "i1"}, {"id": "i7"}, {"id": "i12"}]},
     {"user": {"id": "u9"}, "items": [{"id": "i4"}]},
     {"user": {"id": "nobody"}, "items": [{"id": f"i{k}"} for k in range(30)]},
 ]
-
-
-def v2_inputs(metadata, tensors):
-    """name -> numpy array, in the metadata's input order."""
-    out = {}
-    bags = iter(tensors["bags"])
-    for spec in metadata["inputs"]:
-        if spec["name"] == "dense":
-            out["dense"] = np.array(tensors["dense"], dtype=np.float32).reshape(tensors["rows"], tensors["dense_width"])
-        elif spec["name"].endswith("_indices"):
-            bag = next(bags)
-            out[spec["name"]] = np.array(bag["indices"], dtype=np.int64)
-            out[spec["name"][:-len("_indices")] + "_offsets"] = np.array(bag["offsets"], dtype=np.int64)
-    return out
 
 
 @pytest.fixture
@@ -85,7 +71,7 @@ def test_tritons_client(demo, binary, served):
 
 
 def test_kserves_client(demo, binary, served):
-    from kserve import InferInput, InferRequest, InferenceRESTClient, RESTConfig
+    from kserve import InferRequest, InferenceRESTClient, RESTConfig
 
     server, expected = served
 
@@ -99,11 +85,7 @@ def test_kserves_client(demo, binary, served):
             scores = []
             for tensors in extract(binary, demo / "ranker_a", demo / "store.jsonl", BODIES):
                 for binary_data in (False, True):
-                    inputs = []
-                    for name, array in v2_inputs(metadata, tensors).items():
-                        one = InferInput(name, list(array.shape), "FP32" if array.dtype == np.float32 else "INT64")
-                        one.set_data_from_numpy(array, binary_data=binary_data)
-                        inputs.append(one)
+                    inputs = kserve_inputs(metadata, tensors, binary_data)
                     request = InferRequest(model_name="ranker_a", infer_inputs=inputs,
                                            parameters={"binary_data_output": binary_data})
                     reply = await client.infer(server.url, request, model_name="ranker_a")

@@ -5,29 +5,16 @@
 // feature with one offset per row, starting at 0, never falling, never past
 // its indices, and every index inside its table. Bodies with binary tensor
 // data (Triton's extension) as well as JSON ones.
-#include "features/model_spec.h"
-#include "fuzz.h"
-#include "api/v2_json.h"
-#include "numaserve/common/text_file.h"
-
 #include <optional>
+
+#include "api/v2_json.h"
+#include "fixture_spec.h"
+#include "fuzz.h"
 
 using namespace numaserve;
 
-namespace {
-
-const features::ModelSpec& spec() {
-  static const features::ModelSpec model = [] {
-    const std::string file = std::string(NUMASERVE_FIXTURES_DIR) + "/features/model.yaml";
-    return features::parse_model_spec(*read_text_file(file), file).value();
-  }();
-  return model;
-}
-
-}  // namespace
-
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  const auto& model = spec();
+  const auto& model = fuzz::fixture_spec();
   api::RequestLimits limits;
   limits.max_items = 64;
   // An input starting 'B' is a binary tensor data body: its second byte

@@ -58,6 +58,44 @@ seeds("http_framing", [
     ("http10", b"\x05GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET / HTTP/1.0\r\n\r\n"),
 ])
 
+
+
+# gRPC: protobuf by hand (varints and length-delimited fields), so the
+# seeds need no generated code.
+def varint(n):
+    out = b""
+    while True:
+        out += bytes([(n & 0x7F) | (0x80 if n > 0x7F else 0)])
+        n >>= 7
+        if not n:
+            return out
+
+
+def field(number, payload):
+    if isinstance(payload, int):
+        return varint(number << 3) + varint(payload)
+    payload = payload if isinstance(payload, bytes) else payload.encode()
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+hour = field(1, "hour") + field(2, b"\x09" + struct.pack("<d", 9.0))  # a map entry: FeatureValue{number: 9}
+ranking = (field(4, field(1, "u3")) + field(5, hour) + field(6, field(1, "i1")) +
+           field(6, field(1, "i42") + field(2, field(1, "tags") + field(2, field(3, field(1, "t1") + field(1, "t2"))))))
+raw = [struct.pack("<6f", 40, 9.5, 12, 31, 0, 7)]
+tensors = [field(1, "dense") + field(2, "FP32") + field(3, varint(2) + varint(3))]
+for stem, indices, offsets in bags:
+    for part, values in (("indices", indices), ("offsets", offsets)):
+        tensors.append(field(1, f"{stem}_{part}") + field(2, "INT64") + field(3, varint(len(values))))
+        raw.append(struct.pack(f"<{len(values)}q", *values))
+infer_request = field(1, "m") + b"".join(field(5, t) for t in tensors) + b"".join(field(7, r) for r in raw)
+seeds("grpc_messages", [
+    ("framed", b"\x00\x00\x00\x00\x00\x05hello"),
+    ("timeout", b"\x01" + b"250m"),
+    ("status", b"\x02" + "inputs[0]: 100% \u00e9\n".encode()),
+    ("ranking", b"\x03" + ranking),
+    ("infer", b"\x04" + infer_request),
+])
+
 seeds("model_spec", [("tiny_ranker.yaml", (FIXTURES / "features" / "model.yaml").read_bytes())])
 seeds("store_line", [("store.jsonl", (FIXTURES / "features" / "store.jsonl").read_bytes())])
 # Feast's Redis online format (feast_reply.cpp): one HMGET reply, each field a

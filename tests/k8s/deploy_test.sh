@@ -208,7 +208,7 @@ echo "== chart: numaserve.yaml keys are the service's options"
 service_keys=$(sed -n '/service-options:begin/,/service-options:end/p' "$ROOT/docs/reference/options.md" |
   awk -F'`' '/^\| `--/ && $6 != "" {print $6}' | sort)
 schema_keys=$( (node -e 'const s=require(process.argv[1]); console.log(Object.keys(s.properties.config.properties).join("\n"))' \
-  "$CHART/values.schema.json"; printf '%s\n' model_dir model_repository model_control_mode feature_store feature_store_password_file port admin_port shutdown_grace shutdown_idle) | sort)
+  "$CHART/values.schema.json"; printf '%s\n' model_dir model_repository model_control_mode feature_store feature_store_password_file port admin_port grpc_port shutdown_grace shutdown_idle) | sort)
 diff -u <(echo "$service_keys") <(echo "$schema_keys") || fail "values.schema.json config keys differ from the service's options"
 
 echo "== the assertions catch what they must"

@@ -195,3 +195,22 @@ Called with dict "quantity" "field".
 {{- end -}}
 {{- $out -}}
 {{- end -}}
+
+{{/*
+The data ports a Service carries: HTTP, and gRPC (HTTP/2 without TLS:
+appProtocol kubernetes.io/h2c) when service.grpcPort is set. The main
+Service, each class's, and the operator's pool all list these.
+*/}}
+{{- define "numaserve.dataPorts" -}}
+- name: http
+  port: {{ .Values.service.port }}
+  targetPort: http
+  protocol: TCP
+{{- if .Values.service.grpcPort }}
+- name: grpc
+  port: {{ .Values.service.grpcPort }}
+  targetPort: grpc
+  protocol: TCP
+  appProtocol: kubernetes.io/h2c
+{{- end }}
+{{- end }}

@@ -101,6 +101,11 @@ spec:
         - name: admin
           containerPort: {{ $root.Values.service.adminPort }}
           protocol: TCP
+        {{- with $root.Values.service.grpcPort }}
+        - name: grpc
+          containerPort: {{ . }}
+          protocol: TCP
+        {{- end }}
       resources:
         {{- include "numaserve.resources" $class | nindent 8 }}
       securityContext:

@@ -38,8 +38,8 @@ struct Seen {
   std::optional<Outcome> outcome;
 };
 
-Job job(std::size_t model, features::Batch batch, Seen& seen) {
-  return Job{model, std::move(batch), [&seen](Outcome&& o) { seen.outcome = std::move(o); }};
+Job job(std::size_t model, features::Batch batch, Seen& seen, Clock::time_point deadline = Clock::time_point::max()) {
+  return Job{model, std::move(batch), deadline, [&seen](Outcome&& o) { seen.outcome = std::move(o); }};
 }
 
 BatcherConfig config(std::size_t workers = 1) {
@@ -170,6 +170,32 @@ TEST(Batcher, RowsThatWouldOutlastTheQueueDelayAreRefusedAtOnce) {
   const auto refused = b.admit(0);  // ~35 ms ahead: more than it may wait
   ASSERT_FALSE(refused.has_value());
   EXPECT_NE(refused.error().message.find("35 rows queued"), std::string::npos) << refused.error().message;
+}
+
+// A caller's deadline (a gRPC call's): a request queued past it is refused
+// as exceeded and never run, while the rest of its batch runs; admission
+// refuses at once what the queue ahead would outlast, or a deadline gone.
+TEST(Batcher, RequestsPastTheirCallersDeadlineAreRefusedNotRun) {
+  Forwards f;
+  Batcher b(config(), doubling(f));
+  Seen late, on_time;
+  const auto now = Clock::now();
+  b.submit(0, job(0, rows({1}), late, now + std::chrono::milliseconds(5)));
+  b.submit(0, job(0, rows({2}), on_time, now + std::chrono::seconds(60)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  b.run_turn(0);
+  ASSERT_TRUE(late.outcome && on_time.outcome);
+  ASSERT_FALSE(late.outcome->scores.has_value());
+  EXPECT_EQ(late.outcome->scores.error().code, Error::Code::kDeadlineExceeded);
+  ASSERT_TRUE(on_time.outcome->scores.has_value());
+  EXPECT_EQ(*on_time.outcome->scores, std::vector<float>{4});
+  ASSERT_EQ(f.calls.size(), 1u);
+  EXPECT_EQ(f.calls[0].first, 1u);  // the late request's row never reached the forward
+
+  const auto gone = b.admit(0, Clock::now() - std::chrono::milliseconds(1));
+  ASSERT_FALSE(gone.has_value());
+  EXPECT_EQ(gone.error().code, Error::Code::kDeadlineExceeded);
+  EXPECT_TRUE(b.admit(0, Clock::now() + std::chrono::seconds(1)).has_value());
 }
 
 TEST(Batcher, ABatchDelayWaitsForMoreUntilItsDeadline) {

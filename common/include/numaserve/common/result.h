@@ -18,6 +18,7 @@ struct Error {
     kIo,               // the OS refused a read
     kUnavailable,      // the facility exists but cannot be used here, or not now
     kNotAllowed,       // it exists, but not in this form (an HTTP method a route does not take)
+    kDeadlineExceeded,  // the caller's deadline passed before the work could be done
     kInternal,         // a library call failed in a way we did not expect
   };
 

@@ -1,0 +1,57 @@
+#pragma once
+// What the load generator's loops (HTTP's, gRPC's) record, in the measured
+// window only: a status per request (HTTP's; a gRPC call's OK is 200) and
+// its latency from when it was due. Private to loadgen/.
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <vector>
+
+#include "loadgen.h"
+
+namespace numaserve::bench {
+
+using Clock = std::chrono::steady_clock;
+
+inline Clock::duration seconds(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+inline double percentile(std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  const auto i = static_cast<std::size_t>(p * static_cast<double>(sorted.size() - 1) + 0.5);
+  return sorted[std::min(i, sorted.size() - 1)];
+}
+
+// What both loops record, in the measured window only.
+struct Recorder {
+  Clock::time_point measure_from, end;
+  LoadResult result;
+  std::map<int, std::vector<double>> latencies_ms;  // per status
+
+  void record(Clock::time_point due, Clock::time_point sent, Clock::time_point done, int status) {
+    if (due < measure_from || done > end) return;
+    ++result.statuses[status];
+    (status == 200 ? result.requests : result.errors) += 1;
+    latencies_ms[status].push_back(std::chrono::duration<double, std::milli>(done - due).count());
+    if (sent - due > std::chrono::milliseconds(1)) ++result.late;
+  }
+
+  LoadResult finish(double window_seconds) {
+    result.seconds = window_seconds;
+    result.requests_per_second = static_cast<double>(result.requests) / window_seconds;
+    for (auto& [status, ms] : latencies_ms) {
+      std::sort(ms.begin(), ms.end());
+      result.latencies[status] = {ms.size(), percentile(ms, 0.50), percentile(ms, 0.90), percentile(ms, 0.99), ms.back()};
+    }
+    const Latencies ok = result.latencies.count(200) ? result.latencies[200] : Latencies{};
+    result.p50_ms = ok.p50_ms;
+    result.p90_ms = ok.p90_ms;
+    result.p99_ms = ok.p99_ms;
+    result.max_ms = ok.max_ms;
+    return result;
+  }
+};
+
+}  // namespace numaserve::bench
