@@ -187,6 +187,32 @@ def test_a_malformed_frame_ends_only_its_connection(served, stubs, bad):
     stops_cleanly(served)
 
 
+def test_the_admin_ports_http2_is_bounded_as_the_grpc_ports(demo, serve, stubs):
+    """The admin port serves HTTP/2 to connections that open with its
+    preface: a malformed frame there ends only that connection, HTTP/1.1
+    clients and gRPC probes go on being served, and an idle HTTP/2
+    connection does not hold up the drain."""
+    _, _, health, health_grpc = stubs
+    server = serve([demo / "ranker_a"], feature_store=demo / "store.jsonl",
+                   args=["--admin-port", "0", "--grpc-port", "0", "--body-timeout", "1", "--header-timeout", "1"])
+    idle = RawClient(server.admin_port)  # its handshake answered: HTTP/2 on the admin port
+    client = RawClient(server.admin_port)
+    client.sock.sendall(frame(DATA, END_STREAM, 0, b"x"))
+    until = time.monotonic() + 10
+    kinds = []
+    while (got := client.read(until)) is not None:
+        kinds.append(got[0])
+    assert GOAWAY in kinds and time.monotonic() < until
+    client.close()
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.admin_port}/metrics", timeout=10) as reply:
+        assert reply.status == 200
+    with grpc.insecure_channel(f"127.0.0.1:{server.admin_port}") as channel:
+        assert health_grpc.HealthStub(channel).Check(health.HealthCheckRequest(), timeout=10).status == \
+            health.HealthCheckResponse.SERVING
+    stops_cleanly(server)
+    idle.close()
+
+
 def stops_cleanly(server):
     """SIGTERM ends it, drained, well within its grace: no connection kept it."""
     start = time.monotonic()
