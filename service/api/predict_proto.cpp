@@ -133,13 +133,20 @@ tl::unexpected<Error> bad(const std::string& field, const std::string& message) 
 
 // A map<string, FeatureValue> as its entries arrive. An entry without a
 // value is refused only if no later entry gives its key one (a later entry
-// replaces an earlier one whole, as protobuf's maps do).
+// replaces an earlier one whole, as protobuf's maps do). Keys past the
+// limit are not kept, only marked: the request is refused at take(), and
+// a message of a million tiny entries costs no more than the limit's.
 struct FeatureMap {
   features::Features values;
   std::vector<std::string> unset;
+  bool overflowed = false;
 
-  void put(std::string key, std::optional<features::FeatureValue> value) {
+  void put(std::string key, std::optional<features::FeatureValue> value, std::size_t limit) {
     const auto was_unset = std::find(unset.begin(), unset.end(), key);
+    if (was_unset == unset.end() && !values.contains(key) && values.size() + unset.size() >= limit) {
+      overflowed = true;
+      return;
+    }
     if (value) {
       if (was_unset != unset.end()) unset.erase(was_unset);
       values.insert_or_assign(std::move(key), std::move(*value));
@@ -151,7 +158,7 @@ struct FeatureMap {
 
   // The features as /predict's JSON would have them, within the same limits.
   Result<features::Features> take(const Where& where, const RequestLimits& limits) {
-    if (values.size() + unset.size() > limits.max_features_per_entity) {
+    if (overflowed || values.size() + unset.size() > limits.max_features_per_entity) {
       return bad(where.str(), "more than " + std::to_string(limits.max_features_per_entity) +
                                   " features; the limit is " + std::to_string(limits.max_features_per_entity));
     }
@@ -327,7 +334,7 @@ class Decoder {
         return field == 1 ? string(f, key) : feature_value(f, fd, value);
       });
     });
-    if (read) map.put(std::move(key), std::move(value));
+    if (read) map.put(std::move(key), std::move(value), limits_.max_features_per_entity);
     return read;
   }
 
@@ -363,11 +370,17 @@ class Decoder {
     });
   }
 
-  // IdList { repeated string ids = 1; }
+  // IdList { repeated string ids = 1; }: kept to one past the limit (the
+  // list is refused then); the rest is read, not kept.
   bool id_list(Cursor& c, int depth, std::vector<std::string>& ids) {
     return nested(c, depth, [&](Cursor inner, int d) {
-      return fields(inner, d, std::array<Wire, 1>{kLength},
-                    [&](std::uint32_t, Cursor& f, int) { return string(f, ids.emplace_back()); });
+      return fields(inner, d, std::array<Wire, 1>{kLength}, [&](std::uint32_t, Cursor& f, int) {
+        if (ids.size() > limits_.max_list_length) {
+          std::string ignored;
+          return string(f, ignored);
+        }
+        return string(f, ids.emplace_back());
+      });
     });
   }
 

@@ -148,5 +148,20 @@ TEST(PredictProto, RefusalsNameTheirFieldAsThePredictJsonOnesDo) {
                  limits);
 }
 
+// Within the body limit a message can hold hundreds of thousands of tiny
+// map entries or ids: refused as over the limits, without keeping them
+// (valueless entries were once looked up one by one in a list: quadratic).
+TEST(PredictProto, MessagesFarPastTheLimitsAreRefusedWithoutKeepingThem) {
+  std::string many_keys, many_unset, many_ids;
+  for (int k = 0; k < 200000; ++k) {
+    many_keys += bytes(5, entry("k" + std::to_string(k), number(1, k)));
+    many_unset += bytes(5, bytes(1, "u" + std::to_string(k)));
+    many_ids += bytes(1, "i");
+  }
+  expect_refused(minimal() + many_keys, "context", "features; the limit is");
+  expect_refused(minimal() + many_unset, "context", "features; the limit is");
+  expect_refused(minimal() + bytes(5, entry("l", bytes(3, many_ids))), "context.l", "ids; the limit is");
+}
+
 }  // namespace
 }  // namespace numaserve::api
