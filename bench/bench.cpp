@@ -29,7 +29,6 @@
 #include "model/model.h"
 #include "numa/numa.h"
 #include "numaserve/common/duration.h"
-#include "numaserve/common/text_file.h"
 #include "requests.h"
 
 namespace numaserve::bench {
@@ -65,6 +64,22 @@ struct StagesOptions {
   double seconds = 5;
 };
 
+// The store file's entities and the model's item cache over them, as a
+// server builds them at start.
+struct LoadedStore {
+  std::unique_ptr<feature_store::Entities> entities;
+  features::ItemCache cache;
+};
+
+Result<LoadedStore> load_store(const std::string& file, const features::ModelSpec& spec) {
+  auto entities = feature_store::Entities::load(file);
+  if (!entities) return tl::unexpected(entities.error());
+  auto cache = features::ItemCache::build(
+      spec, [&](const features::EntityVisitor& visit) { (*entities)->for_each_item(visit); });
+  if (!cache) return tl::unexpected(cache.error());
+  return LoadedStore{std::move(*entities), std::move(*cache)};
+}
+
 // /predict's stages in turn, on the bodies the load generator sends: the
 // median microseconds of each, and the items/s of the whole pipeline. The
 // forward runs between requests as in the server, so the stages pay for
@@ -73,12 +88,9 @@ struct StagesOptions {
 int run_stages(const StagesOptions& o) {
   auto model = numaserve::model::TorchModel::load(o.model_dir);
   if (!model) return fail(model.error().message);
-  auto store = numaserve::feature_store::Entities::load(o.store);
-  if (!store) return fail(store.error().message);
   const auto& spec = (*model)->spec();
-  auto cache = numaserve::features::ItemCache::build(
-      spec, [&](const numaserve::features::EntityVisitor& visit) { (*store)->for_each_item(visit); });
-  if (!cache) return fail(cache.error().message);
+  auto store = load_store(o.store, spec);
+  if (!store) return fail(store.error().message);
   auto set = make_requests(o.store, kLoadBodies, o.items, kLoadSeed);  // what `load` sends
   if (!set) return fail(set.error().message);
   return print(on_pinned_thread(o.cpus, [&]() -> json {
@@ -93,9 +105,9 @@ int run_stages(const StagesOptions& o) {
       auto request = numaserve::api::parse_predict_request(body, limits);
       const auto t1 = Clock::now();
       if (!request) return {{"error", request.error().message}};
-      const auto stored = (*store)->query(request->features, &*cache);
+      const auto stored = store->entities->query(request->features, &store->cache);
       const auto t2 = Clock::now();
-      auto batch = numaserve::features::extract(spec, request->features, stored, &*cache);
+      auto batch = numaserve::features::extract(spec, request->features, stored, &store->cache);
       const auto t3 = Clock::now();
       if (!batch) return {{"error", batch.error().message}};
       auto scores = (*model)->forward(*batch);
@@ -137,21 +149,15 @@ struct LoadOptions {
 // as JSON data or as Triton's binary tensor data, the scores asked back the
 // same way, as tritonclient.http sends them by default.
 Status v2_infer_bodies(LoadOptions& o, RequestSet& set) {
-  const std::string file = o.model_dir + "/model.yaml";
-  auto yaml = read_text_file(file);
-  if (!yaml) return tl::unexpected(yaml.error());
-  auto spec = features::parse_model_spec(*yaml, file);
+  auto spec = features::read_model_spec(o.model_dir);
   if (!spec) return tl::unexpected(spec.error());
-  auto store = feature_store::Entities::load(o.store);
+  auto store = load_store(o.store, *spec);
   if (!store) return tl::unexpected(store.error());
-  auto cache = features::ItemCache::build(
-      *spec, [&](const features::EntityVisitor& visit) { (*store)->for_each_item(visit); });
-  if (!cache) return tl::unexpected(cache.error());
   const bool binary = o.v2_infer == "binary";
   set.bodies.clear();
   for (const auto& request : set.requests) {
-    const auto stored = (*store)->query(request, &*cache);
-    auto batch = features::extract(*spec, request, stored, &*cache);
+    const auto stored = store->entities->query(request, &store->cache);
+    auto batch = features::extract(*spec, request, stored, &store->cache);
     if (!batch) return tl::unexpected(batch.error());
     json inputs = json::array();
     std::string raw;

@@ -9,7 +9,6 @@
 #include "api/predict_json.h"
 #include "api/service.h"
 #include "feature_store/embedded.h"
-#include "numaserve/common/text_file.h"
 
 namespace numaserve::api {
 namespace {
@@ -62,10 +61,7 @@ std::vector<OptionSpec> extract_options(ExtractConfig& c) {
 
 Status run_extract(const ExtractConfig& c, std::istream& in, std::ostream& out) {
   if (c.model_dir.empty()) return make_error(Error::Code::kInvalidArgument, "--model-dir: give a model directory", "model_dir");
-  const std::string file = c.model_dir + "/model.yaml";
-  auto text = read_text_file(file);
-  if (!text) return tl::unexpected(text.error());
-  auto spec = features::parse_model_spec(*text, file);
+  auto spec = features::read_model_spec(c.model_dir);
   if (!spec) return tl::unexpected(spec.error());
   auto entities = c.feature_store.empty() ? feature_store::Entities::parse("", "no store")
                                           : feature_store::Entities::load(c.feature_store);

@@ -2,7 +2,6 @@
 
 #include "feature_store/feast_format.h"
 #include "feature_store/embedded.h"
-#include "numaserve/common/text_file.h"
 #include "redis/redis.h"
 
 namespace numaserve::feature_store {
@@ -13,10 +12,7 @@ constexpr std::size_t kPipeline = 1000;
 Result<std::vector<features::ModelSpec>> read_specs(const LoadConfig& c) {
   std::vector<features::ModelSpec> specs;
   for (const auto& dir : c.model_dirs) {
-    const std::string file = dir + "/model.yaml";
-    auto text = read_text_file(file);
-    if (!text) return tl::unexpected(text.error());
-    auto spec = features::parse_model_spec(*text, file);
+    auto spec = features::read_model_spec(dir);
     if (!spec) return tl::unexpected(spec.error());
     specs.push_back(std::move(*spec));
   }

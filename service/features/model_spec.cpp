@@ -4,6 +4,7 @@
 #include <cmath>
 #include <set>
 
+#include "numaserve/common/text_file.h"
 #include "numaserve/common/yaml_file.h"
 
 namespace numaserve::features {
@@ -295,6 +296,13 @@ Result<ModelSpec> parse_model_spec(const std::string& yaml, const std::string& f
     if (auto s = parse_store_mapping(root["feature_store"], file, model.store); !s) return tl::unexpected(s.error());
   }
   return model;
+}
+
+Result<ModelSpec> read_model_spec(const std::string& model_dir) {
+  const std::string file = model_dir + "/model.yaml";
+  auto text = read_text_file(file);
+  if (!text) return tl::unexpected(text.error());
+  return parse_model_spec(*text, file);
 }
 
 }  // namespace numaserve::features

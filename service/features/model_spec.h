@@ -111,6 +111,8 @@ struct ModelSpec {
 Status same_feature_contract(const ModelSpec& served, const ModelSpec& candidate);
 
 Result<ModelSpec> parse_model_spec(const std::string& yaml, const std::string& file);
+// A model directory's contract: its model.yaml, read and parsed.
+Result<ModelSpec> read_model_spec(const std::string& model_dir);
 
 inline std::string_view to_string(Source source) { return kSourceNames.name(source); }
 

@@ -22,7 +22,6 @@
 #include "model/rows.h"
 #include "numa/huge_pages.h"
 #include "numaserve/common/paced_file.h"
-#include "numaserve/common/text_file.h"
 
 namespace numaserve::model {
 namespace {
@@ -215,10 +214,7 @@ TorchModel::TorchModel(std::filesystem::path dir, features::ModelSpec spec, std:
 TorchModel::~TorchModel() = default;
 
 Result<std::unique_ptr<TorchModel>> TorchModel::load(const std::filesystem::path& dir, const LoadOptions& options) {
-  const auto yaml_path = dir / "model.yaml";
-  auto yaml = read_text_file(yaml_path);
-  if (!yaml) return tl::unexpected(yaml.error());
-  auto spec = features::parse_model_spec(*yaml, yaml_path.string());
+  auto spec = features::read_model_spec(dir.string());
   if (!spec) return tl::unexpected(spec.error());
   if (!options.version.empty()) spec->version = options.version;
 

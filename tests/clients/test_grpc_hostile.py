@@ -85,6 +85,15 @@ class RawClient:
     def close(self):
         self.sock.close()
 
+    def told_why_and_closed(self, seconds=10):
+        """Whether the server sent GOAWAY and closed the connection within `seconds`; then closed here too."""
+        until = time.monotonic() + seconds
+        kinds = []
+        while (got := self.read(until)) is not None:
+            kinds.append(got[0])
+        self.close()
+        return GOAWAY in kinds and time.monotonic() < until
+
 
 @pytest.fixture
 def served(demo, serve):
@@ -132,12 +141,7 @@ def test_a_flood_of_streams_on_one_connection(served, stubs):
     client = RawClient(served.grpc_port)
     message = predict_message(pb).SerializeToString()
     client.sock.sendall(b"".join(call_frames(s, b"/numaserve.v1.Ranking/Predict", message) for s in range(1, 2000, 2)))
-    until = time.monotonic() + 10
-    kinds = []
-    while (got := client.read(until)) is not None:
-        kinds.append(got[0])
-    assert GOAWAY in kinds and time.monotonic() < until
-    client.close()
+    assert client.told_why_and_closed()
     another_client_is_served(served, pb, pb_grpc)
     stops_cleanly(served)
 
@@ -171,12 +175,7 @@ def test_a_malformed_frame_ends_only_its_connection(served, stubs, bad):
     pb, pb_grpc, _, _ = stubs
     client = RawClient(served.grpc_port)
     client.sock.sendall(bad)
-    until = time.monotonic() + 10
-    kinds = []
-    while (got := client.read(until)) is not None:
-        kinds.append(got[0])
-    assert GOAWAY in kinds and time.monotonic() < until  # told why, then closed
-    client.close()
+    assert client.told_why_and_closed()
     # Not HTTP/2 at all: closed as well.
     with socket.create_connection(("127.0.0.1", served.grpc_port), timeout=10) as raw:
         raw.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
@@ -198,12 +197,7 @@ def test_the_admin_ports_http2_is_bounded_as_the_grpc_ports(demo, serve, stubs):
     idle = RawClient(server.admin_port)  # its handshake answered: HTTP/2 on the admin port
     client = RawClient(server.admin_port)
     client.sock.sendall(frame(DATA, END_STREAM, 0, b"x"))
-    until = time.monotonic() + 10
-    kinds = []
-    while (got := client.read(until)) is not None:
-        kinds.append(got[0])
-    assert GOAWAY in kinds and time.monotonic() < until
-    client.close()
+    assert client.told_why_and_closed()
     with urllib.request.urlopen(f"http://127.0.0.1:{server.admin_port}/metrics", timeout=10) as reply:
         assert reply.status == 200
     with grpc.insecure_channel(f"127.0.0.1:{server.admin_port}") as channel:
