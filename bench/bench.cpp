@@ -23,6 +23,7 @@
 #include "api/predict_json.h"
 #include "api/v2_json.h"
 #include "feature_store/embedded.h"
+#include "bags.h"
 #include "forward.h"
 #include "loadgen.h"
 #include "measure.h"
@@ -193,10 +194,12 @@ Status v2_infer_bodies(LoadOptions& o, RequestSet& set) {
 struct BodiesOptions {
   std::string store;
   std::size_t items = 200;
+  std::size_t requests = kLoadBodies;
+  std::uint64_t seed = kLoadSeed;
 };
 
 int run_bodies(const BodiesOptions& o) {
-  auto set = make_requests(o.store, kLoadBodies, o.items, kLoadSeed);
+  auto set = make_requests(o.store, o.requests, o.items, o.seed);
   if (!set) return fail(set.error().message);
   for (const auto& body : set->bodies) std::cout << body << "\n";
   return 0;
@@ -289,6 +292,8 @@ CLI::App* add_forward(CLI::App& app, ForwardOptions& f) {
       ->capture_default_str();
   forward->add_flag("--bag-reuse-both", f.bag_reuse_both,
                     "Also run the optimized forward pooling every bag, even one repeating the row before's ids");
+  forward->add_flag("--bf16-beside", f.bf16_beside,
+                    "Also run the optimized forward in bf16 (where the CPU has bf16 instructions; else says why not)");
 
   return forward;
 }
@@ -340,8 +345,21 @@ CLI::App* add_bodies(CLI::App& app, BodiesOptions& b) {
   auto* bodies = app.add_subcommand("bodies", "Print the /predict bodies `load` sends, one per line");
   bodies->add_option("--feature-store", b.store, "Where request ids come from")->required();
   bodies->add_option("--items", b.items)->capture_default_str();
+  bodies->add_option("--requests", b.requests, "How many (the first are the ones `load` sends)")->capture_default_str();
+  bodies->add_option("--seed", b.seed, "Another seed: other requests")->capture_default_str();
 
   return bodies;
+}
+
+CLI::App* add_bags(CLI::App& app, BagsOptions& o) {
+  auto* bags = app.add_subcommand("bags", "The embedding-bag kernel on a float table and its bf16 copy, every path");
+  bags->add_option("--cpus", o.cpus, "Pin to these CPUs (list form)");
+  bags->add_option("--table-mb", o.table_mb, "The float table's size (the bf16 copy is half)")->capture_default_str();
+  bags->add_option("--dim", o.dim)->capture_default_str();
+  bags->add_option("--bags", o.bags, "Bags per call (a request's rows)")->capture_default_str();
+  bags->add_option("--ids", o.ids, "Ids per bag in the second run (the first has one)")->capture_default_str();
+  bags->add_option("--seconds", o.seconds, "For each bag size, shared by every side")->capture_default_str();
+  return bags;
 }
 
 }  // namespace
@@ -356,11 +374,13 @@ int main(int argc, char** argv) {
   SgemmOptions g;
   StagesOptions st;
   BodiesOptions b;
+  BagsOptions bg;
   CLI::App* forward = add_forward(app, f);
   add_load(app, l);  // what runs when no other subcommand did
   CLI::App* sgemm = add_sgemm(app, g);
   CLI::App* stages = add_stages(app, st);
   CLI::App* bodies = add_bodies(app, b);
+  CLI::App* bags = add_bags(app, bg);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -370,6 +390,7 @@ int main(int argc, char** argv) {
   if (sgemm->parsed()) return run_sgemm(g);
   if (stages->parsed()) return run_stages(st);
   if (bodies->parsed()) return run_bodies(b);
+  if (bags->parsed()) return run_bags(bg);
   return run_load(l);
 }
 

@@ -27,6 +27,7 @@ using nlohmann::json;
 struct ForwardSide {
   bool optimized = true;
   bool bag_reuse = true;
+  bool bf16 = false;
   std::shared_ptr<model::TorchModel> model;
   std::vector<double> ms;
   double seconds = 0;
@@ -51,12 +52,22 @@ Result<std::vector<ForwardSide>> load_sides(const ForwardOptions& o) {
     load.huge_pages = o.huge_pages;
     auto loaded = model::TorchModel::load(o.model_dir, load);
     if (!loaded) return tl::unexpected(loaded.error());
-    sides.push_back({optimized, true, std::move(*loaded), {}, 0});
+    sides.push_back({optimized, true, false, std::move(*loaded), {}, 0});
   }
   // The same model, its weights at the same addresses: random gathers of
   // another copy of the tables may meet other pages (huge or not).
-  if (o.bag_reuse_both && sides.front().optimized) sides.push_back({true, false, sides.front().model, {}, 0});
+  if (o.bag_reuse_both && sides.front().optimized) sides.push_back({true, false, false, sides.front().model, {}, 0});
   return sides;
+}
+
+// The bf16 side, or why there is none (a CPU without bf16 instructions).
+Result<ForwardSide> load_bf16_side(const ForwardOptions& o) {
+  model::LoadOptions load;
+  load.huge_pages = o.huge_pages;
+  load.precision = features::Precision::kBf16;
+  auto loaded = model::TorchModel::load(o.model_dir, load);
+  if (!loaded) return tl::unexpected(loaded.error());
+  return ForwardSide{true, true, true, std::move(*loaded), {}, 0};
 }
 
 // A call joins `requests` requests of `per_request` items, as a worker
@@ -145,6 +156,8 @@ json side_stats(ForwardSide& side, std::size_t items_per_call, double roofline_i
   const double items_per_s = static_cast<double>(ms.size() * items_per_call) / side.seconds;
   json out = {{"graph_optimizations", side.optimized ? "on" : "off"},
               {"graph", side.model->graph_report().state},
+              {"precision", side.model->precision().served},
+              {"weight_bytes", side.model->weight_bytes()},
               {"calls", ms.size()},
               {"seconds", side.seconds},
               {"calls_per_s", static_cast<double>(ms.size()) / side.seconds},
@@ -200,10 +213,16 @@ json measure_sides(const ForwardOptions& o, const ForwardInput& in, std::vector<
   if (!line.is_null()) out["roofline"] = line;
   out["rows_share"] = o.rows_share;
   for (std::size_t i = 1; i < sides.size(); ++i) {
-    const char* name = sides[i].optimized ? "no_bag_reuse" : "off";
+    const char* name = sides[i].bf16 ? "bf16" : sides[i].optimized ? "no_bag_reuse" : "off";
     out[name] = side_stats(sides[i], in.items_per_call, roofline_items_per_s);
     const double ratio = out["items_per_s"].get<double>() / out[name]["items_per_s"].get<double>();
-    out[sides[i].optimized ? "bag_reuse_speedup" : "speedup"] = ratio;
+    // bf16 over fp32; fp32 over each other side.
+    out[sides[i].bf16 ? "bf16_speedup" : sides[i].optimized ? "bag_reuse_speedup" : "speedup"] = sides[i].bf16 ? 1 / ratio : ratio;
+  }
+  if (const auto bf16 = std::find_if(sides.begin(), sides.end(), [](const ForwardSide& s) { return s.bf16; }); bf16 != sides.end()) {
+    const auto p = bf16->model->precision();
+    out["bf16"]["instructions"] = p.instructions;
+    out["bf16"]["max_drift_random_rows"] = p.max_drift;
   }
   model::set_bag_reuse(true);
   return out;
@@ -217,9 +236,22 @@ int run_forward(const ForwardOptions& o) {
   }
   auto sides = load_sides(o);
   if (!sides) return fail(sides.error().message);
+  std::string no_bf16;
+  if (o.bf16_beside) {
+    auto side = load_bf16_side(o);
+    if (side) {
+      sides->push_back(std::move(*side));
+    } else {
+      no_bf16 = side.error().message;
+    }
+  }
   auto in = forward_input(o, sides->front().model->spec());
   if (!in) return fail(in.error().message);
-  return print(on_pinned_thread(o.cpus, [&]() -> json { return measure_sides(o, *in, *sides); }));
+  return print(on_pinned_thread(o.cpus, [&]() -> json {
+    json out = measure_sides(o, *in, *sides);
+    if (!no_bf16.empty()) out["bf16_error"] = no_bf16;
+    return out;
+  }));
 }
 
 }  // namespace numaserve::bench

@@ -26,6 +26,7 @@ struct ForwardOptions {
   std::size_t join = 1;  // requests of --items items joined into one call
   bool huge_pages = true;  // LoadOptions::huge_pages
   bool bag_reuse_both = false;  // also the optimized forward pooling every bag (model::set_bag_reuse)
+  bool bf16_beside = false;     // also the optimized forward in bf16 (LoadOptions::precision)
 };
 
 // Prints one JSON line; the exit status.

@@ -10,8 +10,13 @@
 # (AVX2, portable), what a machine without AVX-512 gets; each also with the
 # fused forward pooling every bag (no reuse of a bag that repeats the row
 # before's: a request's user bags), and at 200 rows that share nothing
-# (every row another user's). Prints a table, writes a JSON results file.
-# Not a test.
+# (every row another user's); each also in bf16 beside fp32 where the CPU
+# has bf16 instructions (precision bf16: tables and larger layers in bf16),
+# with the embedding-bag kernel alone on a float table and its bf16 copy on
+# every path (`numaserve-bench bags`: what bf16 tables cost or gain on a CPU
+# without bf16 products), and bf16's drift from fp32 on 1,000 generated
+# requests (`numaserve check-model --precision bf16 --requests`). Prints
+# tables, writes a JSON results file. Not a test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,7 +52,7 @@ measure() {  # model items [forward flags...]
   echo "forward: $model, $items rows $* ..." >&2
   runs+=("$(timeout $((seconds * 3 + 120)) "$bench" forward --model-dir "$models/$model" \
     --feature-store "$models/store.jsonl" --items "$items" --cpus "$cpus" --seconds "$seconds" --warmup 2 \
-    --graph-optimizations both --bag-reuse-both --roofline "$@")")
+    --graph-optimizations both --bag-reuse-both --bf16-beside --roofline "$@")")
 }
 for model in ranker_a ranker_b dlrm; do
   for items in 200 1000; do measure "$model" "$items"; done
@@ -61,9 +66,29 @@ for kernels in avx2 portable; do
       --kernels "$kernels" > /dev/null 2>&1 && measure "$model" 200 --kernels "$kernels"
   done
 done
+echo "bags: fp32 and bf16 tables, every path ..." >&2
+bags=$("$bench" bags --cpus "$cpus" --seconds "$((seconds * 2))")
+drift="{}"
+bodies=$(mktemp)
+trap 'rm -f "$bodies"' EXIT
+"$bench" bodies --feature-store "$models/store.jsonl" --items 200 --requests 1000 > "$bodies"
+for model in ranker_a dlrm; do
+  echo "drift: $model in bf16 against fp32 on 1,000 requests ..." >&2
+  report=$("$numaserve" check-model "$models/$model" --precision bf16 --requests "$bodies" \
+    --feature-store "$models/store.jsonl" 2>&1 | sed -n '/bf16 against fp32/,$p' || true)
+  drift=$(jq --arg m "$model" --arg r "${report:-no bf16 on this CPU}" '. + {($m): $r}' <<< "$drift")
+done
 printf '%s\n' "${runs[@]}" | jq -s --arg machine "$(lscpu | sed -n 's/^Model name: *//p')" \
-  '{machine: $machine, runs: .}' > "$out"
+  --argjson bags "$bags" --argjson drift "$drift" '{machine: $machine, runs: ., bags: $bags, drift: $drift}' > "$out"
 jq -r '"machine: \(.machine); sgemm \(.runs[0].roofline.sgemm_gflops | floor) GFLOP/s, gather \(.runs[0].roofline.gather_gb_per_s * 10 | floor / 10) GB/s",
   "model     kernels   rows  share    off items/s  on, no reuse  on items/s  on/off  reuse  p50 off/on ms   roofline items/s  off/on of roofline",
   (.runs[] | "\(.model | .+"        " | .[0:9]) \(.kernels | .+"         " | .[0:9]) \(.items_per_call | tostring | .+"     " | .[0:5]) \(.rows_share | .+"        " | .[0:8]) \(.off.items_per_s | floor | tostring | .+"            " | .[0:12]) \(.no_bag_reuse.items_per_s | floor | tostring | .+"             " | .[0:13]) \(.items_per_s | floor | tostring | .+"           " | .[0:11]) \(.speedup * 100 | round / 100 | tostring | .+"       " | .[0:7]) \(.bag_reuse_speedup * 100 | round / 100 | tostring | .+"      " | .[0:6]) \(.off.p50_ms * 1000 | round / 1000)/\(.p50_ms * 1000 | round / 1000)     \(.roofline.items_per_s | floor | tostring | .+"                 " | .[0:17]) \(.off.of_roofline * 100 | round)%/\(.of_roofline * 100 | round)%")' "$out"
+jq -r '"\nprecision bf16 beside fp32 (the optimized forward; \(.runs[0].bf16.instructions // "no bf16 on this CPU"))",
+  "model     kernels   rows  share    fp32 items/s  bf16 items/s  bf16/fp32  weights fp32/bf16 MiB  max drift (random rows)",
+  (.runs[] | "\(.model | .+"        " | .[0:9]) \(.kernels | .+"         " | .[0:9]) \(.items_per_call | tostring | .+"     " | .[0:5]) \(.rows_share | .+"        " | .[0:8]) \(.items_per_s | floor | tostring | .+"             " | .[0:13]) \(.bf16.items_per_s // 0 | floor | tostring | .+"             " | .[0:13]) \(.bf16_speedup // 0 | . * 100 | round / 100 | tostring | .+"          " | .[0:10]) \(.weight_bytes / 1048576 | round)/\(.bf16.weight_bytes // 0 | . / 1048576 | round)                \(.bf16.max_drift_random_rows // "-")"),
+  "\nembedding bags alone, \(.bags.table_mb) MiB float table and its bf16 copy, \(.bags.bags_per_call) bags per call",
+  "kernels   ids/bag  fp32 bags/s   bf16 bags/s   bf16/fp32",
+  (.bags.runs[] | "\(.kernels | .+"         " | .[0:9]) \(.ids_per_bag | tostring | .+"        " | .[0:8]) \(.fp32_bags_per_s | floor | tostring | .+"             " | .[0:13]) \(.bf16_bags_per_s | floor | tostring | .+"             " | .[0:13]) \(.bf16_speedup * 100 | round / 100)"),
+  "\nbf16 against fp32 on 1,000 generated requests of 200 items (check-model --precision bf16 --requests)",
+  (.drift | to_entries[] | "\(.key):\n\(.value)")' "$out"
 echo "results: $out" >&2

@@ -19,6 +19,9 @@
 #         server extracts for them, JSON data (vj) and Triton's binary tensor
 #         data (vb), --connections connections: items/s, p99 and the server's
 #         CPU per request of each, vb beside vj
+#   (bf)  (b) against a second server on the same CPU serving ranker_a
+#         with --precision bf16 (where the CPU has bf16 instructions): items/s
+#         beside (b)'s, p99, and the server's CPU per request
 #   (r)   (b) with the features in Redis (Feast's online format, a
 #         redis-server on --client-cpus, loaded by `feature-store load`):
 #         warm, the item cache holding every item (a request asks Redis for
@@ -90,6 +93,16 @@ if [[ $("$numaserve" serve --help) == *--grpc-port* ]]; then
   start_server "$port" "$server_cpus" "$models/ranker_a" "$models/store.jsonl" --grpc-port "$grpc_port"
 else
   start_server "$port" "$server_cpus" "$models/ranker_a" "$models/store.jsonl"
+fi
+
+# (bf)'s server, where this CPU serves bf16.
+bf16_port="" bf16_pid=""
+if "$numaserve" check-model "$models/ranker_a" --precision bf16 > /dev/null 2>&1; then
+  bf16_port=$(free_port)
+  start_server "$bf16_port" "$server_cpus" "$models/ranker_a" "$models/store.jsonl" --precision bf16
+  bf16_pid=$server_pid
+else
+  echo "(bf): no bf16 on this CPU: $("$numaserve" check-model "$models/ranker_a" --precision bf16 2>&1 | tail -1)" >&2
 fi
 
 # (r)'s Redis and the two servers that read it, when this build has the
@@ -167,7 +180,7 @@ wrk_load() {
 }
 
 limit=$((seconds * 3 + 60))
-forward=() served=() batched=() stages=() wrks=() redis_warm=() redis_cold=() grpcs=() v2_json=() v2_binary=()
+forward=() served=() batched=() stages=() wrks=() redis_warm=() redis_cold=() grpcs=() v2_json=() v2_binary=() bf16s=()
 binary_tensors=0  # (v): a server that takes Triton's binary tensor data says so in its metadata
 curl -sf "http://127.0.0.1:$port/v2" | jq -e '.extensions | index("binary_tensor_data")' > /dev/null && binary_tensors=1
 for ((r = 1; r <= repeats; r++)); do
@@ -183,6 +196,10 @@ for ((r = 1; r <= repeats; r++)); do
   if [[ -n $grpc_port ]]; then
     grpcs+=("$(load "$connections" 0 "$port" "$server_pid" --grpc "$grpc_port")")
     echo "round $r: Ranking.Predict over gRPC $(jq .items_per_s <<< "${grpcs[-1]}") items/s" >&2
+  fi
+  if [[ -n $bf16_port ]]; then
+    bf16s+=("$(load "$connections" 0 "$bf16_port" "$bf16_pid")")
+    echo "round $r: /predict in bf16 $(jq .items_per_s <<< "${bf16s[-1]}") items/s" >&2
   fi
   if ((binary_tensors)); then
     v2_json+=("$(load "$connections" 0 "$port" "$server_pid" --v2-infer json)")
@@ -233,6 +250,7 @@ jq -n --argjson forward "$(printf '%s\n' "${forward[@]}" | jq -s .)" \
   --argjson redis_warm "$(printf '%s\n' "${redis_warm[@]}" | jq -s .)" \
   --argjson redis_cold "$(printf '%s\n' "${redis_cold[@]}" | jq -s .)" \
   --argjson grpcs "$(printf '%s\n' "${grpcs[@]}" | jq -s .)" \
+  --argjson bf16s "$(printf '%s\n' "${bf16s[@]}" | jq -s .)" \
   --argjson v2_json "$(printf '%s\n' "${v2_json[@]}" | jq -s .)" \
   --argjson v2_binary "$(printf '%s\n' "${v2_binary[@]}" | jq -s .)" \
   --argjson sweep "$(printf '%s\n' "${swept[@]}" | jq -s .)" \
@@ -259,6 +277,7 @@ jq -n --argjson forward "$(printf '%s\n' "${forward[@]}" | jq -s .)" \
    profile_us: ($served[0].profile_us // null),
    wrk: {items_per_s: ([$wrks[].items_per_s] | median), non_200: ([$wrks[].non_200] | add)},
    redis_warm: redis($redis_warm), redis_cold: redis($redis_cold),
+   bf16: (if ($bf16s | length) == 0 then null else summary($bf16s) + {vs_predict: per_round_ratio($bf16s; $served)} end),
    grpc: (if ($grpcs | length) == 0 then null else summary($grpcs) + {vs_predict: per_round_ratio($grpcs; $served),
      transport_vs_predict_us: ([range(0; $grpcs | length) as $i | $grpcs[$i].transport_us - $served[$i].transport_us] | median)} end),
    v2_infer: (if ($v2_json | length) == 0 then null else {json: summary($v2_json),
@@ -271,7 +290,7 @@ jq -n --argjson forward "$(printf '%s\n' "${forward[@]}" | jq -s .)" \
             p_a: per_round_ratio($stages; $forward), w_b: per_round_ratio($wrks; $served)},
    sweep: $sweep,
    rounds: {forward: $forward, predict: $served, batched: $batched, stages: $stages, wrk: $wrks,
-            redis_warm: $redis_warm, redis_cold: $redis_cold, grpc: $grpcs, v2_json: $v2_json, v2_binary: $v2_binary}}' > "$out"
+            redis_warm: $redis_warm, redis_cold: $redis_cold, grpc: $grpcs, bf16: $bf16s, v2_json: $v2_json, v2_binary: $v2_binary}}' > "$out"
 
 jq -r '
   . as $root |
@@ -285,6 +304,8 @@ jq -r '
   "(b16) POST /predict, \(.connections * 4) conn: \(.batched.items_per_s | floor) items/s, p50 \(.batched.p50_ms | r2) ms, p99 \(.batched.p99_ms | r2) ms, errors \(.batched.errors), mean batch \(.batched.mean_batch_requests // "n/a" | tostring | .[0:4]) requests",
   "(w)   wrk, \(.connections) conn:       \(.wrk.items_per_s | floor) items/s, non-200 \(.wrk.non_200)",
   "(p)   pipeline, no HTTP:   \(.pipeline.items_per_s | floor) items/s",
+  (.bf16 | select(. != null) |
+    "(bf)  POST /predict, precision bf16, \($root.connections) conn: \(.items_per_s | floor) items/s = \(.vs_predict | r3) x (b), p50 \(.p50_ms | r2) ms, p99 \(.p99_ms | r2) ms, errors \(.errors); server CPU \(breakdown) us"),
   (.grpc | select(. != null) |
     "(g)   Ranking.Predict, gRPC, \($root.connections) conn: \(.items_per_s | floor) items/s = \(.vs_predict | r3) x (b), p50 \(.p50_ms | r2) ms, p99 \(.p99_ms | r2) ms, errors \(.errors); server CPU \(breakdown) us, outside the stages \(.transport_vs_predict_us | r2) us over (b)"),
   (.v2_infer | select(. != null) |

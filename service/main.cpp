@@ -70,32 +70,79 @@ std::string graph_lines(const numaserve::api::GraphReport& report) {
   return out;
 }
 
-// Exit 0: servable; 1: what is wrong, naming the file and field.
-int check_model(const std::string& dir, bool graph_optimizations) {
-  const auto checked = numaserve::model::check_model(dir, {graph_optimizations, {}});
-  if (!checked) {
-    const auto& e = checked.error();
-    const bool named = e.field.empty() || e.message.find(e.field) != std::string::npos;
-    std::cerr << kProgram << ": " << e.message << (named ? "" : " (field " + e.field + ")") << "\n";
-    return 1;
+int report_error(const numaserve::Error& e) {
+  const bool named = e.field.empty() || e.message.find(e.field) != std::string::npos;
+  std::cerr << kProgram << ": " << e.message << (named ? "" : " (field " + e.field + ")") << "\n";
+  return 1;
+}
+
+std::string precision_line(const numaserve::api::PrecisionReport& p) {
+  if (p.served == "bf16") {
+    return "  precision: bf16 (" + p.instructions + "); scores within " + numaserve::format_number(p.max_drift) +
+           " of fp32's on " + std::to_string(numaserve::model::kBf16CheckRows) + " random rows (bound " +
+           numaserve::format_number(p.drift_bound) + ")\n";
   }
+  return "  precision: fp32" + (p.reason.empty() ? std::string() : " (" + p.requested + ": " + p.reason + ")") + "\n";
+}
+
+// check-model --requests: the drift on real requests, in a ranking team's terms.
+int report_drift(const std::string& dir, const numaserve::serve::CheckModelOptions& o,
+                 const numaserve::model::LoadOptions& options) {
+  auto requests = numaserve::api::extract_requests({dir, o.feature_store.string()}, o.requests);
+  if (!requests) return report_error(requests.error());
+  std::vector<std::vector<float>> labels;
+  if (!o.labels.empty()) {
+    auto read = numaserve::api::read_labels(o.labels);
+    if (!read) return report_error(read.error());
+    labels = std::move(*read);
+  }
+  auto drift = numaserve::model::precision_drift(dir, options, *requests, labels);
+  if (!drift) return report_error(drift.error());
+  const auto& d = *drift;
+  std::cout << "  bf16 against fp32 on " << d.requests << " requests (" << d.items << " items) of " << o.requests.string()
+            << ":\n    |score difference|: max " << d.max_abs << ", mean " << d.mean_abs
+            << "\n    Spearman per request: min " << d.min_spearman << ", mean " << d.mean_spearman
+            << "\n    top-10 overlap per request: min " << d.min_top10 << ", mean " << d.mean_top10 << "\n";
+  auto quality = [](const std::optional<numaserve::drift::Quality>& q) {
+    if (!q) return std::string("n/a (one class only)");
+    return "AUC " + std::to_string(q->auc) +
+           (q->log_loss ? ", log-loss " + std::to_string(*q->log_loss) : std::string(", log-loss n/a (scores not in [0, 1])"));
+  };
+  if (!labels.empty()) {
+    std::cout << "    fp32: " << quality(d.reference_quality) << "\n    bf16: " << quality(d.candidate_quality) << "\n";
+  }
+  return 0;
+}
+
+// Exit 0: servable; 1: what is wrong, naming the file and field.
+int check_model(const std::string& dir, const numaserve::serve::CheckModelOptions& o) {
+  numaserve::model::LoadOptions options;
+  options.graph_optimizations = o.graph_optimizations;
+  options.precision = o.precision;
+  const bool bf16 = o.precision && *o.precision == numaserve::features::Precision::kBf16;
+  if (!o.requests.empty() && !bf16) {
+    std::cerr << kProgram << ": --requests reports bf16's drift from fp32: give --precision bf16\n";
+    return 2;
+  }
+  const auto checked = numaserve::model::check_model(dir, options);
+  if (!checked) return report_error(checked.error());
   auto mib = [](std::size_t bytes) { return std::to_string((bytes + (1u << 19)) >> 20) + " MiB"; };
   std::cout << dir << ": " << checked->name << " version " << checked->version << " is servable\n"
             << "  " << checked->signature << "; " << checked->rows << " default rows scored, all finite\n"
             << "  weights " << mib(checked->weight_bytes) << ", resident after loading and one forward "
             << mib(checked->resident_bytes) << " (each replica holds one copy; its memory request must cover it)\n"
-            << graph_lines(checked->graph);
-  return 0;
+            << precision_line(checked->precision) << graph_lines(checked->graph);
+  return o.requests.empty() ? 0 : report_drift(dir, o, options);
 }
 
 // The service on LibTorch: the only place start-up meets model/.
 int serve(const numaserve::serve::ServeOptions& options) {
   namespace model = numaserve::model;
   numaserve::startup::Runtime runtime;
-  runtime.load = [graph = options.graph_optimizations, huge = options.huge_pages](
+  runtime.load = [graph = options.graph_optimizations, huge = options.huge_pages, precision = options.precision](
                      const std::filesystem::path& dir, const std::string& version,
                      double cpu_share) -> numaserve::Result<std::unique_ptr<numaserve::api::Model>> {
-    auto loaded = model::TorchModel::load(dir, model::LoadOptions{graph, version, cpu_share, huge});
+    auto loaded = model::TorchModel::load(dir, model::LoadOptions{graph, version, cpu_share, huge, precision});
     if (!loaded) return tl::unexpected(loaded.error());
     // What a request would otherwise find: the signature, and a forward on
     // synthetic rows that returns one finite score per row.
@@ -120,8 +167,8 @@ struct Cli {
   numaserve::feature_store::LoadConfig load;
   numaserve::OptionTable load_table{numaserve::feature_store::load_options(load)};
   std::string check_dir;
-  bool check_graph_optimizations = true;
-  numaserve::OptionTable check_table{numaserve::serve::check_model_options(check_graph_optimizations)};
+  numaserve::serve::CheckModelOptions check;
+  numaserve::OptionTable check_table{numaserve::serve::check_model_options(check)};
   numaserve::api::ExtractConfig extract;
   numaserve::OptionTable extract_table{numaserve::api::extract_options(extract)};
   CLI::App* serve_cmd = app.add_subcommand("serve", "Serve models over HTTP: POST /predict, KServe v2, /placement, /metrics");
@@ -130,7 +177,9 @@ struct Cli {
   CLI::App* store_cmd = app.add_subcommand("feature-store", "Work with a Redis feature store");
   CLI::App* load_cmd = store_cmd->add_subcommand("load", "Write a JSON Lines store into Redis in Feast's online format");
   CLI::App* check_cmd = app.add_subcommand(
-      "check-model", "Load DIR as serve would, run one forward on default rows, report what is wrong and what it costs");
+      "check-model",
+      "Load DIR as serve would, run one forward on default rows, report what is wrong and what it costs (and, with "
+      "--precision bf16 --requests, how far bf16 scores stray from fp32 on real requests)");
   CLI::App* extract_cmd = app.add_subcommand(
       "extract", "Print the tensors /predict would feed the model for each request on stdin (one JSON body per line)");
   CLI::App* options_cmd =
@@ -189,7 +238,7 @@ int main(int argc, char** argv) {
     std::cerr << kProgram << ": " << applied.error().message << "\n";
     return 2;
   }
-  if (cli.check_cmd->parsed()) return check_model(cli.check_dir, cli.check_graph_optimizations);
+  if (cli.check_cmd->parsed()) return check_model(cli.check_dir, cli.check);
   if (cli.health_cmd->parsed()) return health(cli.probe);
   if (cli.demo_cmd->parsed()) return make_demo_models(cli.demo_dir, cli.demo);
   if (cli.load_cmd->parsed()) return load_feature_store(cli.load);

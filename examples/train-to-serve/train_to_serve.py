@@ -16,6 +16,9 @@
    held-out request's /predict scores must equal the trained module's on the
    package's extraction within --tolerance, and the served scores' AUC on the
    held-out clicks must reach --min-auc.
+6. bf16: where the CPU has bf16 instructions, the same requests served with
+   --precision bf16-if-available; numaserve.drift compares them with fp32
+   and the AUC may lose at most --max-auc-loss (0.1%).
 
     /usr/bin/python3 examples/train-to-serve/train_to_serve.py --binary build/service/numaserve --work /tmp/t2s
 
@@ -135,23 +138,11 @@ def train(spec, store, clicks, epochs, batch_requests, seed, lr=0.01):
 
 def auc(scores, labels):
     """Area under the ROC curve: the chance a random click outranks a random
-    non-click (ties count half), by the ranks' sum (Mann-Whitney)."""
-    order = sorted(range(len(scores)), key=lambda i: scores[i])
-    ranks = [0.0] * len(scores)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and scores[order[j + 1]] == scores[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    positives = sum(labels)
-    negatives = len(labels) - positives
-    if positives == 0 or negatives == 0:
+    non-click (ties count half)."""
+    value = numaserve.drift.auc(scores, labels)
+    if value is None:
         raise ValueError("auc: the held-out clicks need both clicks and non-clicks")
-    rank_sum = sum(r for r, y in zip(ranks, labels) if y)
-    return (rank_sum - positives * (positives + 1) / 2) / (positives * negatives)
+    return value
 
 
 def serve_and_compare(binary, model_dir, store_path, spec, store, model, held_out):
@@ -173,6 +164,20 @@ def serve_and_compare(binary, model_dir, store_path, spec, store, model, held_ou
     return worst, served, labels
 
 
+def serve_bf16(binary, model_dir, store_path, spec, held_out):
+    """The held-out requests served with --precision bf16-if-available:
+    each request's scores, or None and why this CPU serves fp32."""
+    with numaserve.LocalServer(model_dir, feature_store=store_path, binary=binary,
+                               args=["--workers", "1", "--intra-op-threads", "1",
+                                     "--precision", "bf16-if-available"]) as server:
+        _, placement = server.request("GET", "/placement")
+        precision = next(m["precision"] for m in placement["models"] if m["name"] == spec.name)
+        if precision["served"] != "bf16":
+            return None, precision.get("reason", "")
+        return [server.predict(dict({k: v for k, v in body.items() if k != "labels"}, model=spec.name))["scores"]
+                for body in held_out], ""
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--binary", default=None, help="numaserve (default: $NUMASERVE_BINARY, else on PATH)")
@@ -186,6 +191,7 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--tolerance", type=float, default=1e-6, help="largest |served - trained| score difference")
     p.add_argument("--min-auc", type=float, default=0.75)
+    p.add_argument("--max-auc-loss", type=float, default=0.001, help="bf16's AUC below fp32's, relative")
     a = p.parse_args(argv)
     torch.set_num_threads(1)  # the sums' order fixed: the same model every run
     binary = find_binary(a.binary)
@@ -228,6 +234,27 @@ def main(argv=None):
           f"AUC {results['served_auc']:.4f} (the rule itself: {results['ground_truth_auc']:.4f}, "
           f"wanted >= {a.min_auc}); {results['seconds']:.1f} s in all", flush=True)
     ok = worst <= a.tolerance and results["served_auc"] >= a.min_auc
+
+    # 6. bf16 where this CPU has it: the same requests, their drift from
+    # fp32 by numaserve.drift (the definitions check-model reports), and the
+    # AUC within --max-auc-loss of fp32's.
+    bf16, why = serve_bf16(binary, model_dir, store_path, spec, held_out)
+    if bf16 is None:
+        print(f"bf16: not here ({why}): fp32 only", flush=True)
+    else:
+        per_request = [len(b["items"]) for b in held_out]
+        fp32 = [served[sum(per_request[:i]):sum(per_request[:i + 1])] for i in range(len(held_out))]
+        report = numaserve.drift.compare(fp32, bf16, [b["labels"] for b in held_out])
+        loss = 1 - report.candidate_quality.auc / report.reference_quality.auc
+        results["bf16"] = {"max_abs": report.max_abs, "mean_abs": report.mean_abs,
+                           "min_spearman": report.min_spearman, "mean_top10": report.mean_top10,
+                           "auc": report.candidate_quality.auc, "auc_loss": loss, "max_auc_loss": a.max_auc_loss}
+        (a.work / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+        print(f"bf16: max |bf16 - fp32| = {report.max_abs:.3g}, mean {report.mean_abs:.3g}, Spearman per request "
+              f">= {report.min_spearman:.4f}, top-10 overlap {report.mean_top10:.3f}; AUC {report.candidate_quality.auc:.4f} "
+              f"against fp32's {report.reference_quality.auc:.4f} ({100 * loss:+.3f}% lost, at most "
+              f"{100 * a.max_auc_loss:g}%)", flush=True)
+        ok = ok and loss <= a.max_auc_loss
     print("ok" if ok else "FAILED", flush=True)
     return 0 if ok else 1
 

@@ -20,7 +20,9 @@ Also: spec.extract_rows(user, context, items, store) for training rows
 without /predict's limits, numaserve.collate(batches) to join batches as
 the service's batcher does, numaserve.RequestDataset over JSON Lines of
 requests with labels, numaserve.LocalServer(model_dir, feature_store) to
-serve an exported directory on loopback and compare its scores. Refusals
+serve an exported directory on loopback and compare its scores,
+numaserve.drift.compare(fp32, bf16, labels) for how far bf16 scores stray
+from fp32's (as `numaserve check-model --precision bf16` reports it). Refusals
 raise RequestError (SpecError, StoreError for model.yaml and the store)
 with the service's .field and .message.
 """
@@ -35,6 +37,7 @@ _HOMES = {
     "Entity": "request", "Request": "request", "RequestLimits": "request", "parse_request": "request",
     "bucket": "extract", "collate": "extract", "RequestDataset": "data",
     "ExportError": "export", "export": "export", "LocalServer": "local", "ServedError": "local",
+    "drift": None,
 }
 # extract.py gives ModelSpec its extract(), check_store() and extract_rows():
 # a ModelSpec without them would be half a class.
@@ -44,9 +47,13 @@ __all__ = list(_HOMES)
 
 
 def __getattr__(name):
-    home = _HOMES.get(name)
-    if home is None:
+    if name not in _HOMES:
         raise AttributeError(f"module 'numaserve' has no attribute {name!r}")
+    home = _HOMES[name]
+    if home is None:  # a module of its own: numaserve.drift
+        module = importlib.import_module(f".{name}", __name__)
+        globals()[name] = module
+        return module
     module = importlib.import_module(f".{home}", __name__)
     for also in _WITH.get(home, ()):
         importlib.import_module(f".{also}", __name__)

@@ -189,7 +189,10 @@ class StoreMapping:
 
 _FEATURE_KEYS = {"name", "source", "kind", "table", "max_len", "transform", "mean", "std", "clip", "default",
                  "view", "store_name"}
-_ROOT_KEYS = {"name", "version", "hash_seed", "tables", "features", "output", "feature_store"}
+_ROOT_KEYS = {"name", "version", "hash_seed", "tables", "features", "output", "feature_store", "precision",
+              "precision_max_drift"}
+PRECISIONS = ("fp32", "bf16", "bf16-if-available")
+DEFAULT_MAX_DRIFT = 5e-3
 
 
 def _parse_numeric(node, file, field, f):
@@ -324,6 +327,10 @@ class ModelSpec:
         self.sparse_features = [f for f in features if f.kind != "numeric"]
         self._by_key = {(f.name, f.source): f for f in features}
         self._checked_stores = weakref.WeakSet()  # stores check_store() passed
+        # How the service runs the forward; the training side's check
+        # (numaserve.drift) compares a bf16 run with fp32 as its load does.
+        self.precision: str = "fp32"
+        self.precision_max_drift: float = DEFAULT_MAX_DRIFT
 
     @classmethod
     def load(cls, model_dir):
@@ -376,7 +383,14 @@ class ModelSpec:
             seen.add((f.name, f.source))
             features.append(f)
         store = _parse_store_mapping(root["feature_store"], file) if root["feature_store"] else StoreMapping()
-        return cls(name_version[0], name_version[1], seed, tables, features, store, text, file)
+        spec = cls(name_version[0], name_version[1], seed, tables, features, store, text, file)
+        if root["precision"]:
+            spec.precision = _one_of(root["precision"], file, "precision", PRECISIONS)
+        if root["precision_max_drift"]:
+            spec.precision_max_drift = _number(root["precision_max_drift"], file, "precision_max_drift")
+            if spec.precision_max_drift <= 0:
+                raise _bad(file, root["precision_max_drift"], "precision_max_drift", "want a number > 0")
+        return spec
 
     def feature(self, name, source) -> Optional[FeatureSpec]:
         return self._by_key.get((name, source))

@@ -1,5 +1,7 @@
 #include "api/extraction.h"
 
+#include <fstream>
+#include <functional>
 #include <istream>
 #include <ostream>
 
@@ -59,7 +61,11 @@ std::vector<OptionSpec> extract_options(ExtractConfig& c) {
   });
 }
 
-Status run_extract(const ExtractConfig& c, std::istream& in, std::ostream& out) {
+namespace {
+
+// Each line of `in` extracted as /predict would, handed to `each` with its line number.
+Status extract_lines(const ExtractConfig& c, std::istream& in,
+                     const std::function<Status(Result<features::Batch>&&, std::size_t line)>& each) {
   if (c.model_dir.empty()) return make_error(Error::Code::kInvalidArgument, "--model-dir: give a model directory", "model_dir");
   auto spec = features::read_model_spec(c.model_dir);
   if (!spec) return tl::unexpected(spec.error());
@@ -68,12 +74,63 @@ Status run_extract(const ExtractConfig& c, std::istream& in, std::ostream& out) 
   if (!entities) return tl::unexpected(entities.error());
   auto store = feature_store::EmbeddedStore::open(std::move(*entities), {&*spec});
   if (!store) return tl::unexpected(store.error());
+  std::size_t number = 0;
   for (std::string line; std::getline(in, line);) {
-    const auto batch = extract_one(line, *spec, **store);
-    out << (batch ? batch_json(*batch) : refusal_json(batch.error())).dump() << '\n';
+    if (auto done = each(extract_one(line, *spec, **store), ++number); !done) return done;
   }
-  out.flush();
   return {};
 }
+
+}  // namespace
+
+Status run_extract(const ExtractConfig& c, std::istream& in, std::ostream& out) {
+  auto done = extract_lines(c, in, [&out](Result<features::Batch>&& batch, std::size_t) {
+    out << (batch ? batch_json(*batch) : refusal_json(batch.error())).dump() << '\n';
+    return Status();
+  });
+  out.flush();
+  return done;
+}
+
+Result<std::vector<features::Batch>> extract_requests(const ExtractConfig& c, const std::filesystem::path& requests) {
+  std::ifstream in(requests);
+  if (!in) return make_error(Error::Code::kNotFound, requests.string() + ": cannot open", "requests");
+  std::vector<features::Batch> out;
+  auto done = extract_lines(c, in, [&](Result<features::Batch>&& batch, std::size_t line) -> Status {
+    if (!batch) {
+      return make_error(Error::Code::kInvalidArgument, requests.string() + " line " + std::to_string(line) + ": " +
+                                                           batch.error().message, "requests");
+    }
+    out.push_back(std::move(*batch));
+    return {};
+  });
+  if (!done) return tl::unexpected(done.error());
+  return out;
+}
+
+Result<std::vector<std::vector<float>>> read_labels(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  if (!in) return make_error(Error::Code::kNotFound, file.string() + ": cannot open", "labels");
+  std::vector<std::vector<float>> out;
+  std::size_t number = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++number;
+    const json labels = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    std::vector<float> row;
+    bool ok = labels.is_array();
+    for (const auto& label : ok ? labels : json::array()) {
+      ok = ok && label.is_number() && (label == 0 || label == 1);
+      if (ok) row.push_back(label.get<float>());
+    }
+    if (!ok) {
+      return make_error(Error::Code::kInvalidArgument,
+                        file.string() + " line " + std::to_string(number) + ": want a JSON array of 0 and 1 (one per item)",
+                        "labels");
+    }
+    out.push_back(std::move(row));
+  }
+  return out;
+}
+
 
 }  // namespace numaserve::api

@@ -33,6 +33,18 @@ struct GraphReport {
   std::vector<GraphRewrite> rewrites;
 };
 
+// What the load did with a model's precision (model.yaml's `precision`, or
+// serve --precision): what was asked, what runs, and for bf16 how far its
+// scores strayed from fp32's on the load's check rows.
+struct PrecisionReport {
+  std::string requested = "fp32";  // fp32, bf16, bf16-if-available
+  std::string served = "fp32";     // fp32 or bf16
+  std::string reason;              // why bf16 was asked and fp32 runs; empty otherwise
+  std::string instructions;        // bf16: the CPU's bf16 instructions ("avx512_bf16", "amx_bf16 avx512_bf16")
+  double max_drift = 0;            // bf16: max |score - fp32 score| on the check rows
+  double drift_bound = 0;          // bf16: the bound it was held to
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -46,6 +58,7 @@ class Model {
   virtual std::vector<numa::MemoryRange> weights() const = 0;
   virtual std::size_t weight_bytes() const = 0;
   virtual GraphReport graph_report() const = 0;
+  virtual PrecisionReport precision() const = 0;
 };
 
 }  // namespace numaserve::api

@@ -27,6 +27,17 @@ json pages_json(const std::map<unsigned, std::uint64_t>& per_node) {
   return out;
 }
 
+json precision_json(const PrecisionReport& p) {
+  json out = {{"requested", p.requested}, {"served", p.served}};
+  if (!p.reason.empty()) out["reason"] = p.reason;
+  if (p.served == "bf16") {
+    out["instructions"] = p.instructions;
+    out["max_drift"] = p.max_drift;  // on the load's random rows
+    out["drift_bound"] = p.drift_bound;
+  }
+  return out;
+}
+
 // Each version served: its labels, weights, graph rewrites and where its
 // pages are (the share on `nodes`, the service's).
 json versions_json(const ModelTable& table, const CpuSet& nodes) {
@@ -45,7 +56,8 @@ json versions_json(const ModelTable& table, const CpuSet& nodes) {
                   {"default", table.default_version(v->name) == v},
                   {"labels", labels},
                   {"weight_bytes", m->weight_bytes()},
-                  {"graph_optimizations", {{"state", graph.state}, {"reason", graph.reason}, {"rewrites", rewrites}}}};
+                  {"graph_optimizations", {{"state", graph.state}, {"reason", graph.reason}, {"rewrites", rewrites}}},
+                  {"precision", precision_json(m->precision())}};
     if (auto pages = numa::locate_pages(m->weights())) {
       entry["pages_per_node"] = pages_json(pages->pages_per_node);
       entry["pages_not_resident"] = pages->not_resident;
@@ -102,7 +114,9 @@ metrics::Gauges Service::gauges() const {
                  {"instance", placement_.instance}};
   const auto page_bytes = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
   for (const auto& v : models_.all()) {
-    metrics::VersionGauges version{v->name, v->version, models_.default_version(v->name) == v, v->model->weight_bytes(), {}};
+    const auto precision = v->model->precision();
+    metrics::VersionGauges version{v->name,      v->version, models_.default_version(v->name) == v, v->model->weight_bytes(), {},
+                                   precision.requested, precision.served};
     if (auto pages = numa::locate_pages(v->model->weights())) {
       // locate_pages counts pages of the kernel's page size, not always 4 KiB.
       for (const auto& [node, n] : pages->pages_per_node) version.bytes_per_node[node] = n * page_bytes;

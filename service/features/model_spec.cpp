@@ -246,8 +246,8 @@ Result<ModelSpec> parse_model_spec(const std::string& yaml, const std::string& f
   if (!parsed) return tl::unexpected(parsed.error());
   const YamlNode& root = *parsed;
   if (!root.is_map()) return make_error(Error::Code::kInvalidArgument, file + ": want a map", file);
-  static const std::set<std::string> kKeys = {"name",     "version", "hash_seed",    "tables",
-                                              "features", "output",  "feature_store"};
+  static const std::set<std::string> kKeys = {"name",   "version",       "hash_seed", "tables",
+                                              "features", "output",      "feature_store", "precision", "precision_max_drift"};
   for (const auto& entry : root.entries()) {
     auto key = yaml_key(file, entry.first);
     if (!key) return tl::unexpected(key.error());
@@ -294,6 +294,17 @@ Result<ModelSpec> parse_model_spec(const std::string& yaml, const std::string& f
   }
   if (root["feature_store"]) {
     if (auto s = parse_store_mapping(root["feature_store"], file, model.store); !s) return tl::unexpected(s.error());
+  }
+  if (root["precision"]) {
+    auto precision = one_of<Precision>(root["precision"], file, "precision", kPrecisionNames);
+    if (!precision) return tl::unexpected(precision.error());
+    model.precision = *precision;
+  }
+  if (root["precision_max_drift"]) {
+    auto drift = number(root["precision_max_drift"], file, "precision_max_drift");
+    if (!drift) return tl::unexpected(drift.error());
+    if (*drift <= 0) return tl::unexpected(bad(file, root["precision_max_drift"], "precision_max_drift", "want a number > 0"));
+    model.precision_max_drift = *drift;
   }
   return model;
 }

@@ -28,6 +28,11 @@
 //     - {name: price, source: item, kind: numeric, view: item_prices, store_name: price_usd}
 // A feature's `view` overrides its entity's; `store_name` is its name in the
 // view (default: its own name).
+//
+// The forward's precision (service/model/: bf16 tables and matrix products
+// where the CPU has bf16 instructions; docs/reference/model-contract.md):
+//   precision: fp32              # or bf16, bf16-if-available
+//   precision_max_drift: 0.005   # bf16: the largest |score - fp32 score| the load accepts
 
 #include <cstddef>
 #include <cstdint>
@@ -55,6 +60,10 @@ inline constexpr auto kSourceNames =
     make_names<Source>({{Source::kUser, "user"}, {Source::kContext, "context"}, {Source::kItem, "item"}});
 inline constexpr auto kKindNames =
     make_names<Kind>({{Kind::kId, "id"}, {Kind::kIdList, "id_list"}, {Kind::kNumeric, "numeric"}});
+enum class Precision { kFp32, kBf16, kBf16IfAvailable };
+inline constexpr auto kPrecisionNames = make_names<Precision>(
+    {{Precision::kFp32, "fp32"}, {Precision::kBf16, "bf16"}, {Precision::kBf16IfAvailable, "bf16-if-available"}});
+inline constexpr double kDefaultMaxDrift = 5e-3;
 inline constexpr auto kTransformNames = make_names<Transform>(
     {{Transform::kNone, "none"}, {Transform::kLog1p, "log1p"}, {Transform::kStandardize, "standardize"}});
 
@@ -95,6 +104,8 @@ struct ModelSpec {
   std::map<std::string, std::uint64_t> tables;  // name -> rows
   std::vector<FeatureSpec> features;            // model input order
   StoreMapping store;                           // where a networked store keeps them
+  Precision precision = Precision::kFp32;
+  double precision_max_drift = kDefaultMaxDrift;
 
   // Numeric features in order: the columns of the dense input.
   std::vector<const FeatureSpec*> dense_features() const;

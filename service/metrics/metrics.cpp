@@ -146,6 +146,14 @@ void render_versions(std::string& out, const Gauges& gauges) {
              prometheus::label("model", v.model) + "," + prometheus::label("version", v.version) + "," +
                  prometheus::label("default", v.is_default ? "true" : "false"));
   }
+  w.family("numaserve_model_version_precision", "gauge",
+           "1 for each version served now, labelled with the precision its model asked for and the one it runs in "
+           "(requested=\"bf16-if-available\", served=\"fp32\": this CPU has no bf16 instructions).");
+  for (const auto& v : gauges.versions) {
+    w.sample("numaserve_model_version_precision", 1,
+             prometheus::label("model", v.model) + "," + prometheus::label("version", v.version) + "," +
+                 prometheus::label("requested", v.precision_requested) + "," + prometheus::label("served", v.precision_served));
+  }
   w.family("numaserve_model_version_weight_bytes", "gauge", "A version's resident weight bytes, by NUMA node.");
   for (const auto& v : gauges.versions) {
     for (const auto& [node, bytes] : v.bytes_per_node) {

@@ -70,6 +70,7 @@ struct VersionGauges {
   bool is_default = false;  // what a request naming no version gets
   std::size_t weight_bytes = 0;
   std::map<unsigned, std::uint64_t> bytes_per_node;  // its weights' resident pages
+  std::string precision_requested = "fp32", precision_served = "fp32";  // api::PrecisionReport's
 };
 
 // Values read at scrape time.

@@ -94,7 +94,8 @@ at::Tensor dot_interaction_flat(const at::Tensor& vectors, const at::Tensor& pai
 // table), so that every input the kernel sees is one ATen accepts.
 std::optional<kernels::Bag> kernel_bag(const at::Tensor& weight, const at::Tensor& indices, const at::Tensor& offsets,
                                        const c10::optional<at::Tensor>& weights, std::int64_t mode, bool include_last) {
-  if (weight.scalar_type() != at::kFloat || weight.dim() != 2 || !weight.is_contiguous()) return std::nullopt;
+  const bool bf16 = weight.scalar_type() == at::kBFloat16;
+  if ((weight.scalar_type() != at::kFloat && !bf16) || weight.dim() != 2 || !weight.is_contiguous()) return std::nullopt;
   if (!is_long_vector(indices) || !is_long_vector(offsets) || !indices.is_contiguous() || !offsets.is_contiguous()) return std::nullopt;
   if (mode != 0 && mode != 1) return std::nullopt;
   const bool weighted = weights.has_value() && weights->defined();
@@ -117,7 +118,11 @@ std::optional<kernels::Bag> kernel_bag(const at::Tensor& weight, const at::Tenso
     if (idx[i] < 0 || idx[i] >= table_rows) return std::nullopt;
   }
   kernels::Bag bag;
-  bag.table = weight.data_ptr<float>();
+  if (bf16) {
+    bag.table_bf16 = reinterpret_cast<const std::uint16_t*>(weight.data_ptr<at::BFloat16>());
+  } else {
+    bag.table = weight.data_ptr<float>();
+  }
   bag.dim = weight.size(1);
   bag.indices = idx;
   bag.offsets = off;
@@ -126,6 +131,20 @@ std::optional<kernels::Bag> kernel_bag(const at::Tensor& weight, const at::Tenso
   bag.weights = weighted ? weights->data_ptr<float>() : nullptr;
   bag.mode = mode == 1 ? kernels::Bag::Mode::kMean : kernels::Bag::Mode::kSum;
   return bag;
+}
+
+// ATen's embedding_bag, for a bag the kernel does not take. ATen 1.13
+// refuses bf16 tables, so a bf16 table's bag runs on the rows it reads,
+// gathered and widened (an id past the table fails in the gather, as
+// ATen's own check would): the same pooling of the same values.
+at::Tensor aten_bag(const at::Tensor& table, const at::Tensor& indices, const at::Tensor& offsets,
+                    const c10::optional<at::Tensor>& weights, std::int64_t mode, bool include_last) {
+  if (table.scalar_type() != at::kBFloat16) {
+    return std::get<0>(at::embedding_bag(table, indices, offsets, false, mode, false, weights, include_last, c10::nullopt));
+  }
+  const at::Tensor rows = table.index_select(0, indices.reshape({-1})).to(at::kFloat);
+  const at::Tensor each = at::arange(rows.size(0), indices.options()).reshape(indices.sizes());
+  return std::get<0>(at::embedding_bag(rows, each, offsets, false, mode, false, weights, include_last, c10::nullopt));
 }
 
 std::vector<at::Tensor> embedding_bags(at::TensorList tables, at::TensorList indices, at::TensorList offsets,
@@ -142,11 +161,10 @@ std::vector<at::Tensor> embedding_bags(at::TensorList tables, at::TensorList ind
     const c10::optional<at::Tensor> weights = per_sample_weights.get(k);
     auto bag = kernel_bag(tables[k], indices[k], offsets[k], weights, modes[k], include_last[k] != 0);
     if (!bag) {
-      out[k] = std::get<0>(at::embedding_bag(tables[k], indices[k], offsets[k], false, modes[k], false, weights,
-                                             include_last[k] != 0, c10::nullopt));
+      out[k] = aten_bag(tables[k], indices[k], offsets[k], weights, modes[k], include_last[k] != 0);
       continue;
     }
-    out[k] = at::empty({bag->bags, bag->dim}, tables[k].options());
+    out[k] = at::empty({bag->bags, bag->dim}, tables[k].options().dtype(at::kFloat));
     bag->out = out[k].data_ptr<float>();
     rows = std::max(rows, bag->bags);
     fused.push_back(*bag);
@@ -158,7 +176,14 @@ std::vector<at::Tensor> embedding_bags(at::TensorList tables, at::TensorList ind
   return out;
 }
 
+// A linear layer in bf16 (oneDNN's, where the CPU has bf16 instructions),
+// from and to fp32: the rest of the graph stays fp32.
+at::Tensor linear_bf16(const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& bias) {
+  return at::linear(input.to(at::kBFloat16), weight, bias).to(at::kFloat);
+}
+
 TORCH_LIBRARY(numaserve, m) {
+  m.def("linear_bf16(Tensor input, Tensor weight, Tensor? bias) -> Tensor", &linear_bf16);
   m.def("dot_interaction(Tensor vectors, Tensor rows, Tensor cols) -> Tensor", &dot_interaction);
   m.def("dot_interaction_flat(Tensor vectors, Tensor pairs) -> Tensor", &dot_interaction_flat);
   m.def("embedding_bags(Tensor[] tables, Tensor[] indices, Tensor[] offsets, Tensor?[] per_sample_weights, int[] modes, "
@@ -402,7 +427,116 @@ void rewrite_embedding_bags(torch::jit::Graph& graph, const std::shared_ptr<torc
   for (const auto& group : groups) fuse_bags(graph, group, report);
 }
 
+// ---- bf16
+
+void nodes_of_kind(torch::jit::Block* block, c10::Symbol kind, std::vector<Node*>& out) {
+  for (Node* n : block->nodes()) {
+    for (torch::jit::Block* inner : n->blocks()) nodes_of_kind(inner, kind, out);
+    if (n->kind() == kind) out.push_back(n);
+  }
+}
+
+std::optional<at::Tensor> constant_tensor(Value* v) {
+  auto value = torch::jit::toIValue(v);
+  if (!value || !value->isTensor()) return std::nullopt;
+  return value->toTensor();
+}
+
+std::string shape_of(const at::Tensor& t) {
+  std::string out;
+  for (const auto size : t.sizes()) out += (out.empty() ? "" : " x ") + std::to_string(size);
+  return out;
+}
+
+// Whether every use of `table` is as a table of numaserve::embedding_bags
+// (through the list it is passed in), so that it may become bf16.
+bool only_bags_read(Value* table) {
+  for (const auto& use : table->uses()) {
+    if (use.user->kind() != prim::ListConstruct) return false;
+    for (const auto& list_use : use.user->output()->uses()) {
+      if (list_use.user->kind().toQualString() != std::string("numaserve::embedding_bags") || list_use.offset != 0) return false;
+    }
+  }
+  return true;
+}
+
+// Whether a constant of `block` that is still used holds memory of `storage`.
+bool still_read(torch::jit::Block* block, const c10::StorageImpl* storage) {
+  for (Node* n : block->nodes()) {
+    for (torch::jit::Block* inner : n->blocks()) {
+      if (still_read(inner, storage)) return true;
+    }
+    if (n->kind() != prim::Constant || !n->output()->hasUses()) continue;
+    const auto t = constant_tensor(n->output());
+    if (t && t->has_storage() && t->storage().unsafeGetStorageImpl() == storage) return true;
+  }
+  return false;
+}
+
 }  // namespace
+
+api::GraphRewrite to_bf16(torch::jit::Module& optimized, const Bf16Memory& memory) {
+  api::GraphRewrite report{"bf16", {}, {}};
+  const std::shared_ptr<torch::jit::Graph> graph = optimized.get_method("forward").graph();
+  // New constants go first in the graph, before every use.
+  torch::jit::WithInsertPoint first(graph->block()->nodes().front());
+  std::map<const void*, Value*> narrowed;  // a table's fp32 data -> its bf16 constant: a table read twice is narrowed once
+  std::vector<Node*> bags;
+  nodes_of_kind(graph->block(), c10::Symbol::fromQualString("numaserve::embedding_bags"), bags);
+  for (Node* op : bags) {
+    Node* list = op->input(0)->node();
+    if (list->kind() != prim::ListConstruct) continue;
+    for (Value* table : list->inputs()) {
+      const auto weight = constant_tensor(table);
+      if (!weight || weight->scalar_type() != at::kFloat || weight->dim() != 2) continue;
+      const std::string what = "embedding table " + name_of(table) + " (" + shape_of(*weight) + ")";
+      if (!only_bags_read(table)) {
+        report.not_applied.push_back(what + ": also read by another op, kept fp32");
+        continue;
+      }
+      auto done = narrowed.find(weight->data_ptr());
+      if (done == narrowed.end()) {
+        done = narrowed.emplace(weight->data_ptr(), graph->insertConstant(memory.narrow(*weight))).first;
+        report.applied.push_back(what + " -> bf16");
+      }
+      table->replaceAllUsesWith(done->second);
+      if (!still_read(graph->block(), weight->storage().unsafeGetStorageImpl())) memory.unread(*weight);
+    }
+  }
+  std::vector<Node*> linears;
+  nodes_of_kind(graph->block(), aten::linear, linears);
+  for (Node* linear : linears) {
+    const auto weight = constant_tensor(linear->input(1));
+    const auto bias = constant_tensor(linear->input(2));
+    const std::string what = "linear " + name_of(linear->output());
+    if (!weight || weight->scalar_type() != at::kFloat || weight->dim() != 2 ||
+        (!bias && !constant_none(linear->input(2))) || (bias && bias->scalar_type() != at::kFloat)) {
+      report.not_applied.push_back(what + ": its weight or bias is not a constant fp32 tensor, kept fp32");
+      continue;
+    }
+    const auto inputs = weight->size(1), outputs = weight->size(0);
+    const std::string shape = " (" + std::to_string(inputs) + " -> " + std::to_string(outputs) + ")";
+    if (inputs < kBf16MinInputs || inputs * outputs < kBf16MinWeights) {
+      report.not_applied.push_back(what + shape + ": kept fp32 (under " + std::to_string(kBf16MinInputs) + " inputs or " +
+                                   std::to_string(kBf16MinWeights) + " weights, a bf16 product is slower)");
+      continue;
+    }
+    Value* w = graph->insertConstant(memory.narrow(*weight));
+    Value* b = bias ? graph->insertConstant(memory.narrow(*bias)) : linear->input(2);
+    torch::jit::WithInsertPoint here(linear);
+    Node* op = graph->insertNode(graph->create(c10::Symbol::fromQualString("numaserve::linear_bf16"), {linear->input(0), w, b}));
+    op->output()->setType(c10::TensorType::get());
+    linear->output()->replaceAllUsesWith(op->output());
+    linear->destroy();
+    for (const auto& fp32 : {weight, bias}) {
+      if (fp32 && !still_read(graph->block(), fp32->storage().unsafeGetStorageImpl())) memory.unread(*fp32);
+    }
+    report.applied.push_back(what + shape + " -> numaserve::linear_bf16");
+  }
+  torch::jit::EliminateDeadCode(graph);
+  graph->lint();
+  return report;
+}
 
 Optimized optimize(const torch::jit::Module& module) {
   Optimized out;

@@ -22,6 +22,7 @@
 
 #include <torch/script.h>
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -39,6 +40,25 @@ struct Optimized {
 // forward. Never throws: a module that cannot be frozen comes back unset,
 // with the reason.
 Optimized optimize(const torch::jit::Module& module);
+
+// bf16 (a model served with precision bf16), in place in an optimized
+// module that has not run yet (a run keeps the plan it compiled): the
+// embedding tables that only numaserve::embedding_bags reads, and the
+// weights of the linear layers of at least kBf16MinInputs inputs and
+// kBf16MinWeights weights (smaller ones ran slower in bf16: oneDNN's
+// per-call cost outweighs the products), become bf16 constants made by
+// `narrow`; a bf16 layer takes and gives fp32 (numaserve::linear_bf16), so
+// the interaction, the other ops and the scores stay fp32. Once no constant
+// of the graph reads an fp32 weight's memory any more, `unread` is told, one
+// weight at a time: freeing it there keeps the load's peak near the fp32
+// size rather than 1.5 times it.
+struct Bf16Memory {
+  std::function<at::Tensor(const at::Tensor& fp32)> narrow;
+  std::function<void(const at::Tensor& fp32)> unread;
+};
+inline constexpr std::int64_t kBf16MinInputs = 32;
+inline constexpr std::int64_t kBf16MinWeights = 8192;
+api::GraphRewrite to_bf16(torch::jit::Module& optimized, const Bf16Memory& memory);
 
 // The forward graph's numaserve:: nodes by kind ("numaserve::dot_interaction"
 // -> 1), for the report's tests.

@@ -18,9 +18,11 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/kernels.h"
 #include "model/graph.h"
 #include "model/rows.h"
 #include "numa/huge_pages.h"
+#include "numaserve/common/options.h"
 #include "numaserve/common/paced_file.h"
 
 namespace numaserve::model {
@@ -148,6 +150,7 @@ struct TorchModel::Impl {
   torch::jit::Module module;                    // as written; its parameters are the weights
   std::optional<torch::jit::Module> optimized;  // sharing them, when a rewrite applied and checked out
   api::GraphReport report;
+  api::PrecisionReport precision;
 
   const torch::jit::Module& running() const { return optimized ? *optimized : module; }
 };
@@ -164,13 +167,15 @@ Result<at::Tensor> run(const torch::jit::Module& m, const features::Batch& batch
   }
 }
 
-// The largest difference of two score tensors in units of kScoreTolerance's
-// bound (relative, absolute below 1): at most 1 passes.
-double score_distance(const at::Tensor& a, const at::Tensor& b) {
+// The largest difference of two score tensors in units of `tolerance`:
+// relative to the score (absolute below a magnitude of 1) when `relative`,
+// else absolute. A NaN against a number, or another count: infinity.
+double score_distance(const at::Tensor& a, const at::Tensor& b, double tolerance, bool relative) {
   const at::Tensor x = a.to(torch::kDouble).reshape({-1}), y = b.to(torch::kDouble).reshape({-1});
   if (x.numel() != y.numel()) return INFINITY;
   if (x.numel() == 0) return 0;
-  const at::Tensor scale = at::clamp_min(at::maximum(x.abs(), y.abs()), 1.0) * kScoreTolerance;
+  const at::Tensor scale =
+      relative ? at::clamp_min(at::maximum(x.abs(), y.abs()), 1.0) * tolerance : at::full_like(x, tolerance);
   const at::Tensor distance = ((x - y).abs() / scale).nan_to_num(INFINITY, INFINITY, INFINITY);
   // Both NaN (or both the same infinity) is equal.
   const at::Tensor same = (x == y) | (at::isnan(x) & at::isnan(y));
@@ -189,7 +194,7 @@ Optimized optimize_checked(const torch::jit::Module& module, const features::Mod
     // A model whose own forward fails on random rows cannot be checked: it
     // runs as written, and fails (or not) per request as before.
     auto got = want ? run(*optimized.module, batch, "optimized forward") : want;
-    const double distance = want && got ? score_distance(*want, *got) : INFINITY;
+    const double distance = want && got ? score_distance(*want, *got, kScoreTolerance, true) : INFINITY;
     if (!(distance <= 1)) {
       auto& report = optimized.report;
       report.state = "failed";
@@ -204,6 +209,99 @@ Optimized optimize_checked(const torch::jit::Module& module, const features::Mod
     }
   }
   return optimized;
+}
+
+// The tensors a forward graph holds as constants (a frozen module's weights).
+void constant_tensors(torch::jit::Block* block, std::vector<at::Tensor>& out) {
+  for (torch::jit::Node* n : block->nodes()) {
+    for (torch::jit::Block* inner : n->blocks()) constant_tensors(inner, out);
+    if (n->kind() != c10::prim::Constant) continue;
+    if (auto value = torch::jit::toIValue(n->output()); value && value->isTensor()) out.push_back(value->toTensor());
+  }
+}
+
+// A bf16 copy of an fp32 weight, rounded to nearest even by the kernels'
+// conversion; a large one in memory that asked for huge pages, as the
+// fp32 weights were (first touched here: on the loading thread's node).
+at::Tensor narrow_to_bf16(const at::Tensor& weight, bool huge_pages) {
+  const at::Tensor in = weight.contiguous();
+  const auto bytes = static_cast<std::size_t>(in.numel()) * 2;
+  const auto bf16 = at::TensorOptions().dtype(at::kBFloat16);
+  at::Tensor out;
+  void* data = huge_pages && bytes >= kHugePageWeightBytes ? numa::allocate_huge_pages(bytes) : nullptr;
+  out = data != nullptr ? torch::from_blob(data, in.sizes(), [bytes](void* p) { numa::free_huge_pages(p, bytes); }, bf16)
+                        : at::empty(in.sizes(), bf16);
+  kernels::to_bf16(kernels::best_isa(), in.data_ptr<float>(), reinterpret_cast<std::uint16_t*>(out.data_ptr<at::BFloat16>()),
+                   static_cast<std::size_t>(in.numel()));
+  return out;
+}
+
+// Serves `impl` in bf16 where the CPU and the model allow it and its scores
+// stay within the drift bound, else refuses (precision bf16) or leaves it
+// fp32 saying why (bf16-if-available).
+// `graph` is the model's graph report: the bf16 rewrite's lines join it.
+Status serve_in_bf16(const torch::jit::Module& module, std::optional<torch::jit::Module>& optimized,
+                     api::GraphReport& graph, api::PrecisionReport& report, const features::ModelSpec& spec,
+                     const std::filesystem::path& dir, features::Precision precision, bool huge_pages) {
+  const std::string where = dir.string() + ": precision bf16: ";
+  auto unavailable = [&](const std::string& why) -> Status {
+    if (precision == features::Precision::kBf16) {
+      return make_error(Error::Code::kInvalidArgument, where + why + " (precision bf16-if-available serves it in fp32 instead)",
+                        "precision");
+    }
+    report.reason = why;
+    return {};
+  };
+  const kernels::Bf16Support cpu = kernels::bf16_support();
+  if (!cpu.usable) return unavailable(cpu.missing);
+  if (!optimized) {
+    return unavailable("bf16 runs in the rewritten forward, and there is none (graph optimizations " + graph.state +
+                       (graph.reason.empty() ? "" : ": " + graph.reason) + ")");
+  }
+  // fp32's scores on the check rows first: the conversion frees each fp32
+  // weight as soon as the graph stops reading it, and the model as written
+  // reads them.
+  std::vector<std::pair<features::Batch, at::Tensor>> checks;
+  std::uint64_t seed = 101;
+  for (const std::size_t rows : {std::size_t{1}, std::size_t{7}, kBf16CheckRows}) {
+    features::Batch batch = random_rows(spec, rows, seed++);
+    auto want = run(module, batch, where + "the fp32 forward failed on random rows");
+    if (!want) return tl::unexpected(want.error());
+    checks.emplace_back(std::move(batch), std::move(*want));
+  }
+  // On a fresh frozen copy, never run: a forward that has run keeps the
+  // plan its first call compiled, with the fp32 weights in it.
+  Optimized fresh = optimize(module);
+  if (!fresh.module) return unavailable("the forward could not be rewritten again: " + fresh.report.reason);
+  // Past here the fp32 weights go: any refusal fails the load.
+  const Bf16Memory memory{[huge_pages](const at::Tensor& weight) { return narrow_to_bf16(weight, huge_pages); },
+                          [](const at::Tensor& weight) { weight.storage().unsafeGetStorageImpl()->reset(); }};
+  api::GraphRewrite rewrite;
+  try {
+    rewrite = to_bf16(*fresh.module, memory);
+  } catch (const std::exception& e) {
+    return tl::unexpected(torch_error(where + "cannot convert the forward", e));
+  }
+  double drift = 0;
+  for (const auto& [batch, want] : checks) {
+    auto got = run(*fresh.module, batch, where + "the bf16 forward failed on random rows");
+    if (!got) return tl::unexpected(got.error());
+    drift = std::max(drift, score_distance(want, *got, 1.0, false));
+  }
+  if (!(drift <= spec.precision_max_drift)) {
+    return make_error(Error::Code::kInvalidArgument,
+                      where + "its scores differ from fp32's by up to " + format_number(drift) + " on " +
+                          std::to_string(kBf16CheckRows) + " random rows, above precision_max_drift " +
+                          format_number(spec.precision_max_drift) + " (serve it in fp32, or raise the bound in model.yaml)",
+                      "precision_max_drift");
+  }
+  report.served = "bf16";
+  report.instructions = cpu.instructions;
+  report.max_drift = drift;
+  report.drift_bound = spec.precision_max_drift;
+  optimized = std::move(fresh.module);
+  graph.rewrites.push_back(std::move(rewrite));
+  return {};
 }
 
 }  // namespace
@@ -264,6 +362,16 @@ Result<std::unique_ptr<TorchModel>> TorchModel::load(const std::filesystem::path
     impl->report = std::move(optimized.report);
     pacer.pace();  // the rewrites and their check forward
   }
+  const features::Precision precision = options.precision.value_or(spec->precision);
+  impl->precision.requested = std::string(features::kPrecisionNames.name(precision));
+  if (precision != features::Precision::kFp32) {
+    if (auto bf16 = serve_in_bf16(impl->module, impl->optimized, impl->report, impl->precision, *spec, dir, precision,
+                                  options.huge_pages);
+        !bf16) {
+      return tl::unexpected(bf16.error());
+    }
+    pacer.pace();  // the conversion and the drift check
+  }
   return std::unique_ptr<TorchModel>(new TorchModel(dir, std::move(*spec), std::move(impl)));
 }
 
@@ -293,10 +401,15 @@ Result<std::vector<float>> TorchModel::forward(const features::Batch& batch) con
 }
 
 Result<std::vector<float>> TorchModel::forward_as_written(const features::Batch& batch) const {
+  if (impl_->precision.served != "fp32") {
+    return make_error(Error::Code::kUnavailable, spec_.name + ": served in bf16, its fp32 weights were released at load");
+  }
   return scores_of(impl_->module, batch, spec_.name);
 }
 
 api::GraphReport TorchModel::graph_report() const { return impl_->report; }
+
+api::PrecisionReport TorchModel::precision() const { return impl_->precision; }
 
 namespace {
 
@@ -319,12 +432,14 @@ bool count(std::string_view op, c10::ArrayRef<const c10::IValue> in, TorchModel:
   // LibTorch 1.13 hands a custom op's observers one value more than its
   // arguments, in front (measured): its arguments are the last ones.
   if (op.substr(0, 11) == "numaserve::") {
-    const std::size_t arity = op == "numaserve::dot_interaction" ? 3 : op == "numaserve::dot_interaction_flat" ? 2 : 6;
+    const std::size_t arity = op == "numaserve::dot_interaction" || op == "numaserve::linear_bf16" ? 3
+                              : op == "numaserve::dot_interaction_flat"                             ? 2
+                                                                                                     : 6;
     if (in.size() < arity) return false;
     in = in.slice(in.size() - arity);
   }
   auto arg = [&in](std::size_t k) -> const c10::IValue& { return in[k]; };
-  if (op == "aten::linear" && in.size() >= 2) {
+  if ((op == "aten::linear" || op == "numaserve::linear_bf16") && in.size() >= 2) {
     w.multiply_adds += numel(arg(0)) * static_cast<double>(size(arg(1), 0));
   } else if ((op == "aten::addmm" && in.size() >= 3) || ((op == "aten::mm" || op == "aten::matmul") && in.size() >= 2)) {
     const std::size_t a = op == "aten::addmm" ? 1 : 0;
@@ -334,11 +449,11 @@ bool count(std::string_view op, c10::ArrayRef<const c10::IValue> in, TorchModel:
   } else if ((op == "numaserve::dot_interaction" || op == "numaserve::dot_interaction_flat") && in.size() >= 2) {
     w.multiply_adds += static_cast<double>(size(arg(0), 0) * size(arg(0), 2)) * numel(arg(1));
   } else if (op == "aten::embedding_bag" && in.size() >= 2) {
-    w.gathered_bytes += numel(arg(1)) * static_cast<double>(size(arg(0), 1)) * sizeof(float);
+    w.gathered_bytes += numel(arg(1)) * static_cast<double>(size(arg(0), 1)) * 4;  // ATen's bags are fp32
   } else if (op == "numaserve::embedding_bags" && in.size() >= 2 && arg(0).isTensorList() && arg(1).isTensorList()) {
     const auto tables = arg(0).toTensorVector(), indices = arg(1).toTensorVector();
     for (std::size_t k = 0; k < tables.size() && k < indices.size(); ++k) {
-      w.gathered_bytes += static_cast<double>(indices[k].numel() * tables[k].size(1)) * sizeof(float);
+      w.gathered_bytes += static_cast<double>(indices[k].numel() * tables[k].size(1)) * static_cast<double>(tables[k].element_size());
     }
   } else {
     return false;
@@ -428,17 +543,66 @@ Result<ModelCheck> check_model(const std::filesystem::path& dir, const LoadOptio
   if (auto checked = (*model)->check(rows); !checked) return tl::unexpected(checked.error());
   const std::size_t after = resident_bytes();
   const auto& spec = (*model)->spec();
-  return ModelCheck{spec.name, spec.version, (*model)->graph_report(), std::string("forward") + kForward, rows,
-                    (*model)->weight_bytes(), after > before ? after - before : 0};
+  return ModelCheck{spec.name,
+                    spec.version,
+                    (*model)->graph_report(),
+                    std::string("forward") + kForward,
+                    rows,
+                    (*model)->weight_bytes(),
+                    after > before ? after - before : 0,
+                    (*model)->precision()};
 }
 
+Result<drift::Report> precision_drift(const std::filesystem::path& dir, LoadOptions options,
+                                      const std::vector<features::Batch>& requests,
+                                      const std::vector<std::vector<float>>& labels) {
+  if (!labels.empty() && labels.size() != requests.size()) {
+    return make_error(Error::Code::kInvalidArgument,
+                      "labels: " + std::to_string(labels.size()) + " lines for " + std::to_string(requests.size()) + " requests",
+                      "labels");
+  }
+  options.precision = features::Precision::kFp32;
+  auto fp32 = TorchModel::load(dir, options);
+  if (!fp32) return tl::unexpected(fp32.error());
+  options.precision = features::Precision::kBf16;
+  auto bf16 = TorchModel::load(dir, options);
+  if (!bf16) return tl::unexpected(bf16.error());
+  std::vector<drift::Scored> scored;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    auto reference = (*fp32)->forward(requests[i]);
+    if (!reference) return tl::unexpected(reference.error());
+    auto candidate = (*bf16)->forward(requests[i]);
+    if (!candidate) return tl::unexpected(candidate.error());
+    if (!labels.empty() && labels[i].size() != requests[i].rows) {
+      return make_error(Error::Code::kInvalidArgument,
+                        "labels line " + std::to_string(i + 1) + ": " + std::to_string(labels[i].size()) + " labels for " +
+                            std::to_string(requests[i].rows) + " items",
+                        "labels");
+    }
+    scored.push_back({std::move(*reference), std::move(*candidate), labels.empty() ? std::vector<float>{} : labels[i]});
+  }
+  return drift::compare(scored);
+}
+
+// Each storage once: the optimized forward's constants share the
+// parameters' storage, except those it made (bf16 copies, folded weights).
 std::vector<numa::MemoryRange> TorchModel::weights() const {
   std::vector<numa::MemoryRange> out;
-  auto add = [&out](const at::Tensor& t) {
-    if (t.defined() && t.nbytes() > 0) out.push_back({t.data_ptr(), t.nbytes()});
+  std::vector<const void*> seen;
+  auto add = [&](const at::Tensor& t) {
+    if (!t.defined() || !t.has_storage() || t.storage().nbytes() == 0) return;
+    void* data = t.storage().data();
+    if (std::find(seen.begin(), seen.end(), data) != seen.end()) return;
+    seen.push_back(data);
+    out.push_back({data, t.storage().nbytes()});
   };
   for (const auto& p : impl_->module.named_parameters()) add(p.value);
   for (const auto& b : impl_->module.named_buffers()) add(b.value);
+  if (impl_->optimized) {
+    std::vector<at::Tensor> constants;
+    constant_tensors(impl_->optimized->get_method("forward").graph()->block(), constants);
+    for (const auto& t : constants) add(t);
+  }
   return out;
 }
 
@@ -449,6 +613,16 @@ std::size_t TorchModel::weight_bytes() const {
 }
 
 void set_intra_op_threads(unsigned threads) { at::set_num_threads(static_cast<int>(threads == 0 ? 1 : threads)); }
+
+namespace {
+
+// What precision bf16 would run on here: "avx512_bf16", or "none (why)".
+std::string bf16_summary() {
+  const auto cpu = kernels::bf16_support();
+  return cpu.usable ? cpu.instructions : "none (" + cpu.missing + ")";
+}
+
+}  // namespace
 
 std::string runtime_summary() {
   // Which BLAS the dynamic linker picked decides forward speed (the
@@ -467,7 +641,7 @@ std::string runtime_summary() {
   }
   return std::string("LibTorch ") + TORCH_VERSION + " (" +
          (at::get_parallel_info().find("OpenMP") != std::string::npos ? "OpenMP" : "native") + "), BLAS " + blas +
-         ", fused kernels " + kernel_isa();
+         ", fused kernels " + kernel_isa() + ", bf16 " + bf16_summary();
 }
 
 }  // namespace numaserve::model

@@ -18,15 +18,27 @@
 // copy whose hot patterns are fused ops (graph.h), sharing the weights; it
 // is used only after it gave the original's scores on random rows
 // (kScoreTolerance), and the report says what was rewritten and what not.
+//
+// Precision bf16 (model.yaml's `precision`, or LoadOptions::precision):
+// the optimized forward's embedding tables and larger linear layers become
+// bf16 (graph.h to_bf16), where the CPU multiplies bf16 in hardware
+// (kernels::bf16_support); elsewhere the load is refused naming what the CPU
+// lacks, or under bf16-if-available runs fp32 and says so (precision()).
+// The bf16 forward serves only if its scores stay within the model's
+// precision_max_drift of fp32's on random rows (kBf16CheckRows); then the
+// fp32 copies of what became bf16 are released: a bf16 table holds half the
+// memory.
 
 #include <cstddef>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "api/model.h"
+#include "drift/drift.h"
 #include "features/extract.h"
 #include "features/model_spec.h"
 #include "numaserve/common/result.h"
@@ -47,6 +59,8 @@ struct LoadOptions {
   // the kernel for transparent huge pages (madvise mode): an embedding
   // table read at random then costs a TLB miss per 2 MiB, not per 4 KiB.
   bool huge_pages = true;
+  // serve --precision / check-model --precision; unset: model.yaml's.
+  std::optional<features::Precision> precision;
 };
 inline constexpr std::size_t kHugePageWeightBytes = 4u << 20;
 
@@ -55,6 +69,9 @@ inline constexpr std::size_t kHugePageWeightBytes = 4u << 20;
 // differ in their last bits; beyond this, the load keeps the original.
 // Relative to the score, and absolute below a magnitude of 1.
 constexpr double kScoreTolerance = 1e-6;
+
+// The rows of random requests a bf16 forward is compared with fp32 on at load.
+inline constexpr std::size_t kBf16CheckRows = 1024;
 
 class TorchModel final : public api::Model {
  public:
@@ -74,9 +91,11 @@ class TorchModel final : public api::Model {
   std::vector<numa::MemoryRange> weights() const override;
   std::size_t weight_bytes() const override;
   api::GraphReport graph_report() const override;
+  api::PrecisionReport precision() const override;
 
   // The scores of the model as written, not optimized: for the tests and
-  // the benchmark's comparison.
+  // the benchmark's comparison. A model served in bf16 has released its
+  // fp32 weights: an error.
   Result<std::vector<float>> forward_as_written(const features::Batch& batch) const;
   // The running forward's fused ops by kind ("numaserve::embedding_bags" -> 1).
   std::map<std::string, int> fused_ops() const;
@@ -115,8 +134,17 @@ struct ModelCheck {
   std::size_t rows = 0;           // of the synthetic forward
   std::size_t weight_bytes = 0;   // parameters and buffers
   std::size_t resident_bytes = 0; // the process's resident memory grown by the load and the forward
+  api::PrecisionReport precision;
 };
 Result<ModelCheck> check_model(const std::filesystem::path& dir, const LoadOptions& options = {}, std::size_t rows = 16);
+
+// `numaserve check-model --precision bf16 --requests FILE`: the model loaded
+// in fp32 and in bf16 (`options`' other settings), each request's rows
+// scored by both; `labels` (empty, or one list per request) add AUC and
+// log-loss. A request whose labels do not match its rows is an error.
+Result<drift::Report> precision_drift(const std::filesystem::path& dir, LoadOptions options,
+                                      const std::vector<features::Batch>& requests,
+                                      const std::vector<std::vector<float>>& labels);
 
 // The intra-op thread count of the calling thread's LibTorch (OpenMP) pool.
 // Each inference worker calls it once, after pinning itself, so its OpenMP
@@ -133,7 +161,8 @@ Status set_kernel_isa(const std::string& name);
 // reusing them saves; serve always reuses.
 void set_bag_reuse(bool reuse);
 
-// What LibTorch was built with, for the startup summary: "OpenMP, 2 threads".
+// What LibTorch was built with and what the CPU gives it, for the startup
+// summary: "LibTorch 1.13.0 (OpenMP), BLAS openblas-pthread, fused kernels avx512, bf16 avx512_bf16".
 std::string runtime_summary();
 
 }  // namespace numaserve::model

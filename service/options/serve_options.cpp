@@ -191,6 +191,7 @@ std::vector<OptionSpec> serve_options(ServeOptions& o) {
       list_option("model_dir", "DIR", "A model directory (model.pt + model.yaml); the first is the default model",
                   o.model_dirs),
       graph_optimizations_option(o.graph_optimizations),
+      precision_option(o.precision),
       switch_option("huge_pages",
                     "Move each model's weights of 4 MiB and more into memory that asks for transparent huge pages "
                     "(THP mode madvise or always): embedding tables read at random miss the TLB far less",
@@ -231,8 +232,34 @@ OptionSpec graph_optimizations_option(bool& target) {
                        target);
 }
 
-std::vector<OptionSpec> check_model_options(bool& graph_optimizations) {
-  return command_line_only({graph_optimizations_option(graph_optimizations)});
+OptionSpec precision_option(std::optional<features::Precision>& target) {
+  return without_default({"precision", "fp32|bf16|bf16-if-available",
+          "Every model's precision, over its model.yaml's (default: model.yaml's, else fp32): bf16 serves its embedding tables and larger linear layers in "
+          "bf16 where the CPU has AVX512_BF16 or AMX (refused elsewhere; bf16-if-available serves fp32 there), if its "
+          "scores stay within precision_max_drift of fp32's",
+          "", [&target](const std::string& text) {
+            const auto precision = features::kPrecisionNames.parse(text);
+            if (!precision) {
+              return Status(make_error(Error::Code::kInvalidArgument,
+                                       "precision: '" + text + "' is not fp32, bf16 or bf16-if-available", "precision"));
+            }
+            target = *precision;
+            return Status();
+          }});
+}
+
+std::vector<OptionSpec> check_model_options(CheckModelOptions& o) {
+  return command_line_only({
+      graph_optimizations_option(o.graph_optimizations),
+      precision_option(o.precision),
+      path_option("requests", "FILE",
+                  "With --precision bf16: /predict bodies, one per line, scored in fp32 and bf16 to report the drift "
+                  "(max and mean |score difference|, per-request Spearman, top-10 overlap)",
+                  o.requests),
+      path_option("feature_store", "FILE", "The JSON Lines store the requests' ids are looked up in", o.feature_store),
+      path_option("labels", "FILE", "Each request's labels, a JSON array of 0 and 1 per line: adds AUC and log-loss of both",
+                  o.labels),
+  });
 }
 
 unsigned HealthOptions::default_port() {

@@ -7,11 +7,14 @@
 // tests and the options file's fuzz target see the very tables the binary
 // uses.
 
+#include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "api/config.h"
 #include "feature_store/config.h"
+#include "features/model_spec.h"
 #include "http/config.h"
 #include "reload/config.h"
 #include "numaserve/common/options.h"
@@ -34,6 +37,7 @@ struct ServeOptions {
   // model/'s LoadOptions, which this torch-free table cannot see.
   bool graph_optimizations = true;
   bool huge_pages = true;  // model/'s LoadOptions::huge_pages
+  std::optional<features::Precision> precision;  // model/'s LoadOptions::precision: unset, model.yaml's
   // Start-up's own: the memory policy, and the shutdown's timing.
   bool memory_bind = true;
   double shutdown_delay = 0;   // seconds serving not-ready after SIGTERM
@@ -45,10 +49,20 @@ struct ServeOptions {
 
 std::vector<OptionSpec> serve_options(ServeOptions& o);
 
-// One row, in serve's table and check-model's.
+// Rows in serve's table and check-model's.
 OptionSpec graph_optimizations_option(bool& target);
+OptionSpec precision_option(std::optional<features::Precision>& target);
+
 // `numaserve check-model DIR`.
-std::vector<OptionSpec> check_model_options(bool& graph_optimizations);
+struct CheckModelOptions {
+  bool graph_optimizations = true;
+  std::optional<features::Precision> precision;
+  // With bf16: the drift on real requests (JSON Lines of /predict bodies),
+  // their ids looked up in a JSON Lines store, and optionally each
+  // request's labels (a JSON array of 0/1 per line, one per item).
+  std::filesystem::path requests, feature_store, labels;
+};
+std::vector<OptionSpec> check_model_options(CheckModelOptions& o);
 
 // `numaserve health`: the image's HEALTHCHECK (no shell, no curl in it).
 struct HealthOptions {

@@ -26,6 +26,26 @@ printf 'workers: 1\nmodel_dirr: x\n' > "$tmp/bad.yaml"
 check "an unknown YAML key names file and line" 2 "bad.yaml.*line 2.*unknown option 'model_dirr'" serve --config "$tmp/bad.yaml"
 check "demo models refuse an empty table budget" 1 'embedding_mb > 0' make-demo-models "$tmp/demo" --embedding-mb 0
 check "demo models are written" 0 "wrote $tmp/demo/ranker_a" make-demo-models "$tmp/demo" --embedding-mb 1 --users 5 --items 5
+check "a bad precision names the option" 2 "precision: 'half' is not fp32, bf16 or bf16-if-available" check-model "$tmp/demo/ranker_a" --precision half
+check "check-model --requests asks for bf16" 2 "give --precision bf16" check-model "$tmp/demo/ranker_a" --requests x.jsonl
+NUMASERVE_CPU_BF16=off check "bf16 on a CPU without it is refused naming why" 1 \
+  "precision bf16: bf16 turned off by NUMASERVE_CPU_BF16=off" check-model "$tmp/demo/ranker_a" --precision bf16
+NUMASERVE_CPU_BF16=off check "bf16-if-available on a CPU without it checks out in fp32, saying why" 0 \
+  "precision: fp32 \(bf16-if-available: bf16 turned off" check-model "$tmp/demo/ranker_a" --precision bf16-if-available
+printf '{"user":{"id":"u1"},"items":[{"id":"i1"},{"id":"i2"},{"id":"i3"}]}\n{"user":{"id":"u2"},"items":[{"id":"i4"},{"id":"i0"}]}\n' > "$tmp/requests.jsonl"
+printf '[0,1,1]\n[1,"no"]\n' > "$tmp/bad-labels.jsonl"
+printf '[0,1,1]\n[1,0]\n' > "$tmp/labels.jsonl"
+if "$NUMASERVE" check-model "$tmp/demo/ranker_a" --precision bf16 > /dev/null 2>&1; then
+  check "bf16's drift on requests, in ranking terms" 0 "bf16: AUC [0-9.]+, log-loss [0-9.]+" check-model "$tmp/demo/ranker_a" \
+    --precision bf16 --requests "$tmp/requests.jsonl" --feature-store "$tmp/demo/store.jsonl" --labels "$tmp/labels.jsonl"
+  check "a bad labels line names file and line" 1 "bad-labels.jsonl line 2: want a JSON array of 0 and 1" check-model "$tmp/demo/ranker_a" \
+    --precision bf16 --requests "$tmp/requests.jsonl" --feature-store "$tmp/demo/store.jsonl" --labels "$tmp/bad-labels.jsonl"
+  printf '{"user":{"id":"u1"},"items":[]}\n' >> "$tmp/requests.jsonl"
+  check "a request /predict would refuse names file and line" 1 "requests.jsonl line 3: " check-model "$tmp/demo/ranker_a" \
+    --precision bf16 --requests "$tmp/requests.jsonl" --feature-store "$tmp/demo/store.jsonl"
+else
+  echo "SKIP bf16's drift on requests: no bf16 on this CPU"
+fi
 closed=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 check "health with nothing listening fails naming the address" 1 "127.0.0.1:$closed/readyz: connect: Connection refused" health --port "$closed"
 check "a bad admin port names the option" 2 "admin_port" serve --model-dir x --admin-port many

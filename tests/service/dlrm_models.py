@@ -2,7 +2,8 @@
 (tests/service/graph_test.cpp): scripted with PyTorch from the reference
 DLRM's structure (facebookresearch/dlrm, dlrm_s_pytorch.py: bottom MLP,
 one nn.EmbeddingBag per table, `bmm(T, T^T)` then `Z[:, li, lj]`, top MLP),
-in the variants the rewrites must handle and the ones they must leave alone.
+in the variants the rewrites must handle and the ones they must leave alone,
+and one whose scores bf16 would change too much (precision_test.cpp).
 
     /usr/bin/python3 dlrm_models.py OUTDIR
     /usr/bin/python3 dlrm_models.py --like MODEL_DIR NAME OUTDIR
@@ -117,6 +118,41 @@ class LeftAlone(nn.Module):
         return torch.sigmoid(cross.sum(1) + upper.sum(1))
 
 
+class Drifting(nn.Module):
+    """A model whose scores magnify its tables' rounding: unbounded scores,
+    a thousand times the sum of a bag's elements. In bf16 (2^-9 relative
+    rounding) they stray far past any bound a ranking model would allow:
+    the load must refuse it."""
+
+    def __init__(self):
+        super().__init__()
+        self.embs = nn.ModuleList([nn.EmbeddingBag(rows, DIM, mode="sum") for _, rows, _ in TABLES])
+
+    def forward(self, dense: torch.Tensor, indices: List[torch.Tensor], offsets: List[torch.Tensor]) -> torch.Tensor:
+        total = dense.sum(1)
+        for k, emb in enumerate(self.embs):
+            total = total + emb(indices[k], offsets[k]).sum(1) * 1000
+        return total
+
+
+class SharedTable(nn.Module):
+    """A table the bags read and another op reads too (the rows of a
+    request's ids, gathered, scale the score; not a constant the freeze could
+    fold): bf16 must leave that table fp32, and convert the others."""
+
+    def __init__(self):
+        super().__init__()
+        self.embs = nn.ModuleList([nn.EmbeddingBag(rows, DIM, mode="mean") for _, rows, _ in TABLES])
+        self.top = mlp([DIM * len(TABLES), 1], sigmoid_last=True)
+
+    def forward(self, dense: torch.Tensor, indices: List[torch.Tensor], offsets: List[torch.Tensor]) -> torch.Tensor:
+        ly: List[torch.Tensor] = []
+        for k, emb in enumerate(self.embs):
+            ly.append(emb(indices[k], offsets[k]))
+        scale = torch.index_select(self.embs[3].weight, 0, indices[3]).abs().sum() * 1e-4
+        return torch.sigmoid(self.top(torch.cat(ly, 1)) * (1 + scale)).flatten()
+
+
 def model_yaml(name, tables):
     lines = [f"name: {name}", 'version: "1"', "hash_seed: 0", "tables:"]
     lines += [f"  {t}: {rows}" for t, rows, _ in tables]
@@ -161,6 +197,8 @@ def main():
     write(out, "dlrm_diagonal_mean", Dlrm(mode="mean", diagonal=True), TABLES)
     write(out, "dlrm_flat_weighted", DlrmFlatWeighted(), TABLES)
     write(out, "left_alone", LeftAlone(), TABLES[:2])
+    write(out, "drifting", Drifting(), TABLES)
+    write(out, "shared_table", SharedTable(), TABLES)
 
 
 if __name__ == "__main__":

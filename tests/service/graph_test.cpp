@@ -8,9 +8,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 
 #include "demo_dir.h"
+#include "dlrm_dir.h"
 #include "feature_store/embedded.h"
 #include "model/model.h"
 #include "model/rows.h"
@@ -19,16 +19,7 @@ namespace numaserve::model {
 namespace {
 
 using numaserve::testing::demo_dir;
-
-const std::filesystem::path& scripted_dir() {
-  static const std::filesystem::path dir = [] {
-    auto d = numaserve::testing::make_temp_dir("numaserve-dlrm");
-    const std::string command = "/usr/bin/python3 " + std::string(NUMASERVE_SOURCE_DIR) + "/tests/service/dlrm_models.py " + d.string();
-    if (std::system(command.c_str()) != 0) ADD_FAILURE() << command << " failed";
-    return d;
-  }();
-  return dir;
-}
+using numaserve::testing::scripted_dir;
 
 std::unique_ptr<TorchModel> load(const std::filesystem::path& dir, bool optimize) {
   LoadOptions options;

@@ -69,6 +69,7 @@ class TouchedWeightsModel final : public api::Model {
   std::vector<numa::MemoryRange> weights() const override { return {{weights_, kWeightBytes}}; }
   std::size_t weight_bytes() const override { return kWeightBytes; }
   api::GraphReport graph_report() const override { return {}; }
+  api::PrecisionReport precision() const override { return {}; }
 
  private:
   TouchedWeightsModel(features::ModelSpec spec, void* weights) : spec_(std::move(spec)), weights_(weights) {}

@@ -3,10 +3,16 @@
 // wide paths run only where best_isa() found them.
 #include "kernels/kernels.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 // GCC 12's AVX-512 headers initialize their "undefined" vectors from
 // themselves (`__m512 __Y = __Y;`) and warn about it wherever one inlines.
@@ -24,10 +30,26 @@ constexpr std::int64_t kPrefetch = 4;
 
 void prefetch_row(const Bag& bag, std::int64_t i, std::int64_t stop) {
   if (i < stop) {
-    const char* row = reinterpret_cast<const char*>(bag.table + bag.indices[i] * bag.dim);
-    for (std::int64_t byte = 0; byte < bag.dim * 4; byte += 64) __builtin_prefetch(row + byte);
+    const std::int64_t bytes = bag.dim * (bag.table_bf16 != nullptr ? 2 : 4);
+    const char* table = bag.table_bf16 != nullptr ? reinterpret_cast<const char*>(bag.table_bf16)
+                                                  : reinterpret_cast<const char*>(bag.table);
+    const char* row = table + bag.indices[i] * bytes;
+    for (std::int64_t byte = 0; byte < bytes; byte += 64) __builtin_prefetch(row + byte);
   }
 }
+
+// The bag kernels are written once for both row types: T is float (a
+// float table) or std::uint16_t (a bf16 table, widened as read).
+template <typename T>
+const T* rows_of(const Bag& bag) {
+  if constexpr (std::is_same_v<T, float>) {
+    return bag.table;
+  } else {
+    return bag.table_bf16;
+  }
+}
+inline float widen(float x) { return x; }
+inline float widen(std::uint16_t x) { return from_bf16(x); }
 
 void dot_pairs_portable(const DotPairs& job, std::int64_t begin, std::int64_t end) {
   for (std::int64_t n = begin; n < end; ++n) {
@@ -42,17 +64,18 @@ void dot_pairs_portable(const DotPairs& job, std::int64_t begin, std::int64_t en
   }
 }
 
+template <typename T>
 void bag_portable(const Bag& bag, std::int64_t b) {
   float* out = bag.out + b * bag.dim;
   for (std::int64_t d = 0; d < bag.dim; ++d) out[d] = 0;
   const std::int64_t start = bag.offsets[b], stop = bag_end(bag, b);
   for (std::int64_t i = start; i < stop; ++i) {
     prefetch_row(bag, i + kPrefetch, stop);
-    const float* row = bag.table + bag.indices[i] * bag.dim;
+    const T* row = rows_of<T>(bag) + bag.indices[i] * bag.dim;
     if (bag.weights != nullptr) {
-      for (std::int64_t d = 0; d < bag.dim; ++d) out[d] += bag.weights[i] * row[d];
+      for (std::int64_t d = 0; d < bag.dim; ++d) out[d] += bag.weights[i] * widen(row[d]);
     } else {
-      for (std::int64_t d = 0; d < bag.dim; ++d) out[d] += row[d];
+      for (std::int64_t d = 0; d < bag.dim; ++d) out[d] += widen(row[d]);
     }
   }
   if (bag.mode == Bag::Mode::kMean && stop > start) {
@@ -86,6 +109,12 @@ __attribute__((target("avx2,fma"))) void dot_pairs_avx2(const DotPairs& job, std
   }
 }
 
+__attribute__((target("avx2,fma"))) inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+__attribute__((target("avx2,fma"))) inline __m256 load8(const std::uint16_t* p) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
+
+template <typename T>
 __attribute__((target("avx2,fma"))) void bag_avx2(const Bag& bag, std::int64_t b) {
   const std::int64_t dim = bag.dim, body = dim - dim % 8;
   const std::int64_t start = bag.offsets[b], stop = bag_end(bag, b);
@@ -98,12 +127,12 @@ __attribute__((target("avx2,fma"))) void bag_avx2(const Bag& bag, std::int64_t b
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     for (std::int64_t i = start; i < stop; ++i) {
       if (d0 == 0) prefetch_row(bag, i + kPrefetch, stop);
-      const float* row = bag.table + bag.indices[i] * dim + d0;
+      const T* row = rows_of<T>(bag) + bag.indices[i] * dim + d0;
       if (bag.weights != nullptr) {
         const __m256 w = _mm256_set1_ps(bag.weights[i]);
-        for (std::int64_t j = 0; j < lanes; ++j) acc[j] = _mm256_fmadd_ps(w, _mm256_loadu_ps(row + 8 * j), acc[j]);
+        for (std::int64_t j = 0; j < lanes; ++j) acc[j] = _mm256_fmadd_ps(w, load8(row + 8 * j), acc[j]);
       } else {
-        for (std::int64_t j = 0; j < lanes; ++j) acc[j] = _mm256_add_ps(acc[j], _mm256_loadu_ps(row + 8 * j));
+        for (std::int64_t j = 0; j < lanes; ++j) acc[j] = _mm256_add_ps(acc[j], load8(row + 8 * j));
       }
     }
     for (std::int64_t j = 0; j < lanes; ++j) {
@@ -113,7 +142,7 @@ __attribute__((target("avx2,fma"))) void bag_avx2(const Bag& bag, std::int64_t b
   for (std::int64_t d = body; d < dim; ++d) {
     float sum = 0;
     for (std::int64_t i = start; i < stop; ++i) {
-      const float x = bag.table[bag.indices[i] * dim + d];
+      const float x = widen(rows_of<T>(bag)[bag.indices[i] * dim + d]);
       sum = bag.weights != nullptr ? __builtin_fmaf(bag.weights[i], x, sum) : sum + x;
     }
     out[d] = mean ? sum / static_cast<float>(stop - start) : sum;
@@ -122,7 +151,7 @@ __attribute__((target("avx2,fma"))) void bag_avx2(const Bag& bag, std::int64_t b
 
 // --- AVX-512: 16 lanes, the tail of a row under a mask.
 
-__attribute__((target("avx512f"))) void dot_pairs_avx512(const DotPairs& job, std::int64_t begin, std::int64_t end) {
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void dot_pairs_avx512(const DotPairs& job, std::int64_t begin, std::int64_t end) {
   const std::int64_t dim = job.dim;
   const auto tail = static_cast<__mmask16>((1u << (dim % 16)) - 1);
   for (std::int64_t n = begin; n < end; ++n) {
@@ -139,7 +168,13 @@ __attribute__((target("avx512f"))) void dot_pairs_avx512(const DotPairs& job, st
   }
 }
 
-__attribute__((target("avx512f"))) void bag_avx512(const Bag& bag, std::int64_t b) {
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512 load16(__mmask16 mask, const float* p) { return _mm512_maskz_loadu_ps(mask, p); }
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512 load16(__mmask16 mask, const std::uint16_t* p) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, p)), 16));
+}
+
+template <typename T>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void bag_avx512(const Bag& bag, std::int64_t b) {
   const std::int64_t dim = bag.dim;
   const std::int64_t start = bag.offsets[b], stop = bag_end(bag, b);
   float* out = bag.out + b * dim;
@@ -157,18 +192,52 @@ __attribute__((target("avx512f"))) void bag_avx512(const Bag& bag, std::int64_t 
     __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
     for (std::int64_t i = start; i < stop; ++i) {
       if (d0 == 0) prefetch_row(bag, i + kPrefetch, stop);
-      const float* row = bag.table + bag.indices[i] * dim + d0;
+      const T* row = rows_of<T>(bag) + bag.indices[i] * dim + d0;
       if (bag.weights != nullptr) {
         const __m512 w = _mm512_set1_ps(bag.weights[i]);
-        for (std::int64_t j = 0; j < lanes; ++j) acc[j] = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(mask[j], row + 16 * j), acc[j]);
+        for (std::int64_t j = 0; j < lanes; ++j) acc[j] = _mm512_fmadd_ps(w, load16(mask[j], row + 16 * j), acc[j]);
       } else {
-        for (std::int64_t j = 0; j < lanes; ++j) acc[j] = _mm512_add_ps(acc[j], _mm512_maskz_loadu_ps(mask[j], row + 16 * j));
+        for (std::int64_t j = 0; j < lanes; ++j) acc[j] = _mm512_add_ps(acc[j], load16(mask[j], row + 16 * j));
       }
     }
     for (std::int64_t j = 0; j < lanes; ++j) {
       _mm512_mask_storeu_ps(out + d0 + 16 * j, mask[j], mean ? _mm512_div_ps(acc[j], count) : acc[j]);
     }
   }
+}
+
+// --- float to bf16, rounding to nearest even as to_bf16 does: add
+// 0x7FFF plus the kept part's lowest bit, keep the upper half; a NaN is
+// its upper half with the quiet bit set.
+
+__attribute__((target("avx2,fma"))) void to_bf16_avx2(const float* in, std::uint16_t* out, std::size_t n) {
+  const __m256i bias = _mm256_set1_epi32(0x7FFF), one = _mm256_set1_epi32(1), quiet_bit = _mm256_set1_epi32(0x40);
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(in + i);
+    const __m256i u = _mm256_castps_si256(x), upper = _mm256_srli_epi32(u, 16);
+    const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(bias, _mm256_and_si256(upper, one))), 16);
+    const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+    const __m256i r = _mm256_blendv_epi8(rounded, _mm256_or_si256(upper, quiet_bit), nan);
+    // Each 128-bit lane packs its four words twice; the low halves of the two lanes are the eight.
+    const __m256i packed = _mm256_packus_epi32(r, r);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm_unpacklo_epi64(_mm256_castsi256_si128(packed), _mm256_extracti128_si256(packed, 1)));
+  }
+  for (; i < n; ++i) out[i] = to_bf16(in[i]);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void to_bf16_avx512(const float* in, std::uint16_t* out, std::size_t n) {
+  const __m512i bias = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1), quiet_bit = _mm512_set1_epi32(0x40);
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 x = _mm512_loadu_ps(in + i);
+    const __m512i u = _mm512_castps_si512(x), upper = _mm512_srli_epi32(u, 16);
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(upper, one))), 16);
+    r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_or_si512(upper, quiet_bit));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm512_cvtepi32_epi16(r));
+  }
+  for (; i < n; ++i) out[i] = to_bf16(in[i]);
 }
 
 // Bag b holds the same ids (and weights, bit for bit) as bag b - 1: its
@@ -199,7 +268,7 @@ void prefetch_bag(const Bag& bag, std::int64_t b) {
   for (std::int64_t i = start; i < stop; ++i) prefetch_row(bag, i, stop);
 }
 
-template <void (*one)(const Bag&, std::int64_t)>
+template <void (*one_float)(const Bag&, std::int64_t), void (*one_bf16)(const Bag&, std::int64_t)>
 void bags_rows(const Bag* bags, std::size_t count, std::int64_t begin, std::int64_t end, bool reuse) {
   for (std::int64_t b = begin; b < end; ++b) {
     for (std::size_t k = 0; k < count; ++k) {
@@ -209,14 +278,39 @@ void bags_rows(const Bag* bags, std::size_t count, std::int64_t begin, std::int6
       // Only within [begin, end): the bag before `begin` may be another thread's, not yet written.
       if (reuse && b > begin && repeats_previous(bag, b)) {
         std::memcpy(bag.out + b * bag.dim, bag.out + (b - 1) * bag.dim, sizeof(float) * bag.dim);
+      } else if (bag.table_bf16 != nullptr) {
+        one_bf16(bag, b);
       } else {
-        one(bag, b);
+        one_float(bag, b);
       }
     }
   }
 }
 
 }  // namespace
+
+std::uint16_t to_bf16(float x) {
+  std::uint32_t u = 0;
+  std::memcpy(&u, &x, sizeof u);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40u);
+  return static_cast<std::uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+float from_bf16(std::uint16_t x) {
+  const std::uint32_t u = static_cast<std::uint32_t>(x) << 16;
+  float f = 0;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+void to_bf16(Isa isa, const float* in, std::uint16_t* out, std::size_t n) {
+  switch (isa) {
+    case Isa::kAvx512: return to_bf16_avx512(in, out, n);
+    case Isa::kAvx2: return to_bf16_avx2(in, out, n);
+    case Isa::kPortable: break;
+  }
+  for (std::size_t i = 0; i < n; ++i) out[i] = to_bf16(in[i]);
+}
 
 std::string_view isa_name(Isa isa) {
   switch (isa) {
@@ -230,9 +324,48 @@ std::string_view isa_name(Isa isa) {
 Isa best_isa() {
   // libgcc's answer also checks that the OS saves the wide registers (XCR0).
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return Isa::kAvx512;
+  // AVX-512 means F, BW and VL here (every AVX-512 CPU since Skylake-SP):
+  // a bf16 row's tail is a masked 16-bit load.
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")) {
+    return Isa::kAvx512;
+  }
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
   return Isa::kPortable;
+}
+
+Bf16Support bf16_support() {
+  Bf16Support out;
+  if (const char* forced = std::getenv("NUMASERVE_CPU_BF16"); forced != nullptr && std::string_view(forced) == "off") {
+    out.missing = "bf16 turned off by NUMASERVE_CPU_BF16=off";
+    return out;
+  }
+  __builtin_cpu_init();
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  bool avx512_bf16 = false, amx_bf16 = false;
+  if (best_isa() == Isa::kAvx512 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) avx512_bf16 = (a >> 5) & 1;  // CPUID.(7,1):EAX[5]
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) amx_bf16 = ((d >> 22) & 1) && ((d >> 24) & 1);            // EDX[22] AMX-BF16, [24] AMX-TILE
+  std::string amx_refused;
+  if (amx_bf16) {
+    // Linux hands out the AMX tile state (XTILEDATA, 18) only to a process that asks.
+    constexpr long kArchReqXcompPerm = 0x1023;
+    constexpr long kXfeatureXtiledata = 18;
+    if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) {
+      amx_refused = std::string("; the kernel refused AMX's tile state (arch_prctl ARCH_REQ_XCOMP_PERM: ") +
+                    std::strerror(errno) + ")";
+      amx_bf16 = false;
+    }
+  }
+  const bool wide = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                    __builtin_cpu_supports("avx512dq");
+  if (amx_bf16) out.instructions = "amx_bf16";
+  if (avx512_bf16) out.instructions += std::string(out.instructions.empty() ? "" : " ") + "avx512_bf16";
+  if (out.instructions.empty()) {
+    out.missing = "this CPU has neither AVX512_BF16 nor AMX-BF16" + amx_refused;
+  } else if (!wide) {
+    out.missing = "this CPU lacks AVX512BW/VL/DQ, which LibTorch's bf16 matrix products need";
+  }
+  out.usable = out.missing.empty();
+  return out;
 }
 
 std::vector<Isa> supported_isas() {
@@ -254,11 +387,11 @@ void dot_pairs(Isa isa, const DotPairs& job, std::int64_t begin, std::int64_t en
 
 void embedding_bags(Isa isa, const Bag* bags, std::size_t count, std::int64_t begin, std::int64_t end, bool reuse) {
   switch (isa) {
-    case Isa::kAvx512: return bags_rows<bag_avx512>(bags, count, begin, end, reuse);
-    case Isa::kAvx2: return bags_rows<bag_avx2>(bags, count, begin, end, reuse);
+    case Isa::kAvx512: return bags_rows<bag_avx512<float>, bag_avx512<std::uint16_t>>(bags, count, begin, end, reuse);
+    case Isa::kAvx2: return bags_rows<bag_avx2<float>, bag_avx2<std::uint16_t>>(bags, count, begin, end, reuse);
     case Isa::kPortable: break;
   }
-  bags_rows<bag_portable>(bags, count, begin, end, reuse);
+  bags_rows<bag_portable<float>, bag_portable<std::uint16_t>>(bags, count, begin, end, reuse);
 }
 
 }  // namespace numaserve::kernels

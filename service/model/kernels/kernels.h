@@ -5,7 +5,7 @@
 // compiled in one small file and tested against the scalar reference in the
 // fast unit binary.
 //
-// Every kernel has three paths, picked at run time: AVX-512 (avx512f),
+// Every kernel has three paths, picked at run time: AVX-512 (F, BW, VL),
 // AVX2 (avx2 + fma: the fleet's older machines have no AVX-512) and a
 // portable one. All compute rows [begin, end) only, so callers split rows
 // over threads.
@@ -15,9 +15,17 @@
 // means are bit-identical to it on every path. Weighted bags (and the dot
 // products) use fused multiply-adds where the path has them, so they may
 // differ from ATen in the last bits of each element.
+//
+// bf16 tables (a model served with `precision: bf16`): a bag reads each
+// row's bf16 values widened to float (exact: a bf16 is a float's upper
+// half) and adds as it does for float rows, so a bag of a bf16 table equals,
+// bit for bit, the same bag of its float widening. Conversion to bf16
+// rounds to nearest even on every path, bit for bit the scalar to_bf16:
+// no path uses AVX512_BF16's own convert, which flushes denormals to zero.
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -30,6 +38,27 @@ std::string_view isa_name(Isa isa);
 Isa best_isa();
 // Every path this CPU can run, portable first.
 std::vector<Isa> supported_isas();
+
+// bf16: a float's upper 16 bits. to_bf16 rounds to nearest even; a NaN
+// stays a NaN (quieted, sign kept); infinities and signed zeros stay.
+std::uint16_t to_bf16(float x);
+float from_bf16(std::uint16_t x);
+// to_bf16 of n floats, on `isa`'s path.
+void to_bf16(Isa isa, const float* in, std::uint16_t* out, std::size_t n);
+
+// Whether this CPU multiplies bf16 matrices in hardware, which a bf16 model
+// needs to be worth serving: AVX512_BF16, or AMX-BF16 with its tile state
+// granted by the kernel (arch_prctl ARCH_REQ_XCOMP_PERM, asked here), and
+// AVX512BW/VL/DQ, without which LibTorch 1.13 does not hand a bf16 matmul
+// to oneDNN. `instructions` names what it has ("amx_bf16 avx512_bf16");
+// `missing` what it lacks, when it cannot. NUMASERVE_CPU_BF16=off answers
+// no (a fleet that wants fp32 everywhere, and the tests of the fallback).
+struct Bf16Support {
+  bool usable = false;
+  std::string instructions;
+  std::string missing;
+};
+Bf16Support bf16_support();
 
 // The dot products of selected pairs of each row's vectors:
 //   out[n * pairs + p] = sum_d v[n][rows[p]][d] * v[n][cols[p]][d]
@@ -53,6 +82,7 @@ void dot_pairs(Isa isa, const DotPairs& job, std::int64_t begin, std::int64_t en
 struct Bag {
   enum class Mode { kSum, kMean };
   const float* table = nullptr;  // [rows][dim], row-major
+  const std::uint16_t* table_bf16 = nullptr;  // instead of table: bf16 rows
   std::int64_t dim = 0;
   const std::int64_t* indices = nullptr;
   const std::int64_t* offsets = nullptr;

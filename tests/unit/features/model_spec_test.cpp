@@ -29,6 +29,30 @@ TEST(ModelSpec, ReadsTheContract) {
   EXPECT_EQ(spec->feature("price", Source::kUser), nullptr);
 }
 
+TEST(ModelSpec, ReadsThePrecisionAndItsDriftBound) {
+  const std::string head = "name: m\nversion: \"1\"\ntables: {t: 10}\nfeatures:\n  - {name: a, source: item, kind: id, table: t}\n";
+  auto fp32 = parse(head);
+  ASSERT_TRUE(fp32) << fp32.error().message;
+  EXPECT_EQ(fp32->precision, Precision::kFp32);  // the default
+  EXPECT_EQ(fp32->precision_max_drift, kDefaultMaxDrift);
+  auto bf16 = parse(head + "precision: bf16-if-available\nprecision_max_drift: 1e-3\n");
+  ASSERT_TRUE(bf16) << bf16.error().message;
+  EXPECT_EQ(bf16->precision, Precision::kBf16IfAvailable);
+  EXPECT_EQ(bf16->precision_max_drift, 1e-3);
+  for (const auto& [yaml, message] : std::vector<std::pair<std::string, std::string>>{
+           {"precision: fp16\n", "model.yaml line 6: precision: want one of fp32, bf16, bf16-if-available"},
+           {"precision_max_drift: 0\n", "model.yaml line 6: precision_max_drift: want a number > 0"},
+           {"precision_max_drift: .nan\n", "precision_max_drift: want a number, not NaN"},
+           {"precision_max_drift: tiny\n", "precision_max_drift: want a number"}}) {
+    auto refused = parse(head + yaml);
+    ASSERT_FALSE(refused) << yaml;
+    EXPECT_NE(refused.error().message.find(message), std::string::npos) << refused.error().message;
+    EXPECT_EQ(refused.error().field, yaml.substr(0, yaml.find(':')));
+  }
+  // Precision is not part of the feature contract: a new version may change it.
+  EXPECT_TRUE(same_feature_contract(*fp32, *bf16));
+}
+
 TEST(ModelSpec, ErrorsNameLineAndField) {
   const std::string head = "name: m\nversion: \"1\"\ntables: {t: 10}\nfeatures:\n";
   struct Case {

@@ -216,6 +216,95 @@ TEST_P(KernelPaths, RepeatedBagsEqualTheirOwnPoolingBitForBit) {
   }
 }
 
+// bf16 tables: every bag (sum, mean, weighted; every width, with the tails
+// of each path) equals, bit for bit, the same path's bag of the float table
+// the bf16 one widens to.
+TEST_P(KernelPaths, Bf16BagsEqualTheBagsOfTheirFloatWideningBitForBit) {
+  std::mt19937 rng(13);
+  for (std::int64_t dim : {1, 7, 8, 15, 16, 17, 24, 32, 33, 64, 65, 128, 130}) {
+    Tables t = random_table(rng, 300, dim);
+    std::vector<std::uint16_t> half(t.table.size());
+    to_bf16(Isa::kPortable, t.table.data(), half.data(), half.size());
+    for (std::size_t i = 0; i < half.size(); ++i) t.table[i] = from_bf16(half[i]);
+    const BagInput in = random_bags(rng, 300);
+    for (int k = 0; k < 3; ++k) {
+      std::vector<float> got(in.offsets.size() * static_cast<std::size_t>(dim), NAN), want = got;
+      Bag bag;
+      bag.dim = dim;
+      bag.indices = in.indices.data();
+      bag.offsets = in.offsets.data();
+      bag.bags = static_cast<std::int64_t>(in.offsets.size());
+      bag.last_end = static_cast<std::int64_t>(in.indices.size());
+      bag.mode = k == 1 ? Bag::Mode::kMean : Bag::Mode::kSum;
+      bag.weights = k == 2 ? in.weights.data() : nullptr;
+      bag.table = t.table.data();
+      bag.out = want.data();
+      embedding_bags(GetParam(), &bag, 1, 0, bag.bags);
+      bag.table = nullptr;
+      bag.table_bf16 = half.data();
+      bag.out = got.data();
+      embedding_bags(GetParam(), &bag, 1, 0, bag.bags);
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
+            << "dim " << dim << " kind " << k << " bag " << i / static_cast<std::size_t>(dim) << " element "
+            << i % static_cast<std::size_t>(dim) << ": " << got[i] << " != " << want[i];
+      }
+    }
+  }
+}
+
+std::uint16_t bf16_of_bits(std::uint32_t bits) {
+  float x = 0;
+  std::memcpy(&x, &bits, sizeof x);
+  return to_bf16(x);
+}
+
+TEST(Bf16, TheScalarReferenceRoundsToNearestEven) {
+  EXPECT_EQ(bf16_of_bits(0x3F800000), 0x3F80);  // 1
+  EXPECT_EQ(bf16_of_bits(0x3F808000), 0x3F80);  // halfway, kept part even: down
+  EXPECT_EQ(bf16_of_bits(0x3F818000), 0x3F82);  // halfway, kept part odd: up
+  EXPECT_EQ(bf16_of_bits(0x3F808001), 0x3F81);  // past halfway: up
+  EXPECT_EQ(bf16_of_bits(0x3F807FFF), 0x3F80);  // below halfway: down
+  EXPECT_EQ(bf16_of_bits(0xBF818000), 0xBF82);  // negative: the same on the magnitude
+  EXPECT_EQ(bf16_of_bits(0x7F7FFFFF), 0x7F80);  // the largest float rounds to infinity
+  EXPECT_EQ(bf16_of_bits(0x7F800000), 0x7F80);  // infinity
+  EXPECT_EQ(bf16_of_bits(0xFF800000), 0xFF80);
+  EXPECT_EQ(bf16_of_bits(0x80000000), 0x8000);  // -0
+  EXPECT_EQ(bf16_of_bits(0x00008000), 0x0000);  // a denormal's tie, even: down (not flushed)
+  EXPECT_EQ(bf16_of_bits(0x00018000), 0x0002);
+  EXPECT_EQ(bf16_of_bits(0x007FFFFF), 0x0080);  // the largest denormal rounds to the smallest normal
+  EXPECT_EQ(bf16_of_bits(0x7F800001), 0x7FC0);  // a signalling NaN comes back quiet, never infinity
+  EXPECT_EQ(bf16_of_bits(0xFFFFFFFF), 0xFFFF);
+  EXPECT_EQ(bf16_of_bits(0x7FC00000), 0x7FC0);
+  for (std::uint32_t top : {0x0000u, 0x3F80u, 0x4049u, 0xC2F7u, 0x0001u}) {
+    EXPECT_EQ(to_bf16(from_bf16(static_cast<std::uint16_t>(top))), top) << "a bf16 widened and narrowed is itself";
+  }
+}
+
+TEST_P(KernelPaths, ConversionToBf16EqualsTheScalarReferenceBitForBit) {
+  std::mt19937 rng(17);
+  // Random bit patterns (every exponent, NaNs and denormals among them),
+  // the values around each rounding boundary, and the special values, at
+  // lengths that leave every tail.
+  std::vector<std::uint32_t> bits;
+  for (int i = 0; i < 1 << 20; ++i) bits.push_back(static_cast<std::uint32_t>(rng()));
+  for (std::uint32_t low : {0x7FFFu, 0x8000u, 0x8001u, 0x18000u, 0xFFFFu}) {
+    for (std::uint32_t high : {0x0000u, 0x3F80u, 0x7F7Fu, 0x7F80u, 0x8000u, 0xFF7Fu, 0x0080u}) bits.push_back(high << 16 | low);
+  }
+  std::vector<float> in(bits.size());
+  std::memcpy(in.data(), bits.data(), 4 * bits.size());
+  for (std::size_t n : {bits.size(), std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{15},
+                        std::size_t{16}, std::size_t{17}, std::size_t{33}}) {
+    std::vector<std::uint16_t> out(n + 1, 0xABCD);
+    to_bf16(GetParam(), in.data() + (bits.size() - n), out.data(), n);
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(out[i], to_bf16(in[bits.size() - n + i])) << "length " << n << " element " << i << " bits 0x" << std::hex
+                                                           << bits[bits.size() - n + i];
+    }
+    EXPECT_EQ(out[n], 0xABCD) << "wrote past the end";
+  }
+}
+
 std::string path_name(const ::testing::TestParamInfo<Isa>& path) { return std::string(isa_name(path.param)); }
 
 INSTANTIATE_TEST_SUITE_P(EveryPath, KernelPaths, ::testing::Values(Isa::kPortable, Isa::kAvx2, Isa::kAvx512), path_name);

@@ -57,5 +57,17 @@ TEST(OptionTables, ShownDefaultsAreTheConfigsOwnAndReadBack) {
   EXPECT_EQ(port->default_text, std::to_string(transport.port));
 }
 
+TEST(OptionTables, PrecisionOverridesModelYamlOnlyWhenGiven) {
+  serve::ServeOptions o;
+  OptionTable table(serve::serve_options(o));
+  EXPECT_FALSE(o.precision.has_value());  // unset: each model.yaml's
+  ASSERT_TRUE(table.apply_yaml("precision: bf16-if-available\n", "serve.yaml"));
+  EXPECT_EQ(o.precision, features::Precision::kBf16IfAvailable);
+  const auto refused = table.apply_yaml("precision: half\n", "serve.yaml");
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("'half' is not fp32, bf16 or bf16-if-available"), std::string::npos)
+      << refused.error().message;
+}
+
 }  // namespace
 }  // namespace numaserve

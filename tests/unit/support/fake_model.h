@@ -35,6 +35,7 @@ class FakeModel final : public Model {
   std::vector<numa::MemoryRange> weights() const override { return {}; }
   std::size_t weight_bytes() const override { return 0; }
   GraphReport graph_report() const override { return {}; }
+  PrecisionReport precision() const override { return {}; }
 
   static std::vector<float> scores(const features::Batch& batch) {
     std::vector<float> out(batch.rows, 0.f);
