@@ -12,7 +12,9 @@
 //                    per-sample weights, no padding_idx) in one block, moved
 //                    together where the graph's data and memory
 //                    dependencies allow, become one numaserve::embedding_bags
-//                    that reads every table in one pass over the rows.
+//                    that reads every table in one pass over the rows;
+//
+// and, for a model served in bf16, to_bf16 below on the rewritten forward.
 //
 // Each rewrite checks the constants and shapes it needs and leaves anything
 // else alone, saying why in the report. The fused ops compute exactly what

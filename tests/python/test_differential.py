@@ -537,6 +537,9 @@ BAD_MODELS = {
     "join_key_type": GOOD + "feature_store: {user: {join_key_type: int32}}\n",
     "list_key": GOOD + "? [a]\n: b\n",
     "tabs": GOOD.replace("  - {name: hour", "\t- {name: hour"),
+    "precision": GOOD + "precision: fp16\n", "precision_list": GOOD + "precision: [bf16]\n",
+    "max_drift_zero": GOOD + "precision_max_drift: 0\n", "max_drift_nan": GOOD + "precision_max_drift: .nan\n",
+    "max_drift_text": GOOD + "precision_max_drift: small\n",
 }
 GOOD_STORE = FIXTURES.joinpath("store.jsonl").read_text()
 BAD_STORES = {
