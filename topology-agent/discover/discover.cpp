@@ -103,7 +103,16 @@ void discover_allocations(const DiscoverConfig& config, NodeReport& report) {
     report.allocations = std::move(*allocations);
     return;
   }
-  if (!config.kubelet_state_dir) return;
+  if (!config.kubelet_state_dir) {
+    // A socket configured and not there (a kubelet restarting, or not up
+    // yet) is a view that could not be read, not a machine without pods:
+    // the updater then publishes its last good one, marked stale.
+    if (config.podresources) {
+      report.allocations_error = "no PodResources socket at " + config.podresources->socket.string();
+      report.warnings.push_back(report.allocations_error);
+    }
+    return;
+  }
   if (config.podresources) {
     report.warnings.push_back("no PodResources socket at " + config.podresources->socket.string() +
                               "; reading the kubelet's state files in " + config.kubelet_state_dir->string() +

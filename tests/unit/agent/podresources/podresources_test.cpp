@@ -107,14 +107,24 @@ class PodResources : public ::testing::Test {
     add_memory(kubelet_.allocatable.mutable_memory(), "hugepages-2Mi", 2 * kGi, {0});
 
     socket_ = dir_ / "kubelet.sock";
+    start_kubelet();
+    ASSERT_NE(server_, nullptr);
+  }
+  // The kubelet's PodResources server on its socket; stop_kubelet() as a
+  // kubelet restarting leaves it: the server gone and its socket file too.
+  void start_kubelet() {
     grpc::ServerBuilder builder;
     builder.AddListeningPort("unix://" + socket_.string(), grpc::InsecureServerCredentials());
     builder.RegisterService(&kubelet_);
     server_ = builder.BuildAndStart();
-    ASSERT_NE(server_, nullptr);
+  }
+  void stop_kubelet() {
+    server_->Shutdown(std::chrono::system_clock::now() + 1s);
+    server_.reset();
+    std::filesystem::remove(socket_);
   }
   void TearDown() override {
-    server_->Shutdown(std::chrono::system_clock::now() + 1s);
+    if (server_) server_->Shutdown(std::chrono::system_clock::now() + 1s);
     std::filesystem::remove_all(dir_);
   }
 
@@ -287,6 +297,42 @@ TEST_F(PodResources, AStalledKubeletFailsTheCallInTimeAndTheLastGoodViewIsKept) 
   const auto third = agent.run_cycle();
   ASSERT_TRUE(third.report->allocations.has_value());
   EXPECT_FALSE(third.report->allocations->stale);
+}
+
+// A kubelet restart: its socket gone for a while, pods changed meanwhile,
+// then a new server on the same path. The agent keeps publishing the last
+// good view marked stale while it cannot ask, and the new pods as soon as
+// it can again, without being restarted itself.
+TEST_F(PodResources, AKubeletRestartKeepsTheLastGoodViewUntilTheSocketIsBack) {
+  add_pod(kubelet_.list, "ranking", "numaserve-0")->add_cpu_ids(6);
+  updater::UpdaterConfig config;
+  config.discover = this->config();
+  config.publish = false;
+  updater::Updater agent(config);
+  const auto before = agent.run_cycle();
+  ASSERT_TRUE(before.report && before.report->allocations);
+  EXPECT_FALSE(before.report->allocations->stale);
+
+  stop_kubelet();
+  add_pod(kubelet_.list, "ranking", "numaserve-1")->add_cpu_ids(8);  // while it was away
+  for (int cycle = 0; cycle < 3; ++cycle) {
+    const auto started = std::chrono::steady_clock::now();
+    const auto down = agent.run_cycle();
+    EXPECT_LT(std::chrono::steady_clock::now() - started, 2s);
+    ASSERT_TRUE(down.report && down.report->allocations) << "cycle " << cycle;
+    EXPECT_TRUE(down.report->allocations->stale);
+    EXPECT_EQ(down.report->allocations->pods.size(), 1u);  // what it knew
+    EXPECT_TRUE(down.plan.has_value());
+  }
+  EXPECT_EQ(agent.counters().failures.at("podresources"), 3u);
+
+  start_kubelet();
+  ASSERT_NE(server_, nullptr);
+  const auto after = agent.run_cycle();
+  ASSERT_TRUE(after.report && after.report->allocations);
+  EXPECT_FALSE(after.report->allocations->stale);
+  EXPECT_EQ(after.report->allocations->pods.size(), 2u);
+  EXPECT_EQ(agent.counters().failures.at("podresources"), 3u);  // recovered: no new failure
 }
 
 TEST_F(PodResources, WithoutTheSocketTheStateFilesAreReadWithAWarning) {
