@@ -139,6 +139,17 @@ class PodResources : public ::testing::Test {
     return c;
   }
 
+  // An agent (publishing nothing) whose first cycle read one pod, fresh.
+  updater::Updater agent_that_saw_one_pod() {
+    add_pod(kubelet_.list, "ranking", "numaserve-0")->add_cpu_ids(6);
+    updater::UpdaterConfig c;
+    c.discover = config();
+    c.publish = false;
+    updater::Updater agent(c);
+    const auto first = agent.run_cycle();
+    EXPECT_TRUE(first.report && first.report->allocations && !first.report->allocations->stale);
+    return agent;
+  }
   discover::NodeReport discover() const {
     auto report = discover::discover_node(config());
     EXPECT_TRUE(report.has_value()) << report.error().message;
@@ -269,14 +280,7 @@ TEST_F(PodResources, CpusAndNodesNotOnThisMachineAreNamedAndLeftOut) {
 }
 
 TEST_F(PodResources, AStalledKubeletFailsTheCallInTimeAndTheLastGoodViewIsKept) {
-  add_pod(kubelet_.list, "ranking", "numaserve-0")->add_cpu_ids(6);
-  updater::UpdaterConfig config;
-  config.discover = this->config();
-  config.publish = false;
-  updater::Updater agent(config);
-  const auto first = agent.run_cycle();
-  ASSERT_TRUE(first.report && first.report->allocations);
-  EXPECT_FALSE(first.report->allocations->stale);
+  updater::Updater agent = agent_that_saw_one_pod();
 
   kubelet_.set_stall(600ms);  // past the 200 ms deadline, on both attempts
   const auto started = std::chrono::steady_clock::now();
@@ -304,14 +308,7 @@ TEST_F(PodResources, AStalledKubeletFailsTheCallInTimeAndTheLastGoodViewIsKept) 
 // good view marked stale while it cannot ask, and the new pods as soon as
 // it can again, without being restarted itself.
 TEST_F(PodResources, AKubeletRestartKeepsTheLastGoodViewUntilTheSocketIsBack) {
-  add_pod(kubelet_.list, "ranking", "numaserve-0")->add_cpu_ids(6);
-  updater::UpdaterConfig config;
-  config.discover = this->config();
-  config.publish = false;
-  updater::Updater agent(config);
-  const auto before = agent.run_cycle();
-  ASSERT_TRUE(before.report && before.report->allocations);
-  EXPECT_FALSE(before.report->allocations->stale);
+  updater::Updater agent = agent_that_saw_one_pod();
 
   stop_kubelet();
   add_pod(kubelet_.list, "ranking", "numaserve-1")->add_cpu_ids(8);  // while it was away
