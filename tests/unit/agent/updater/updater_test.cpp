@@ -7,9 +7,12 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <fstream>
+#include <thread>
 
 #include "agent_node.h"
+#include "fixture_paths.h"
 #include "numaserve/common/text_file.h"
 #include "serve/metrics.h"
 #include "updater/triggers.h"
@@ -95,6 +98,52 @@ TEST_F(Agent, DamagedKubeletStateFileIsCountedAndTheRestPublished) {
   EXPECT_TRUE(agent.run_cycle().ok());
   EXPECT_EQ(agent.counters().failures.at("kubelet_files"), 2u);
   std::filesystem::remove_all(state);
+}
+
+// A kubelet state file rewritten in place (truncated, then written in two
+// pieces) while the agent reads it, as a writer that does not rename would
+// leave it: each cycle reads it whole or names it as that cycle's error,
+// none stops the loop or goes without a plan, and once the writes stop the
+// next cycle reads it whole again.
+TEST_F(Agent, AStateFileRewrittenWhileReadIsReadWholeOrNamedAndReadAgainAfter) {
+  const auto state = hints_.parent_path() / "kubelet";
+  std::filesystem::create_directories(state);
+  const auto file = state / "cpu_manager_state";
+  const std::string content = read_text_file(testing::fixtures_dir() / "kubelet/numa-ready/cpu_manager_state").value();
+  std::ofstream(file) << content;
+  auto config = config_in(hints_);
+  config.discover.kubelet_state_dir = state;
+  updater::Updater agent(config);
+  std::atomic<bool> stop{false};
+  std::thread kubelet([&] {
+    while (!stop) {
+      std::ofstream out(file, std::ios::trunc);
+      out << content.substr(0, content.size() / 2) << std::flush;
+      out << content.substr(content.size() / 2);
+    }
+  });
+  int whole = 0, named = 0;
+  for (const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1); std::chrono::steady_clock::now() < until;) {
+    const auto result = agent.run_cycle();
+    EXPECT_TRUE(result.plan.has_value());
+    if (result.errors.empty()) {
+      EXPECT_TRUE(result.report && result.report->cpu_manager_state);
+      ++whole;
+    } else {
+      ASSERT_EQ(result.errors.size(), 1u) << ::testing::PrintToString(result.errors);
+      EXPECT_EQ(result.errors[0].rfind("kubelet_files: " + file.string() + ": ", 0), 0u) << result.errors[0];
+      ++named;
+    }
+  }
+  stop = true;
+  kubelet.join();
+  std::ofstream(file) << content;
+  const auto after = agent.run_cycle();
+  EXPECT_TRUE(after.ok()) << ::testing::PrintToString(after.errors);
+  EXPECT_TRUE(after.report && after.report->cpu_manager_state);
+  EXPECT_GE(whole + named, 3);
+  EXPECT_EQ(agent.counters().failures.count("kubelet_files") ? agent.counters().failures.at("kubelet_files") : 0u,
+            static_cast<std::uint64_t>(named));
 }
 
 TEST_F(Agent, DiscoveryFailureIsCountedNotFatal) {
