@@ -226,11 +226,12 @@ void RedisStore::keep(std::size_t worker, std::size_t model, const features::Req
                       const features::Batch& batch) {
   features::ItemCache* cache = cache_of(worker, model);
   if (cache == nullptr || found.degraded) return;  // what the store failed to give is defaults, not worth keeping
-  const auto expires = features::ItemCache::Clock::now() + to_duration(config_.item_cache_ttl_seconds);
+  const auto now = features::ItemCache::Clock::now();
+  const auto expires = now + to_duration(config_.item_cache_ttl_seconds);
   const auto& rows = found.stored.cached_rows;
   for (std::size_t i = 0; i < request.items.size(); ++i) {
     const bool fetched = rows.empty() || rows[i] < 0;
-    if (fetched && request.items[i].features.empty()) cache->put(request.items[i].id, batch, i, expires);
+    if (fetched && request.items[i].features.empty()) cache->put(request.items[i].id, batch, i, expires, now);
   }
 }
 

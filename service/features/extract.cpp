@@ -215,12 +215,42 @@ ItemCache ItemCache::empty(const ModelSpec& model, std::size_t max_rows) {
   return cache;
 }
 
+// The fewest rows at which expired ones are dropped: below it the pass
+// costs more than the rows it would free.
+constexpr std::size_t kFirstDrop = 4096;
+
 void ItemCache::clear() {
   ++generation_;
   records_at_.clear();
   records_.clear();
   expires_.clear();
   slots_.assign(16, Slot{});
+  drop_at_ = kFirstDrop;
+}
+
+// In place and in order: each kept record moves down over dropped ones
+// (std::copy to a lower address), so the vectors keep their capacity and a
+// cache in a steady state allocates nothing more.
+void ItemCache::drop_expired(Clock::time_point now) {
+  ++generation_;
+  std::size_t kept = 0, to = 0;
+  for (std::size_t row = 0; row < records_at_.size(); ++row) {
+    const std::size_t from = records_at_[row];
+    const std::size_t end = row + 1 < records_at_.size() ? records_at_[row + 1] : records_.size();
+    if (expires_[row] <= now) continue;
+    std::copy(records_.begin() + static_cast<std::ptrdiff_t>(from), records_.begin() + static_cast<std::ptrdiff_t>(end),
+              records_.begin() + static_cast<std::ptrdiff_t>(to));
+    records_at_[kept] = static_cast<std::uint32_t>(to);
+    expires_[kept] = expires_[row];
+    to += end - from;
+    ++kept;
+  }
+  records_.resize(to);
+  records_at_.resize(kept);
+  expires_.resize(kept);
+  if (2 * kept >= max_rows_) return clear();
+  index_ids();
+  drop_at_ = std::max(kFirstDrop, 2 * kept);
 }
 
 void ItemCache::append_record(std::string_view id, const Batch& batch, std::size_t i) {
@@ -256,8 +286,9 @@ void ItemCache::append_record(std::string_view id, const Batch& batch, std::size
   record_lines_ = std::min<std::size_t>(4, (mean_bytes + 63) / 64 + 1);
 }
 
-void ItemCache::put(const std::string& id, const Batch& batch, std::size_t i, Clock::time_point expires) {
-  if (records_at_.size() >= max_rows_) clear();
+void ItemCache::put(const std::string& id, const Batch& batch, std::size_t i, Clock::time_point expires,
+                    Clock::time_point now) {
+  if (records_at_.size() >= std::min(drop_at_, max_rows_)) drop_expired(now);
   const auto row = static_cast<std::uint32_t>(records_at_.size());
   expires_.push_back(expires);
   append_record(id, batch, i);

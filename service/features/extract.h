@@ -66,18 +66,24 @@ class ItemCache {
   using Clock = std::chrono::steady_clock;
   // `for_each_item` visits every stored item.
   static Result<ItemCache> build(const ModelSpec& model, const std::function<void(const EntityVisitor&)>& for_each_item);
-  // An empty cache for `model` holding at most `max_rows` rows (when full,
-  // every row goes: a cache, not a store).
+  // An empty cache for `model` holding at most `max_rows` rows. Rows that
+  // expired are dropped each time the rows have doubled since the last such
+  // pass, so a cache refreshed over and over holds at most twice the rows
+  // unexpired at once, not every refresh since it began; one more than half
+  // full of unexpired rows is emptied (a cache, not a store).
   static ItemCache empty(const ModelSpec& model, std::size_t max_rows);
   std::size_t items() const { return records_at_.size(); }
 
   // Sets rows[i] to the row of request item i, for items without inline
   // features that the cache holds unexpired at `now` (others keep -1).
   void find_rows(const Request& request, std::vector<std::int64_t>& rows, Clock::time_point now = {}) const;
-  // Keeps row `i` of `batch` (extracted for `model`, the cache's) as item `id`'s until `expires`.
-  void put(const std::string& id, const Batch& batch, std::size_t i, Clock::time_point expires);
-  // Counts the times the cache was emptied: rows found before a change are
-  // not this cache's any more.
+  // Keeps row `i` of `batch` (extracted for `model`, the cache's) as item
+  // `id`'s until `expires`; `now` decides which rows have expired when the
+  // cache drops them.
+  void put(const std::string& id, const Batch& batch, std::size_t i, Clock::time_point expires,
+           Clock::time_point now = Clock::now());
+  // Counts the times the cache was emptied or its expired rows dropped:
+  // rows found before a change are not this cache's any more.
   std::uint64_t generation() const { return generation_; }
 
   // A cached row's value of the model's dense feature `column`, and its ids
@@ -106,6 +112,8 @@ class ItemCache {
   void index_ids();
   void index(std::uint32_t row);  // into slots_, which has room
   void clear();
+  // Drops the rows expired at `now`, moving the others' records down.
+  void drop_expired(Clock::time_point now);
   // Appends row `i` of `batch` (extracted for the cache's model) as item `id`'s record.
   void append_record(std::string_view id, const Batch& batch, std::size_t i);
   // The item id a record was kept for.
@@ -148,6 +156,7 @@ class ItemCache {
   // Filled as requests go (empty()): each row's expiry, and the bound.
   std::vector<Clock::time_point> expires_;
   std::size_t max_rows_ = 0;
+  std::size_t drop_at_ = 0;  // rows at which the expired ones are next dropped
   std::uint64_t generation_ = 0;
 };
 
