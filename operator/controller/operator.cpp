@@ -1,5 +1,6 @@
 #include "controller/operator.h"
 
+#include <algorithm>
 #include <ctime>
 
 #include "numaserve/common/log.h"
@@ -32,14 +33,6 @@ std::string wall_now(bool micro) {
     out += frac;
   }
   return out + "Z";
-}
-
-// An answer that is not 2xx (nor, where `missing_ok`, 404), as an error:
-// kUnavailable, so that kNotAllowed means only "no longer leading".
-Status expect(const Result<apiserver::Reply>& reply, const std::string& what, bool missing_ok = false) {
-  if (!reply) return make_error(Error::Code::kUnavailable, what + ": " + reply.error().message, what);
-  if (reply->ok() || (missing_ok && reply->status == 404)) return {};
-  return make_error(Error::Code::kUnavailable, what + ": " + reply->reason(), what);
 }
 
 // The kinds of a pool's objects, in the order they are applied.
@@ -77,16 +70,24 @@ Operator::Operator(const OperatorConfig& config)
       api_(config.apiserver, pool::kFieldManager),
       election_(config.identity, config.namespace_name, config.lease_name, static_cast<unsigned>(config.lease.count())) {}
 
+// Every failure is kUnavailable, so that kNotAllowed means only "no longer leading".
+Status Operator::checked(const Result<apiserver::Reply>& reply, const std::string& what, bool missing_ok) {
+  if (reply && (reply->ok() || (missing_ok && reply->status == 404))) return {};
+  ++counters_.failed_replies[reply ? reply->status : 0];
+  if (!reply) return make_error(Error::Code::kUnavailable, what + ": " + reply.error().message, what);
+  return make_error(Error::Code::kUnavailable, what + ": " + reply->reason(), what);
+}
+
 bool Operator::lead() {
   const Clock::time_point asked = Clock::now();
   const std::string path = leases() + "/" + config_.lease_name;
   auto current = api_.get(path);
-  if (auto read = expect(current, "GET " + path, true); !read) return lost(read.error().message);
+  if (auto read = checked(current, "GET " + path, true); !read) return lost(read.error().message);
   const json lease = current->status == 404 ? json(nullptr) : current->body;
   auto next = election_.next(lease, Clock::now(), wall_now(true));
   if (!next) return lost("");
   // 409: another replica wrote the Lease first, and leads.
-  if (auto wrote = expect(lease.is_null() ? api_.create(leases(), *next) : api_.replace(path, *next), "write " + path);
+  if (auto wrote = checked(lease.is_null() ? api_.create(leases(), *next) : api_.replace(path, *next), "write " + path);
       !wrote) {
     return lost(wrote.error().message);
   }
@@ -112,18 +113,65 @@ void Operator::release() {
 
 void Operator::reconcile_all() {
   ++counters_.reconciles;
+  pass_failed_ = false;
   auto pools = list("/apis/numaserve.io/v1alpha1/namespaces/" + config_.namespace_name + "/servingpools");
+  if (!pools) return fault(pools.error().message);
   auto nodes = list("/api/v1/nodes");
   auto nrts = list("/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies");
-  for (const auto* read : {&pools, &nodes, &nrts}) {
-    if (!*read) return fault(read->error().message);
-  }
+  // The fleet not read whole: no plan, nothing written but each pool's
+  // Degraded condition, saying which read failed.
+  const auto* unread = !nodes ? &nodes : !nrts ? &nrts : nullptr;
+  if (unread != nullptr) fault(unread->error().message);
+  const json topologies = unread == nullptr ? with_remembered(*nodes, *nrts) : json();
   json plans = json::object();
   const json& items = field(*pools, {"items"});
   for (const json& object : items.is_array() ? items : json::array()) {
-    plans[text_field(object, {"metadata", "name"})] = reconcile(object, *nodes, *nrts);
+    json plan;
+    if (unread == nullptr) {
+      plan = reconcile(object, *nodes, topologies);
+    } else {
+      pool::PassReport pass;
+      pass.error = unread->error().message;
+      pass.fault = "ApiServerError";
+      pass.read_failed = true;
+      plan = report(object, nullptr, nullptr, pass);
+    }
+    plans[text_field(object, {"metadata", "name"})] = plan;
   }
   plans_ = plans.dump(2) + "\n";
+  if (!pass_failed_) {
+    counters_.last_success = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  }
+}
+
+json Operator::with_remembered(const json& nodes, const json& nrts) {
+  std::set<std::string> present;
+  const json& node_items = field(nodes, {"items"});
+  for (const json& node : node_items.is_array() ? node_items : json::array()) {
+    present.insert(text_field(node, {"metadata", "name"}));
+  }
+  std::erase_if(topologies_, [&](const auto& kv) { return !present.contains(kv.first); });
+  json out = nrts;
+  if (!out["items"].is_array()) out["items"] = json::array();
+  std::set<std::string> read;
+  for (const json& nrt : out["items"]) {
+    const std::string name = text_field(nrt, {"metadata", "name"});
+    read.insert(name);
+    if (present.contains(name)) topologies_[name] = nrt;
+  }
+  remembered_.clear();
+  for (const auto& [name, nrt] : topologies_) {
+    if (read.contains(name)) continue;
+    out["items"].push_back(nrt);
+    remembered_.insert(name);
+  }
+  if (!remembered_.empty()) {
+    log(LogLevel::kWarning, "planned from remembered NodeResourceTopology objects",
+        {{"nodes", std::to_string(remembered_.size())}, {"first", *remembered_.begin()},
+         {"reason", "their Nodes exist but their NodeResourceTopology objects are gone"}});
+  }
+  return out;
 }
 
 http::Snapshot Operator::snapshot() const {
@@ -152,6 +200,7 @@ Status Operator::acting() {
 
 void Operator::fault(const std::string& why) {
   ++counters_.errors;
+  pass_failed_ = true;
   log(LogLevel::kError, why);
 }
 
@@ -164,7 +213,7 @@ void Operator::failed(pool::PassReport& pass, const std::string& why, const char
 Result<json> Operator::list(const std::string& path, bool missing_is_empty) {
   auto reply = api_.get(path);
   if (missing_is_empty && reply && reply->status == 404) return json::object();
-  if (auto read = expect(reply, "GET " + path); !read) return tl::unexpected(read.error());
+  if (auto read = checked(reply, "GET " + path); !read) return tl::unexpected(read.error());
   return reply->body;
 }
 
@@ -191,9 +240,27 @@ json Operator::reconcile(const json& object, const json& nodes, const json& nrts
   auto live = live_objects(*spec, selector);
   if (!live) {
     failed(pass, live.error().message, "ApiServerError");
+    pass.read_failed = true;
     return report(object, &*spec, &*plan, pass);
   }
   pass.ready = ready_replicas(*live, spec->namespace_name);
+  for (const auto& c : plan->classes) {
+    for (const auto& node : c.nodes) {
+      if (remembered_.contains(node)) pass.remembered_topologies.push_back(node);
+    }
+  }
+  // A class no plan has any more while a Node of the pool still carries its
+  // label is one whose topology went unread (its NRT gone before this
+  // process ever read it, or unreadable): its objects are kept, not deleted.
+  std::set<std::string> held;
+  const json& node_items = field(nodes, {"items"});
+  for (const json& node : node_items.is_array() ? node_items : json::array()) {
+    const std::string class_name = text_field(node, {"metadata", "labels", pool::kClassLabel});
+    if (!class_name.empty() && pool::selected(node, spec->node_selector) &&
+        std::none_of(plan->classes.begin(), plan->classes.end(), [&](const auto& c) { return c.name == class_name; })) {
+      held.insert(class_name);
+    }
+  }
   std::set<std::string> wanted;
   // A route that cannot hold every class is refused (Degraded), the rest
   // still served, and a route already there left as it is: deleting it
@@ -204,10 +271,15 @@ json Operator::reconcile(const json& object, const json& nodes, const json& nrts
     serving.route_parents = json::array();
     wanted.insert(collection("HTTPRoute", spec->namespace_name) + "/" + spec->name);
   }
-  const std::vector<json> desired = pool::desired_objects(serving, *plan, pass.ready);
+  std::vector<json> desired = pool::desired_objects(serving, *plan, pass.ready);
   for (const json& d : desired) wanted.insert(path_of(d, spec->namespace_name));
+  // While a class is held, the route keeps the backends it has: written
+  // from this plan, it would take the held class's traffic away.
+  if (!held.empty()) std::erase_if(desired, [](const json& d) { return d["kind"] == "HTTPRoute"; });
   // Stopped leading: no more writes this pass, the status included.
-  if (!apply_desired(desired, *live, spec->namespace_name, pass) || !delete_unwanted(*live, wanted, pass)) return json(*plan);
+  if (!apply_desired(desired, *live, spec->namespace_name, pass) || !delete_unwanted(*live, wanted, held, pass)) {
+    return json(*plan);
+  }
   if (auto refused = delete_refused(*spec, selector); !refused && refused.error().code == Error::Code::kNotAllowed) {
     return json(*plan);
   }
@@ -246,7 +318,7 @@ Status Operator::apply_desired(const std::vector<json>& desired, const Live& liv
       continue;
     }
     if (auto may = acting(); !may) return may;
-    if (auto applied = expect(api_.apply(path, d), "apply " + path); !applied) {
+    if (auto applied = checked(api_.apply(path, d), "apply " + path); !applied) {
       failed(pass, applied.error().message, "ApiServerError");
       continue;
     }
@@ -259,11 +331,21 @@ Status Operator::apply_desired(const std::vector<json>& desired, const Live& liv
 
 // Deletes the live objects no class wants (their class has no node of the
 // pool any more); as apply_desired, an error only when no longer leading.
-Status Operator::delete_unwanted(const Live& live, const std::set<std::string>& wanted, pool::PassReport& pass) {
+Status Operator::delete_unwanted(const Live& live, const std::set<std::string>& wanted, const std::set<std::string>& held,
+                                 pool::PassReport& pass) {
   for (const auto& [path, item] : live) {
     if (wanted.contains(path)) continue;
+    if (const std::string class_name = text_field(item, {"metadata", "labels", pool::kClassLabel}); held.contains(class_name)) {
+      ++counters_.held;
+      if (std::find(pass.held_classes.begin(), pass.held_classes.end(), class_name) == pass.held_classes.end()) {
+        pass.held_classes.push_back(class_name);
+        log(LogLevel::kWarning, "kept the objects of a class without a topology",
+            {{"class", class_name}, {"reason", "a Node still has its label but no NodeResourceTopology was read"}});
+      }
+      continue;
+    }
     if (auto may = acting(); !may) return may;
-    if (auto removed = expect(api_.remove(path), "delete " + path, true); !removed) {
+    if (auto removed = checked(api_.remove(path), "delete " + path, true); !removed) {
       failed(pass, removed.error().message, "ApiServerError");
       continue;
     }
@@ -291,7 +373,7 @@ Status Operator::delete_refused(const pool::PoolSpec& spec, const std::string& s
     if (!refusals_.admit_delete(node, reason, Clock::now())) continue;
     const std::string name = text_field(pod, {"metadata", "name"});
     if (auto may = acting(); !may) return may;
-    if (auto removed = expect(api_.remove(path + "/" + name), "delete pod " + name, true); !removed) {
+    if (auto removed = checked(api_.remove(path + "/" + name), "delete pod " + name, true); !removed) {
       fault(removed.error().message);
       continue;
     }
@@ -331,7 +413,7 @@ Status Operator::write_status(const pool::PoolSpec& spec, const json& status) {
                       {"status", status}};
   const std::string path =
       "/apis/numaserve.io/v1alpha1/namespaces/" + spec.namespace_name + "/servingpools/" + spec.name + "/status";
-  if (auto wrote = expect(api_.apply(path, patch), "status " + path); !wrote) return wrote;
+  if (auto wrote = checked(api_.apply(path, patch), "status " + path); !wrote) return wrote;
   ++counters_.status_writes;
   return {};
 }
@@ -345,10 +427,24 @@ std::string Operator::metrics() const {
   w.single("numaserve_operator_reconciles_total", "counter", "Passes over every pool of the namespace.", counters_.reconciles);
   w.single("numaserve_operator_errors_total", "counter", "API server requests that failed after their retries, and bad pools.",
            counters_.errors);
-  w.family("numaserve_operator_objects_total", "counter", "Deployments and PDBs, by what a pass did with each.")
+  w.family("numaserve_operator_objects_total", "counter",
+           "The pools' objects, by what a pass did with each: applied, unchanged, deleted, or held (no plan wants "
+           "it, but a Node of its class has no topology read).")
       .sample("numaserve_operator_objects_total", counters_.applied, "action=\"applied\"")
       .sample("numaserve_operator_objects_total", counters_.unchanged, "action=\"unchanged\"")
-      .sample("numaserve_operator_objects_total", counters_.deleted, "action=\"deleted\"");
+      .sample("numaserve_operator_objects_total", counters_.deleted, "action=\"deleted\"")
+      .sample("numaserve_operator_objects_total", counters_.held, "action=\"held\"");
+  auto& failures = w.family("numaserve_operator_apiserver_failures_total", "counter",
+                            "API server requests that failed after their retries, by the HTTP status of the last "
+                            "answer (0: none, or one cut short).");
+  for (const auto& [code, n] : counters_.failed_replies) {
+    failures.sample("numaserve_operator_apiserver_failures_total", n, "code=\"" + std::to_string(code) + "\"");
+  }
+  w.single("numaserve_operator_remembered_topologies", "gauge",
+           "Nodes planned from the last NodeResourceTopology read of them: their Node exists, the object has gone.",
+           remembered_.size());
+  w.single("numaserve_operator_last_success_timestamp_seconds", "gauge",
+           "Unix time of the last pass over every pool that met no error (0: none yet).", counters_.last_success);
   w.single("numaserve_operator_status_writes_total", "counter", "ServingPool status updates sent.", counters_.status_writes);
   w.family("numaserve_operator_refused_pods_total", "counter",
            "Pods the kubelet refused at admission, by what was done: deleted, or deferred by the node's backoff.")

@@ -38,6 +38,13 @@ class Operator {
   // The pool's live Deployments, PDBs, Services and HTTPRoute: "<collection>/<name>" -> object.
   using Live = std::map<std::string, nlohmann::json>;
 
+  // The API server's answer, as a Status: not 2xx (nor, where `missing_ok`,
+  // 404) is kUnavailable, counted by its HTTP status (0: no answer).
+  Status checked(const Result<apiserver::Reply>& reply, const std::string& what, bool missing_ok = false);
+  // The NodeResourceTopology list to plan from: the one read, plus for each
+  // Node whose object has gone since (its agent restarting, the object
+  // deleted and not yet written again) the last one read of it.
+  nlohmann::json with_remembered(const nlohmann::json& nodes, const nlohmann::json& nrts);
   bool lost(const std::string& why);
   Status acting();
   void fault(const std::string& why);
@@ -50,7 +57,8 @@ class Operator {
   Result<Live> live_objects(const pool::PoolSpec& pool, const std::string& selector);
   Status apply_desired(const std::vector<nlohmann::json>& desired, const Live& live, const std::string& ns,
                        pool::PassReport& pass);
-  Status delete_unwanted(const Live& live, const std::set<std::string>& wanted, pool::PassReport& pass);
+  Status delete_unwanted(const Live& live, const std::set<std::string>& wanted, const std::set<std::string>& held,
+                        pool::PassReport& pass);
   Status delete_refused(const pool::PoolSpec& pool, const std::string& selector);
   nlohmann::json report(const nlohmann::json& object, const pool::PoolSpec* pool, const pool::fleet::FleetPlan* plan,
                         const pool::PassReport& pass);
@@ -58,9 +66,11 @@ class Operator {
   std::string metrics() const;
 
   struct Counters {
-    std::uint64_t reconciles = 0, errors = 0, applied = 0, unchanged = 0, deleted = 0, status_writes = 0;
+    std::uint64_t reconciles = 0, errors = 0, applied = 0, unchanged = 0, deleted = 0, held = 0, status_writes = 0;
     std::uint64_t lease_transitions = 0;
     bool leader = false;
+    std::map<int, std::uint64_t> failed_replies;  // by HTTP status; 0: no answer
+    std::uint64_t last_success = 0;               // Unix time (s) of the last pass without an error
   };
 
   OperatorConfig config_;
@@ -69,6 +79,10 @@ class Operator {
   pool::Refusals refusals_;
   Counters counters_;
   std::string plans_;
+  // Each Node's last NodeResourceTopology read, while the Node exists.
+  std::map<std::string, nlohmann::json> topologies_;
+  std::set<std::string> remembered_;  // the Nodes planned from topologies_ in the last pass
+  bool pass_failed_ = false;
   Clock::time_point renewed_at_{};
 };
 

@@ -198,13 +198,19 @@ Result<PoolSpec> parse_pool(const json& object) {
 }
 
 
+bool selected(const json& node, const std::map<std::string, std::string>& node_selector) {
+  const json& labels = field(node, {"metadata", "labels"});
+  return std::all_of(node_selector.begin(), node_selector.end(),
+                     [&](const auto& kv) { return text_field(labels, {kv.first}) == kv.second; });
+}
+
 Result<std::vector<fleet::FleetNode>> fleet_of(const json& node_list, const json& nrt_list,
                                                const std::map<std::string, std::string>& node_selector) {
   // The reader takes objects as kubectl prints them: a List whose items say their kind.
   json list = {{"apiVersion", "v1"}, {"kind", "List"}, {"items", json::array()}};
   // With a selector, a NodeResourceTopology counts only beside a Node that
   // matched it (not one outside it, nor one with no Node at all).
-  std::set<std::string> selected;
+  std::set<std::string> chosen;
   for (const auto& [reply, kind] : {std::pair{&node_list, "Node"}, std::pair{&nrt_list, "NodeResourceTopology"}}) {
     const json& items = field(*reply, {"items"});
     if (!items.is_null() && !items.is_array()) return make_error(Error::Code::kInvalidArgument, std::string(kind) + " list: items: want a list");
@@ -214,14 +220,10 @@ Result<std::vector<fleet::FleetNode>> fleet_of(const json& node_list, const json
       }
       item["kind"] = kind;
       const std::string name = text_field(item, {"metadata", "name"});
-      const json& labels = field(item, {"metadata", "labels"});
       if (kind == std::string("Node")) {
-        if (std::any_of(node_selector.begin(), node_selector.end(),
-                        [&](const auto& kv) { return text_field(labels, {kv.first}) != kv.second; })) {
-          continue;
-        }
-        selected.insert(name);
-      } else if (!node_selector.empty() && !selected.contains(name)) {
+        if (!pool::selected(item, node_selector)) continue;
+        chosen.insert(name);
+      } else if (!node_selector.empty() && !chosen.contains(name)) {
         continue;
       }
       list["items"].push_back(std::move(item));

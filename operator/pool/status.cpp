@@ -84,6 +84,15 @@ std::vector<Condition> conditions_of(const fleet::FleetPlan* plan, const PassRep
   }
   if (!pass.error.empty()) {
     out.push_back({"Degraded", true, pass.fault.empty() ? "ApiServerError" : pass.fault, pass.error});
+  } else if (!pass.remembered_topologies.empty() || !pass.held_classes.empty()) {
+    std::string message;
+    for (const auto& node : pass.remembered_topologies) message += (message.empty() ? "" : ", ") + node;
+    if (!message.empty()) message = "planned from the last NodeResourceTopology read, none now: node(s) " + message;
+    for (const auto& c : pass.held_classes) {
+      message += (message.empty() ? "" : "; ") + std::string("class ") + c +
+                 ": a node still has its label but no NodeResourceTopology; its objects are kept as they are";
+    }
+    out.push_back({"Degraded", true, "TopologyMissing", message});
   } else if (!refusing.empty()) {
     out.push_back({"Degraded", true, "NodesRefusingPods",
                    std::to_string(refusing.size()) + " node(s) refused " + std::to_string(kRefusingAfter) +
@@ -130,6 +139,18 @@ std::int64_t max_unavailable_of(const json& max_unavailable, std::int64_t replic
 
 json pool_status(const PoolSpec& pool, const fleet::FleetPlan* plan, const PassReport& pass, const Refusals& refusals,
                  const json& previous, const std::string& now, Refusals::Clock::time_point steady_now) {
+  if (pass.read_failed && previous.is_object() && previous.contains("conditions")) {
+    json status = previous;
+    status["lastError"] = pass.error;
+    json conditions = json::array();
+    for (const json& c : field(previous, {"conditions"})) {
+      if (text_field(c, {"type"}) != "Degraded") conditions.push_back(c);
+    }
+    const json degraded = conditions_json({{"Degraded", true, pass.fault, pass.error}}, pool.generation, previous, now);
+    conditions.push_back(degraded[0]);
+    status["conditions"] = conditions;
+    return status;
+  }
   json status = {{"observedGeneration", pool.generation}, {"classes", json::array()}, {"unplanned", json::array()}};
   Totals totals;
   if (plan != nullptr) {

@@ -7,14 +7,19 @@
 //               (MinimumReplicasAvailable / MinimumReplicasUnavailable, NoPlan);
 //   Progressing the pass changed objects or replicas are not all ready yet
 //               (ObjectsApplied / ReplicasNotReady; False: AllReplicasReady, NoPlan);
-//   Degraded    the pass failed or nodes keep refusing pods
-//               (InvalidPool, NoPlan, ApiServerError, NodesRefusingPods; False: AsExpected).
+//   Degraded    the pass failed, nodes keep refusing pods, or nodes of the
+//               pool have no NodeResourceTopology now (InvalidPool, NoPlan,
+//               ApiServerError, NodesRefusingPods, TopologyMissing; False: AsExpected).
+// A pass that could not read what it needs (a list refused, cut, or not
+// answered) changes only Degraded and lastError: what the last pass knew of
+// classes and replicas stays, rather than zeros the read did not see.
 // A condition's lastTransitionTime is kept from the previous status while
 // its status is unchanged.
 
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -29,6 +34,11 @@ struct PassReport {
   unsigned applied = 0;                       // objects written
   std::string error;                          // the last failure ("" none)
   std::string fault;                          // its Degraded reason: InvalidPool, NoPlan, ApiServerError
+  bool read_failed = false;                   // the error is a read's: nothing new is known of the pool
+  // Nodes of the pool without a NodeResourceTopology now: planned from the
+  // last one read (remembered), or not planned and their class's objects
+  // kept (held: none read since the operator started).
+  std::vector<std::string> remembered_topologies, held_classes;
 };
 
 // maxUnavailable (a count or "N%" of `replicas`, rounded down as a

@@ -15,9 +15,16 @@
 #   4. a node of a new class adds a Deployment; a class gone deletes its own;
 #   5. a pod the kubelet refused (TopologyAffinityError) is deleted once, a
 #      node refusing again and again is backed off and reported;
-#   6. the API server stopped and restarted is survived;
+#   6. the API server stopped for longer than the Lease and restarted: the
+#      operator stops acting, leads and reconciles again, deletes nothing;
 #   7. two operators, one leader; the leader stopped, the other takes over;
-#   8. RBAC: the operator's identity can do what it does and nothing else.
+#   8. RBAC: the operator's identity can do what it does and nothing else;
+#   9. through a fault injector (faulty_apiserver.mjs): writes refused with
+#      409 while another writer changes a Deployment, and lists cut half-way:
+#      said in the pool's status and metrics, nothing deleted, converged after;
+#  10. NodeResourceTopology objects deleted and made again: the class planned
+#      from the last ones read; an operator restarted meanwhile holds the
+#      class's objects; converged when they are back, the same objects throughout.
 # What stands in for the kubelet (none runs), as in cluster_test.sh: Node
 # objects with a kubelet's status; pods are bound, never run; a pod's
 # readiness and its refusal at admission are written to its status here, as
@@ -72,11 +79,14 @@ echo "== a mixed fleet"
 create_nodes "$out/fleet.yaml"
 
 declare -A pid port  # by identity
-start_operator() {  # identity: runs it in the background with the operator's token; its pid and port
+# identity [URL CA_FILE LEASE]: runs it in the background with the
+# operator's token (against the API server at URL, 4 s Leases unless
+# told); its pid and port.
+start_operator() {
   rm -f "$out/$1.log"  # a restart's port is read from its own log, not the last one's
-  "$OPERATOR" run --apiserver-url "$(cat "$CP_DIR/url")" --apiserver-ca-file "$CP_DIR/ca.crt" \
+  "$OPERATOR" run --apiserver-url "${2:-$(cat "$CP_DIR/url")}" --apiserver-ca-file "${3:-$CP_DIR/ca.crt}" \
     --apiserver-token-file "$CP_DIR/operator.token" --namespace numaserve --identity "$1" \
-    --lease-name numaserve-operator --resync-interval 1s --lease-duration 4s --port 0 > "$out/$1.log" 2>&1 &
+    --lease-name numaserve-operator --resync-interval 1s --lease-duration "${4:-4s}" --port 0 > "$out/$1.log" 2>&1 &
   operators+=($!)
   pid[$1]=$!
   local deadline=$((SECONDS + 30))
@@ -247,24 +257,37 @@ else
   fail "refusals: status refusedPods=$count refusingNodes='$(pool_field '{.status.refusingNodes}')', deferred $deferred, ${spent}s"
 fi
 
-echo "== 6. the API server stopped and restarted"
+echo "== 6. the API server stopped for longer than the Lease, and restarted"
+# Every object the pool owns, by UID: one deleted and made again would show.
+uids() { kube get deployments,pdb,services,httproutes -l "$pods_sel" -o jsonpath='{range .items[*]}{.metadata.uid}{"\n"}{end}' | sort | tr '\n' ' '; }
+owned=$(uids)
 read -r _ api_pid < <(grep '^kube-apiserver ' "$CP_DIR/pids")
 mapfile -d '' api_cmd < "/proc/$api_pid/cmdline"
-errors=$(metric op-a numaserve_operator_errors_total)
+errors=$(metric op-a numaserve_operator_errors_total) acquired=$(metric op-a numaserve_operator_leader_acquired_total)
 kill -TERM -- "-$api_pid"
 for _ in $(seq 50); do kill -0 "$api_pid" 2>/dev/null || break; sleep 0.1; done
-sleep 4  # the operator's passes fail meanwhile
+down_at=$(date +%s)
+sleep 10  # 2.5 Leases: every renewal and every pass fails meanwhile
+leader_while_down=$(metric op-a numaserve_operator_leader) last_success=$(metric op-a numaserve_operator_last_success_timestamp_seconds)
 setsid "${api_cmd[@]}" >> "$CP_DIR/logs/kube-apiserver.log" 2>&1 < /dev/null &
 sed -i "s/^kube-apiserver $api_pid\$/kube-apiserver $!/" "$CP_DIR/pids"
 api_up() { kube get --raw /readyz >/dev/null; }
 eventually 180 api_up || fail "the API server did not come back"
+up_at=$(date +%s)
 kube scale deployment "$pool-$e5" --replicas 1 >/dev/null
 e5_back() { [[ $(kube get deployment "$pool-$e5" -o jsonpath='{.spec.replicas}') == 4 ]]; }
-if kill -0 "${pid[op-a]}" 2>/dev/null && eventually 90 e5_back && (($(metric op-a numaserve_operator_errors_total) > errors)); then
-  ok "the operator lived through the API server's restart ($(( $(metric op-a numaserve_operator_errors_total) - errors )) failed requests) and reconciles again"
+recent() { (($(metric op-a numaserve_operator_last_success_timestamp_seconds) >= up_at)); }
+if kill -0 "${pid[op-a]}" 2>/dev/null && eventually 90 e5_back && eventually 30 recent && (($(metric op-a numaserve_operator_errors_total) > errors)); then
+  ok "the operator lived through the API server's 10 s absence ($(( $(metric op-a numaserve_operator_errors_total) - errors )) failed requests) and reconciles again"
 else
-  fail "after the API server's restart: operator alive=$(kill -0 "${pid[op-a]}" 2>/dev/null && echo yes || echo no), e5 replicas $(kube get deployment "$pool-$e5" -o jsonpath='{.spec.replicas}')"
+  fail "after the API server's restart: operator alive=$(kill -0 "${pid[op-a]}" 2>/dev/null && echo yes || echo no), e5 replicas $(kube get deployment "$pool-$e5" -o jsonpath='{.spec.replicas}'), last success $(metric op-a numaserve_operator_last_success_timestamp_seconds) (back at $up_at)"
 fi
+[[ $leader_while_down == 0 && $(metric op-a numaserve_operator_leader) == 1 && $(metric op-a numaserve_operator_leader_acquired_total) -gt $acquired ]] &&
+  ok "it stopped acting when its Lease could not be renewed, and took the Lease again" ||
+  fail "leadership: $leader_while_down while the API server was down, $(metric op-a numaserve_operator_leader) after, acquired $acquired -> $(metric op-a numaserve_operator_leader_acquired_total)"
+((last_success <= down_at)) && ok "its last successful pass stayed before the outage while it lasted ($((down_at - last_success)) s before)" ||
+  fail "last success $last_success during an outage that began at $down_at"
+[[ $(uids) == "$owned" ]] && ok "no object of the pool was deleted or made anew: the same UIDs" || fail "UIDs before '$owned', after '$(uids)'"
 
 echo "== 7. two operators, one leader"
 start_operator op-b
@@ -314,6 +337,89 @@ for refused in "-n default create deployments" "-n kube-system delete pods" "pat
   # shellcheck disable=SC2086
   [[ $(as_operator auth can-i $refused 2>/dev/null) == no ]] && ok "refused $refused" || fail "may $refused"
 done
+
+echo "== 9. faults between the operator and the API server (faulty_apiserver.mjs)"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$out/proxy.key" -out "$out/proxy.crt" \
+  -subj /CN=faulty-apiserver -addext subjectAltName=IP:127.0.0.1 -days 1 2>/dev/null
+faults() { echo "$1" > "$out/faults.new" && mv "$out/faults.new" "$out/faults.json"; }  # whole or not at all
+faults '[]'
+node "$HERE/faulty_apiserver.mjs" "$(cat "$CP_DIR/url")" "$CP_DIR/ca.crt" "$out/proxy.crt" "$out/proxy.key" \
+  "$out/faults.json" "$out/injected.json" > "$out/proxy.log" 2>&1 &
+operators+=($!)
+eventually 10 grep -q listening "$out/proxy.log" || fail "the fault injector did not start: $(cat "$out/proxy.log")"
+proxy=https://127.0.0.1:$(awk '/listening/ {print $2}' "$out/proxy.log")
+injected() { jq -r --arg k "$1" '.[$k] // 0' "$out/injected.json" 2>/dev/null || echo 0; }
+# op-f, through the injector, the only operator; a Lease of 15 s (the
+# chart's), so that a pass slowed by retries may still write its status.
+kill -TERM "${pid[op-b]}"; wait "${pid[op-b]}" || true
+start_operator op-f "$proxy" "$out/proxy.crt" 15s
+as_expected() { [[ $(condition Degraded) == False/AsExpected && $(metric op-f numaserve_operator_leader) == 1 ]]; }
+eventually 60 as_expected || fail "op-f through the injector: leader $(metric op-f numaserve_operator_leader), Degraded $(condition Degraded)"
+owned=$(uids)
+
+# Another writer changes a Deployment while every write of the operator's
+# to Deployments is refused with 409.
+conflict_rule='PATCH /apis/apps/v1/namespaces/numaserve/deployments/'
+faults "[{\"match\": \"$conflict_rule\", \"fault\": \"conflict\"}]"
+kube scale deployment "$pool-$e5" --replicas 1 >/dev/null
+kube label deployment "$pool-$e5" example.com/team=search >/dev/null  # a field of the other writer's own
+conflicted() { [[ $(condition Degraded) == True/ApiServerError && $(pool_field '{.status.lastError}') == *"HTTP 409"* ]] &&
+               (($(metric op-f numaserve_operator_apiserver_failures_total 'code="409"') > 0)); }
+eventually 30 conflicted && [[ $(kube get deployment "$pool-$e5" -o jsonpath='{.spec.replicas}') == 1 ]] &&
+  ok "writes refused with 409: said in the status ($(pool_field '{.status.lastError}' | cut -c1-90)...) and counted ($(metric op-f numaserve_operator_apiserver_failures_total 'code="409"'))" ||
+  fail "under 409s: Degraded $(condition Degraded), lastError '$(pool_field '{.status.lastError}')', 409s counted $(metric op-f numaserve_operator_apiserver_failures_total 'code="409"')"
+faults '[]'
+converged() { e5_back && as_expected; }
+eventually 60 converged && [[ $(kube get deployment "$pool-$e5" -o jsonpath='{.metadata.labels.example\.com/team}') == search ]] &&
+  ok "the 409s over ($(injected "conflict $conflict_rule") refused): the plan's replicas back, the other writer's label kept, Degraded cleared" ||
+  fail "after the 409s: replicas $(kube get deployment "$pool-$e5" -o jsonpath='{.spec.replicas}'), Degraded $(condition Degraded), label '$(kube get deployment "$pool-$e5" -o jsonpath='{.metadata.labels}')'"
+
+# Lists cut half-way: the header whole, half the body, the connection
+# closed. The status keeps what the last pass knew (the ready replicas, not
+# the zeros of a list not read; Available as it was) and says which read failed.
+mark_ready
+sleep 3
+available=$(condition Available) ready_replicas=$(pool_field '{.status.classes[*].readyReplicas}')
+[[ $ready_replicas == *[1-9]* ]] || fail "no replica ready before the lists are cut: '$ready_replicas'"
+for rule in "GET /api/v1/nodes" "GET /apis/apps/v1/namespaces/numaserve/deployments?"; do
+  faults "[{\"match\": \"$rule\", \"fault\": \"truncate\"}]"
+  list_cut() { [[ $(condition Degraded) == True/ApiServerError && $(pool_field '{.status.lastError}') == *"${rule#GET }"* ]]; }
+  eventually 60 list_cut && [[ $(condition Available) == "$available" && $(pool_field '{.status.classes[*].readyReplicas}') == "$ready_replicas" ]] &&
+    ok "'$rule' cut half-way ($(injected "truncate $rule") times): Degraded names the read; ready replicas ($ready_replicas) and Available ($available) as they were" ||
+    fail "'$rule' cut half-way: Degraded $(condition Degraded), lastError '$(pool_field '{.status.lastError}')', Available $(condition Available) (was $available), ready $(pool_field '{.status.classes[*].readyReplicas}') (were $ready_replicas)"
+done
+faults '[]'
+eventually 60 as_expected && (($(metric op-f numaserve_operator_apiserver_failures_total 'code="0"') > 0)) &&
+  ok "the lists whole again: Degraded cleared; the cut replies counted as failures without an answer" ||
+  fail "after the cut lists: Degraded $(condition Degraded), failures without an answer $(metric op-f numaserve_operator_apiserver_failures_total 'code="0"')"
+[[ $(uids) == "$owned" ]] && ok "409s and cut lists deleted nothing: the same UIDs" || fail "UIDs before '$owned', after '$(uids)'"
+
+echo "== 10. NodeResourceTopology objects that disappear and return"
+kube get noderesourcetopology e5-1 e5-2 -o json > "$out/e5-nrts.json"
+remembered() { [[ $(metric op-f numaserve_operator_remembered_topologies) == "$1" && $(condition Degraded) == True/TopologyMissing ]]; }
+kube delete noderesourcetopology e5-1 >/dev/null
+eventually 30 remembered 1 && ok "e5-1's NRT deleted: planned from the last one read: $(pool_field '{.status.conditions[?(@.type=="Degraded")].message}')" ||
+  fail "e5-1's NRT deleted: remembered $(metric op-f numaserve_operator_remembered_topologies), Degraded $(condition Degraded)"
+kube delete noderesourcetopology e5-2 >/dev/null  # the whole class's
+eventually 30 remembered 2 || fail "both E5 NRTs deleted: remembered $(metric op-f numaserve_operator_remembered_topologies)"
+sleep 3
+[[ $(uids) == "$owned" && $(pool_field '{.status.classes[*].name}') == *"$e5"* ]] &&
+  ok "both E5 NRTs gone: the class still planned, its objects untouched" || fail "both E5 NRTs gone: classes $(pool_field '{.status.classes[*].name}'), UIDs '$(uids)'"
+# An operator that never read them: the Nodes still carry the class's
+# label, so its objects are held, not deleted, and its route backend kept.
+kill -TERM "${pid[op-f]}"; wait "${pid[op-f]}" || true
+start_operator op-f "$proxy" "$out/proxy.crt" 15s
+held() { (($(metric op-f numaserve_operator_objects_total 'action="held"') > 0)) && [[ $(condition Degraded) == True/TopologyMissing ]] &&
+         [[ $(pool_field '{.status.conditions[?(@.type=="Degraded")].message}') == *"class $e5"* ]]; }
+eventually 30 held && sleep 3 && [[ $(uids) == "$owned" && $(weights) == *"$pool-$e5="* ]] &&
+  ok "restarted while they are gone: the class's objects held ($(metric op-f numaserve_operator_objects_total 'action="held"') times), its route backend kept" ||
+  fail "restarted without the E5 NRTs: held $(metric op-f numaserve_operator_objects_total 'action="held"'), Degraded $(condition Degraded), UIDs '$(uids)' (were '$owned'), route '$(weights)'"
+# The agents write them again.
+jq 'del(.items[].metadata.resourceVersion, .items[].metadata.uid, .items[].metadata.creationTimestamp, .items[].metadata.managedFields)' \
+  "$out/e5-nrts.json" | kube create -f - >/dev/null
+back_again() { as_expected && [[ $(metric op-f numaserve_operator_remembered_topologies) == 0 ]]; }
+eventually 60 back_again && [[ $(uids) == "$owned" ]] && ok "the NRTs back: Degraded cleared, the same objects throughout" ||
+  fail "the NRTs back: Degraded $(condition Degraded), UIDs '$(uids)' (were '$owned')"
 
 echo "== the pool deleted: the garbage collector removes its Deployments"
 kube delete servingpool $pool >/dev/null

@@ -310,11 +310,17 @@ json condition(const json& status, const std::string& type) {
   return json::object();
 }
 
+// A pass that found every class's replicas ready.
+PassReport all_ready(const PoolSpec& pool, const fleet::FleetPlan& plan) {
+  PassReport pass;
+  for (const auto& c : plan.classes) pass.ready[c.name] = desired_replicas(pool, c);
+  return pass;
+}
+
 TEST(PoolStatus, AvailableProgressingDegradedWithReasonsAndTransitionTimesKept) {
   const PoolSpec pool = parsed();  // maxUnavailable 1 per class
   const auto plan = plan_for(pool);
-  PassReport pass;
-  for (const auto& c : plan.classes) pass.ready[c.name] = desired_replicas(pool, c);
+  PassReport pass = all_ready(pool, plan);
   Refusals refusals;
   const auto now = Refusals::Clock::now();
   const json ready = pool_status(pool, &plan, pass, refusals, json::object(), "2026-12-02T00:00:00Z", now);
@@ -362,12 +368,73 @@ TEST(PoolStatus, AvailableProgressingDegradedWithReasonsAndTransitionTimesKept) 
   EXPECT_EQ(condition(failed, "Available")["reason"], "NoPlan");
 
   // Nodes that keep refusing pods degrade a pool that is otherwise served.
-  pass = PassReport{};
-  for (const auto& c : plan.classes) pass.ready[c.name] = desired_replicas(pool, c);
+  pass = all_ready(pool, plan);
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(refusals.admit_delete("gold-1", "TopologyAffinityError", now + std::chrono::minutes(6 * i)));
   const json refusing = pool_status(pool, &plan, pass, refusals, ready, "t2", now + std::chrono::minutes(12));
   EXPECT_EQ(condition(refusing, "Degraded")["reason"], "NodesRefusingPods");
   EXPECT_EQ(condition(refusing, "Available")["status"], "True");
+}
+
+// A pass that could not read what it needs knows nothing new: the last
+// status's classes, ready replicas and Available stay; Degraded says why.
+TEST(PoolStatus, AReadThatFailedChangesOnlyDegradedAndTheError) {
+  const PoolSpec pool = parsed();
+  const auto plan = plan_for(pool);
+  PassReport pass = all_ready(pool, plan);
+  Refusals refusals;
+  const auto now = Refusals::Clock::now();
+  const json ready = pool_status(pool, &plan, pass, refusals, json::object(), "t0", now);
+
+  PassReport unread;
+  unread.error = "GET /apis/apps/v1/namespaces/ranking/deployments: no answer";
+  unread.fault = "ApiServerError";
+  unread.read_failed = true;  // the ready replicas read nothing: zero for every class
+  for (const fleet::FleetPlan* with : {&plan, static_cast<const fleet::FleetPlan*>(nullptr)}) {
+    const json status = pool_status(pool, with, unread, refusals, ready, "t1", now);
+    EXPECT_EQ(status["classes"], ready["classes"]);
+    EXPECT_EQ(condition(status, "Available"), condition(ready, "Available"));
+    EXPECT_EQ(condition(status, "Progressing"), condition(ready, "Progressing"));
+    EXPECT_EQ(condition(status, "Degraded")["status"], "True");
+    EXPECT_EQ(condition(status, "Degraded")["reason"], "ApiServerError");
+    EXPECT_EQ(condition(status, "Degraded")["lastTransitionTime"], "t1");
+    EXPECT_EQ(status["lastError"], unread.error);
+  }
+  // With no status before it, there is nothing to keep: the pass's own.
+  EXPECT_EQ(condition(pool_status(pool, &plan, unread, refusals, json::object(), "t1", now), "Available")["status"], "False");
+}
+
+TEST(PoolStatus, NodesWithoutTopologyDegradeAPoolThatIsOtherwiseServed) {
+  const PoolSpec pool = parsed();
+  const auto plan = plan_for(pool);
+  PassReport pass = all_ready(pool, plan);
+  pass.remembered_topologies = {"e5-1"};
+  Refusals refusals;
+  const auto now = Refusals::Clock::now();
+  const json remembered = pool_status(pool, &plan, pass, refusals, json::object(), "t", now);
+  EXPECT_EQ(condition(remembered, "Available")["status"], "True");
+  EXPECT_EQ(condition(remembered, "Degraded")["reason"], "TopologyMissing");
+  const std::string message = condition(remembered, "Degraded")["message"];
+  EXPECT_NE(message.find("e5-1"), std::string::npos) << message;
+
+  pass.remembered_topologies.clear();
+  pass.held_classes = {"mc-0123456789"};
+  const std::string held = condition(pool_status(pool, &plan, pass, refusals, json::object(), "t", now), "Degraded")["message"];
+  EXPECT_NE(held.find("class mc-0123456789"), std::string::npos) << held;
+  EXPECT_NE(held.find("kept"), std::string::npos) << held;
+
+  // A failed pass says its own error first.
+  pass.error = "apply x: HTTP 409: conflict";
+  pass.fault = "ApiServerError";
+  EXPECT_EQ(condition(pool_status(pool, &plan, pass, refusals, json::object(), "t", now), "Degraded")["reason"], "ApiServerError");
+}
+
+TEST(ServingPool, ANodeIsSelectedWhenItCarriesEveryLabelOfTheSelector) {
+  const json node = {{"metadata", {{"name", "n"}, {"labels", {{"pool", "ranking"}, {"zone", "a"}}}}}};
+  EXPECT_TRUE(selected(node, {}));
+  EXPECT_TRUE(selected(node, {{"pool", "ranking"}}));
+  EXPECT_TRUE(selected(node, {{"pool", "ranking"}, {"zone", "a"}}));
+  EXPECT_FALSE(selected(node, {{"pool", "ranking"}, {"zone", "b"}}));
+  EXPECT_FALSE(selected(json{{"metadata", {{"name", "bare"}}}}, {{"pool", "ranking"}}));
 }
 
 TEST(PoolStatus, MaxUnavailableAsACountOrAPercentageRoundedDown) {
