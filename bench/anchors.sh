@@ -34,7 +34,6 @@ while (($#)); do
   esac
 done
 
-models=${models:-$build/bench-models}
 source bench/lib.sh
 prepare_models
 venv=${NUMASERVE_CACHE:-/root/.cache/numaserve}/anchors-venv

@@ -254,7 +254,9 @@ int run_load(LoadOptions& o) {
                     {"p90_ms", r.p90_ms},
                     {"p99_ms", r.p99_ms},
                     {"max_ms", r.max_ms},
-                    {"late", r.late}}
+                    {"late", r.late},
+                    {"cut", r.cut},
+                    {"reconnects", r.reconnects}}
                    .dump()
             << "\n";
   return r.requests > 0 ? 0 : fail("no request was answered with 200 (is the server up on port " +
@@ -311,6 +313,11 @@ CLI::App* add_load(CLI::App& app, LoadOptions& l) {
   load->add_option("--seconds", l.config.seconds)->capture_default_str();
   load->add_option("--warmup", l.config.warmup_seconds)->capture_default_str();
   load->add_option("--cpus", l.cpus, "Pin the load generator to these CPUs");
+  load->add_option("--reconnect", l.config.reconnect_per_second,
+                   "Open loop: this fraction of the connections closed and opened anew each second, and those the "
+                   "server closed opened again")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   load->add_flag("--grpc", l.grpc, "Call numaserve.v1.Ranking/Predict on --port (a --grpc-port) with the same requests");
   load->add_option("--v2-infer", l.v2_infer,
                    "Send the same requests to the v2 infer route of --model-dir's model, as the tensors the server "

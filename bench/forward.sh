@@ -39,7 +39,6 @@ while (($#)); do
   esac
 done
 
-models=${models:-$build/bench-models}
 source bench/lib.sh
 prepare_models
 out=${out:-bench/results/forward-$(date -u +%Y%m%dT%H%M%SZ).json}

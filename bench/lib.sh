@@ -147,8 +147,10 @@ join_cpus() { local IFS=,; echo "$*"; }
 
 # prepare_models: the packages, the build, and the demo models with the
 # reference-DLRM-structured model beside them (tests/service/dlrm_models.py
-# --like ranker_a) in $models, made once; sets $bench and $numaserve.
+# --like ranker_a) in $models (default $build/bench-models), made once;
+# sets $models, $bench and $numaserve.
 prepare_models() {
+  models=${models:-$build/bench-models}
   scripts/install-deps.sh bench
   ./scripts/build.sh > /dev/null
   bench=$build/bench/numaserve-bench numaserve=$build/service/numaserve

@@ -52,7 +52,6 @@ while (($#)); do
 done
 
 source bench/lib.sh
-models=${models:-$build/bench-models}
 prepare_models
 out=${out:-bench/results/reload-$(date -u +%Y%m%dT%H%M%SZ).json}
 mkdir -p "$(dirname "$out")"

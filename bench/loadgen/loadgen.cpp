@@ -134,7 +134,7 @@ std::size_t read_replies(int epoll, Connection& c, Recorder& recorder) {
   const ssize_t got = ::recv(c.fd, chunk, sizeof chunk, MSG_DONTWAIT);
   if (got <= 0) {
     const bool was_busy = c.busy;
-    if (was_busy) recorder.record(c.due, c.sent, Clock::now(), 0);
+    if (was_busy) recorder.record(c.due, c.sent, Clock::now(), 0, /*cut=*/true);
     epoll_ctl(epoll, EPOLL_CTL_DEL, c.fd, nullptr);
     ::close(c.fd);
     c = Connection{};
@@ -161,14 +161,35 @@ std::size_t read_replies(int epoll, Connection& c, Recorder& recorder) {
 LoadResult open_loop(const LoadConfig& config, Recorder& recorder, Clock::time_point start) {
   std::vector<Connection> pool(config.connections);
   const int epoll = epoll_create1(EPOLL_CLOEXEC);
-  for (std::size_t i = 0; i < pool.size(); ++i) {
+  const auto open = [&](std::size_t i) {
     pool[i].fd = connect_to(config);
-    if (pool[i].fd < 0) continue;
+    if (pool[i].fd < 0) return;
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.u64 = i;
     epoll_ctl(epoll, EPOLL_CTL_ADD, pool[i].fd, &ev);
-  }
+  };
+  for (std::size_t i = 0; i < pool.size(); ++i) open(i);
+  // Each second: the next `per_tick` idle connections (in turn) closed and
+  // opened anew, and every one the server closed opened again.
+  const auto per_tick = static_cast<std::size_t>(config.reconnect_per_second * static_cast<double>(pool.size()) + 0.5);
+  auto next_tick = start + std::chrono::seconds(1);
+  std::size_t turn = 0;
+  const auto reconnect = [&] {
+    for (std::size_t k = 0, closed = 0; k < pool.size() && closed < per_tick; ++k, turn = (turn + 1) % pool.size()) {
+      Connection& c = pool[turn];
+      if (c.busy || c.fd < 0) continue;
+      epoll_ctl(epoll, EPOLL_CTL_DEL, c.fd, nullptr);
+      ::close(c.fd);
+      c = Connection{};
+      ++closed;
+    }
+    for (std::size_t i = 0; i < pool.size(); ++i) {
+      if (pool[i].fd >= 0) continue;
+      open(i);
+      if (pool[i].fd >= 0) ++recorder.result.reconnects;
+    }
+  };
   std::vector<std::string> requests;
   for (std::size_t i = 0; i < config.bodies.size(); ++i) {
     const auto& body = config.bodies[i];
@@ -190,6 +211,10 @@ LoadResult open_loop(const LoadConfig& config, Recorder& recorder, Clock::time_p
       continue;
     }
     if (due >= recorder.end && (in_flight == 0 || now > recorder.end + std::chrono::seconds(30))) break;
+    if (config.reconnect_per_second > 0 && now >= next_tick && now < recorder.end) {
+      reconnect();
+      next_tick += std::chrono::seconds(1);
+    }
     const int n = epoll_wait(epoll, events.data(), static_cast<int>(events.size()), 0);
     for (int e = 0; e < n; ++e) in_flight -= read_replies(epoll, pool[events[e].data.u64], recorder);
   }

@@ -29,6 +29,10 @@ struct LoadConfig {
   double rate = 0;  // requests/s; 0: closed loop
   double warmup_seconds = 2;
   double seconds = 10;
+  // Open loop: this fraction of the connections closed and opened anew each
+  // second (idle ones, in turn), and any the server closed opened again, as
+  // a fleet of clients that come and go; 0: the same connections throughout.
+  double reconnect_per_second = 0;
 };
 
 // Latencies of the answers with one status, in milliseconds.
@@ -45,6 +49,8 @@ struct LoadResult {
   double seconds = 0;
   double requests_per_second = 0;
   double p50_ms = 0, p90_ms = 0, p99_ms = 0, max_ms = 0;  // of the 200s
+  std::size_t cut = 0;         // of the status-0 ones: sent, and their connection closed or failed before a reply
+  std::size_t reconnects = 0;  // open loop with reconnect_per_second: connections opened anew
   std::size_t late = 0;  // open loop: requests sent more than 1 ms after they were due
                          // (or not at all: every connection busy, counted as status 0)
 };

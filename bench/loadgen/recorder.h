@@ -30,9 +30,10 @@ struct Recorder {
   LoadResult result;
   std::map<int, std::vector<double>> latencies_ms;  // per status
 
-  void record(Clock::time_point due, Clock::time_point sent, Clock::time_point done, int status) {
+  void record(Clock::time_point due, Clock::time_point sent, Clock::time_point done, int status, bool cut = false) {
     if (due < measure_from || done > end) return;
     ++result.statuses[status];
+    if (cut) ++result.cut;
     (status == 200 ? result.requests : result.errors) += 1;
     latencies_ms[status].push_back(std::chrono::duration<double, std::milli>(done - due).count());
     if (sent - due > std::chrono::milliseconds(1)) ++result.late;
