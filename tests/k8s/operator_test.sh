@@ -355,7 +355,15 @@ kill -TERM "${pid[op-b]}"; wait "${pid[op-b]}" || true
 start_operator op-f "$proxy" "$out/proxy.crt" 15s
 as_expected() { [[ $(condition Degraded) == False/AsExpected && $(metric op-f numaserve_operator_leader) == 1 ]]; }
 eventually 60 as_expected || fail "op-f through the injector: leader $(metric op-f numaserve_operator_leader), Degraded $(condition Degraded)"
-owned=$(uids)
+# What the operator wrote without a fault: each object's spec, the route's
+# backends without their weights (those follow the replicas' readiness,
+# which a pod bound meanwhile changes; section 1 checks them).
+written() { kube get deployments,pdb,services,httproutes -l "$pods_sel" -o json |
+            jq -S -c '[.items[] | {kind, name: .metadata.name, spec: (if .kind == "HTTPRoute"
+                        then .spec | del(.rules[].backendRefs[].weight) else .spec end)}] | sort_by(.kind, .name)'; }
+mark_ready
+sleep 3
+owned=$(uids) wrote=$(written)
 
 # Another writer changes a Deployment while every write of the operator's
 # to Deployments is refused with 409.
@@ -377,7 +385,7 @@ eventually 60 converged && [[ $(kube get deployment "$pool-$e5" -o jsonpath='{.m
 # Lists cut half-way: the header whole, half the body, the connection
 # closed. The status keeps what the last pass knew (the ready replicas, not
 # the zeros of a list not read; Available as it was) and says which read failed.
-mark_ready
+mark_ready  # the replicas the scale to 1 replaced
 sleep 3
 available=$(condition Available) ready_replicas=$(pool_field '{.status.classes[*].readyReplicas}')
 [[ $ready_replicas == *[1-9]* ]] || fail "no replica ready before the lists are cut: '$ready_replicas'"
@@ -420,6 +428,10 @@ jq 'del(.items[].metadata.resourceVersion, .items[].metadata.uid, .items[].metad
 back_again() { as_expected && [[ $(metric op-f numaserve_operator_remembered_topologies) == 0 ]]; }
 eventually 60 back_again && [[ $(uids) == "$owned" ]] && ok "the NRTs back: Degraded cleared, the same objects throughout" ||
   fail "the NRTs back: Degraded $(condition Degraded), UIDs '$(uids)' (were '$owned')"
+mark_ready
+same_as_before() { [[ $(written) == "$wrote" ]]; }
+eventually 60 same_as_before && ok "after every fault: what it wrote is what it wrote before them, spec for spec" ||
+  fail "after the faults the objects differ: $(diff <(jq . <<< "$wrote") <(written | jq .) | head -20)"
 
 echo "== the pool deleted: the garbage collector removes its Deployments"
 kube delete servingpool $pool >/dev/null
