@@ -17,7 +17,7 @@
 # minute's p50/p99 and replies by status, and the server's own counters.
 # At the end: the RSS slope after the first --warmup-minutes (least
 # squares, MiB/hour), the descriptors' and threads' range, each minute's
-# p99 against the first minute's, and the in-process forward paced at the
+# p99 against the first and the median minute's, and the forward paced at the
 # same rate (the machine's own tail) before and after; SVG plots of each
 # against time. Writes DIR/minutes.jsonl, DIR/results.json and the plots.
 # Not a test: it prints numbers.
@@ -105,12 +105,11 @@ server_pids+=("$server_pid")
 wait_ready "$port" numaserve "$log"
 echo "machine: $(machine_summary); server CPUs $server_cpus, load generator, Redis and slow clients on CPUs $client_cpus" >&2
 
-load_run() {  # RATE SECONDS [extra]
+load_run() {  # RATE SECONDS WARMUP [extra]
   "$bench" load --port "$port" --model ranker_a --feature-store "$models/store.jsonl" --items "$items" \
-    --rate "$1" --seconds "$2" --warmup 0 --cpus "$client_cpus" "${@:3}"
+    --rate "$1" --seconds "$2" --warmup "$3" --cpus "$client_cpus" "${@:4}"
 }
-saturation=$("$bench" load --port "$port" --model ranker_a --feature-store "$models/store.jsonl" --items "$items" \
-  --rate 0 --connections 4 --seconds 10 --warmup 2 --cpus "$client_cpus" | jq .rps)
+saturation=$(load_run 0 10 2 --connections 4 | jq .rps)
 rate=$(awk -v s="$saturation" -v f="$load" 'BEGIN { print s * f }')
 # The machine's own tail at this rate: the forward alone, in process, on
 # the server's first CPU while the server is idle, one call due every
@@ -159,7 +158,7 @@ sample() {  # MINUTE LOAD_JSON EVENTS_JSON
 # phase.
 : > "$out/minutes.jsonl"
 for minute in $(seq 1 "$minutes"); do
-  load_run "$rate" 60 --connections "$connections" --reconnect "$reconnect" > "$work/load.json" &
+  load_run "$rate" 60 0 --connections "$connections" --reconnect "$reconnect" > "$work/load.json" &
   load_pid=$!
   events=()
   sleep 20
@@ -244,7 +243,8 @@ plot "$out/minutes.dat" using 1:7 with linespoints title "p50", "" using 1:8 wit
 EOF
 fi
 
-jq -r '"RSS slope after minute \(.settings.warmup_minutes): \(.rss_slope_mib_per_hour * 100 | round / 100) MiB/hour (anonymous \(.anon_slope_mib_per_hour * 100 | round / 100)); RSS \(.rss_mib.first | floor) -> \(.rss_mib.last | floor) MiB",
+jq -r 'def slope: if . == null then "n/a (under 2 minutes after it)" else "\(. * 100 | round / 100) MiB/hour" end;
+  "RSS slope after minute \(.settings.warmup_minutes): \(.rss_slope_mib_per_hour | slope) (anonymous \(.anon_slope_mib_per_hour | slope)); RSS \(.rss_mib.first | floor) -> \(.rss_mib.last | floor) MiB",
   "descriptors \(.fds.min)..\(.fds.max), threads \(.threads.min)..\(.threads.max) at each minute'"'"'s end",
   "replies by status: \(.statuses | tojson) (status 0: \(.cut) cut, \(.not_sent) not sent for want of a free connection)",
   "p99: first minute \(.p99_ms.first_minute * 100 | round / 100) ms, median \(.p99_ms.median * 100 | round / 100), worst \(.p99_ms.max * 100 | round / 100) (x\(.p99_ms.worst_ratio_to_first * 100 | round / 100)); minutes over 2x the first: \(.p99_ms.minutes_over_2x_first | tojson), over 2x the median: \(.p99_ms.minutes_over_2x_median | tojson)",

@@ -51,12 +51,12 @@ struct PoolSpec {
 // already refused most mistakes; what it cannot check is named by field.
 Result<PoolSpec> parse_pool(const nlohmann::json& object);
 
-// The pool's fleet: the Node and NodeResourceTopology list replies (items
-// without kind, as the API server sends them), nodes outside the pool's
-// node selector left out.
 // Whether a Node object carries every label of the pool's node selector.
 bool selected(const nlohmann::json& node, const std::map<std::string, std::string>& node_selector);
 
+// The pool's fleet: the Node and NodeResourceTopology list replies (items
+// without kind, as the API server sends them), nodes outside the pool's
+// node selector left out.
 Result<std::vector<fleet::FleetNode>> fleet_of(const nlohmann::json& node_list, const nlohmann::json& nrt_list,
                                                const std::map<std::string, std::string>& node_selector);
 
