@@ -27,7 +27,13 @@
 #         warm, the item cache holding every item (a request asks Redis for
 #         its user only), and cold, every item fetched every time
 #         (--item-cache-ttl 0); with Redis's CPU per request and the p99
-#         they add to (b)
+#         they add to (b). Over loopback TCP, as the cluster's below.
+#   (rc)  (r) from a Redis Cluster: 3 masters, no replicas, on --client-cpus
+#         (tests/service/redis_cluster.py), loaded the same way; two more
+#         servers, warm and cold, measured right after (r)'s in the same
+#         rounds: items/s per round against (r)'s (targets: warm >= 0.95,
+#         cold >= 0.85 x single-server Redis), p99, the server's CPU per
+#         request and the 3 masters' CPU per request
 # Then the sweep: b/a again (own rounds, same server CPU) for each of
 # --sizes items per request on ranker_a, and for ranker_b (the tiny model,
 # where the request's own overhead is most of its CPU) at --items.
@@ -87,6 +93,34 @@ bodies=$models/bodies-$items.jsonl
 "$bench" bodies --feature-store "$models/store.jsonl" --items "$items" > "$bodies"
 
 source bench/lib.sh
+
+# stop_redis: (r)'s Redis and (rc)'s cluster, when up; at the end and on any
+# exit (the cluster's nodes run in sessions of their own: nothing else ends them).
+redis_pid="" redis_dir="" cluster_dir=""
+stop_redis() {
+  if [[ -n $redis_pid ]]; then
+    kill "$redis_pid" 2> /dev/null || true
+    wait "$redis_pid" 2> /dev/null || true
+    rm -rf "$redis_dir"
+    redis_pid=""
+  fi
+  if [[ -n $cluster_dir ]]; then
+    python3 tests/service/redis_cluster.py stop "$cluster_dir" || true
+    rm -rf "$cluster_dir"
+    cluster_dir=""
+  fi
+}
+trap 'cleanup_servers; stop_redis' EXIT
+
+# processes_cpu_seconds PID...: their user + system CPU seconds so far, summed (0 for none).
+processes_cpu_seconds() {
+  local pid total=0
+  for pid in "$@"; do
+    total=$(awk -v a="$total" -v b="$(process_cpu_seconds "$pid")" 'BEGIN { printf "%.3f", a + b }')
+  done
+  echo "$total"
+}
+
 port=$(free_port) grpc_port=""
 if [[ $("$numaserve" serve --help) == *--grpc-port* ]]; then
   grpc_port=$(free_port)
@@ -106,15 +140,18 @@ else
 fi
 
 # (r)'s Redis and the two servers that read it, when this build has the
-# Redis store.
-redis_pid="" redis_warm_port="" redis_cold_port=""
+# Redis store. The servers read it over loopback TCP, not its unix socket: a
+# cluster is reached over TCP only, so (r) and (rc) pay the same transport
+# (results files from before (rc) came read it over the unix socket).
+redis_warm_port="" redis_cold_port=""
 if [[ $("$numaserve" serve --help) == *--item-cache-ttl* ]]; then
   redis_dir=$(mktemp -d)
-  taskset -c "$client_cpus" redis-server --port 0 --unixsocket "$redis_dir/redis.sock" --save '' --appendonly no \
-    --logfile "$redis_dir/redis.log" &
+  redis_port=$(free_port)
+  taskset -c "$client_cpus" redis-server --port "$redis_port" --bind 127.0.0.1 --unixsocket "$redis_dir/redis.sock" \
+    --save '' --appendonly no --logfile "$redis_dir/redis.log" &
   redis_pid=$!
-  for ((i = 0; i < 100; i++)); do [[ -S $redis_dir/redis.sock ]] && break; sleep 0.05; done
-  redis_url=unix://$redis_dir/redis.sock
+  for ((i = 0; i < 100; i++)); do [[ -S $redis_dir/redis.sock ]] && break; sleep 0.05; done  # after the TCP port
+  redis_url=redis://127.0.0.1:$redis_port
   "$numaserve" feature-store load "$models/store.jsonl" --to "$redis_url" --model-dir "$models/ranker_a" > /dev/null
   redis_warm_port=$(free_port)
   start_server "$redis_warm_port" "$server_cpus" "$models/ranker_a" "$redis_url" --item-cache-ttl 1h
@@ -123,20 +160,56 @@ if [[ $("$numaserve" serve --help) == *--item-cache-ttl* ]]; then
   start_server "$redis_cold_port" "$server_cpus" "$models/ranker_a" "$redis_url" --item-cache-ttl 0
   redis_cold_pid=$server_pid
 fi
+
+# (rc)'s cluster, 3 masters and no replicas (a benchmark: a replica would
+# only take CPU from the load generator's), its nodes pinned to the load
+# generator's CPUs like (r)'s Redis (they inherit the affinity), and its two
+# servers, when this build reads a cluster.
+cluster_pids=() cluster_warm_port="" cluster_cold_port=""
+if [[ -n $redis_pid && $("$numaserve" serve --help) == *redis+cluster://* ]]; then
+  cluster_dir=$(mktemp -d)
+  cluster=$(taskset -c "$client_cpus" python3 tests/service/redis_cluster.py start "$cluster_dir" --masters 3 --replicas 0)
+  mapfile -t cluster_ports < <(jq -r '.masters[]' <<< "$cluster")
+  cluster_nodes=()
+  for p in "${cluster_ports[@]}"; do
+    # The tests' 1 s failure detection is for failovers; here a node slowed
+    # by the saturated CPU must not be marked failed (no replica to take
+    # its slots: the cluster would answer CLUSTERDOWN).
+    redis-cli -p "$p" CONFIG SET cluster-node-timeout 15000 > /dev/null
+    cluster_pids+=("$(redis-cli -p "$p" INFO server | tr -d '\r' | sed -n 's/^process_id://p')")
+    cluster_nodes+=("127.0.0.1:$p")
+  done
+  "$numaserve" feature-store load "$models/store.jsonl" --to "redis+cluster://${cluster_nodes[0]}" \
+    --model-dir "$models/ranker_a" > /dev/null
+  keys=0
+  for p in "${cluster_ports[@]}"; do keys=$((keys + $(redis-cli -p "$p" DBSIZE))); done
+  echo "(rc): Redis Cluster on ports ${cluster_ports[*]} (pids ${cluster_pids[*]}), $keys keys;" \
+       "(r)'s Redis $(redis-cli -p "$redis_port" DBSIZE)" >&2
+  cluster_url=redis+cluster://$(IFS=,; echo "${cluster_nodes[*]}")  # every master a startup node
+  cluster_warm_port=$(free_port)
+  start_server "$cluster_warm_port" "$server_cpus" "$models/ranker_a" "$cluster_url" --item-cache-ttl 1h
+  cluster_warm_pid=$server_pid
+  cluster_cold_port=$(free_port)
+  start_server "$cluster_cold_port" "$server_cpus" "$models/ranker_a" "$cluster_url" --item-cache-ttl 0
+  cluster_cold_pid=$server_pid
+fi
 server_pid=${server_pids[0]}
 
-# load CONNECTIONS [PROFILE [PORT PID [--grpc GRPC_PORT | --v2-infer json|binary]]]: one closed-loop measurement, with
-# what the server spent on it per request: CPU by thread kind, its own stage
-# times, Redis's CPU when it has one, and with PROFILE=1 the system calls'
-# share (syscall_profile).
+# load CONNECTIONS [PROFILE [PORT PID [--grpc GRPC_PORT | --v2-infer json|binary | --redis "PID..."]]]: one
+# closed-loop measurement, with what the server spent on it per request: CPU
+# by thread kind, its own stage times, Redis's CPU when it has one ((r)'s
+# Redis, or the processes --redis names: (rc)'s masters, summed), and with
+# PROFILE=1 the system calls' share (syscall_profile).
 load() {
-  local m0 m1 t0 t1 r0=0 r1=0 result kernel='null' profiled port=${3:-$port} server_pid=${4:-$server_pid}
-  local target=(--port "$port")
+  local m0 m1 t0 t1 r0 r1 result kernel='null' profiled port=${3:-$port} server_pid=${4:-$server_pid}
+  local target=(--port "$port") redis_pids=()
   [[ ${5:-} != --grpc ]] || target=(--grpc --port "$6")
   [[ ${5:-} != --v2-infer ]] || target+=(--v2-infer "$6" --model-dir "$models/ranker_a")
+  [[ -z $redis_pid ]] || redis_pids=("$redis_pid")
+  [[ ${5:-} != --redis ]] || read -ra redis_pids <<< "$6"
   m0=$(scrape_stages "$port")
   t0=$(thread_cpu_seconds "$server_pid")
-  [[ -z $redis_pid ]] || r0=$(process_cpu_seconds "$redis_pid")
+  r0=$(processes_cpu_seconds "${redis_pids[@]}")
   if [[ ${2:-0} == 1 ]]; then
     profiled=$(mktemp)
     (sleep "$warmup"; syscall_profile "$server_pid" $((seconds - 1)) > "$profiled") &
@@ -144,7 +217,7 @@ load() {
   result=$(timeout $limit "$bench" load "${target[@]}" --feature-store "$models/store.jsonl" --items "$items" \
     --connections "$1" --seconds "$seconds" --warmup "$warmup" --cpus "$client_cpus")
   t1=$(thread_cpu_seconds "$server_pid")
-  [[ -z $redis_pid ]] || r1=$(process_cpu_seconds "$redis_pid")
+  r1=$(processes_cpu_seconds "${redis_pids[@]}")
   m1=$(scrape_stages "$port")
   if [[ ${2:-0} == 1 ]]; then
     wait
@@ -181,6 +254,7 @@ wrk_load() {
 
 limit=$((seconds * 3 + 60))
 forward=() served=() batched=() stages=() wrks=() redis_warm=() redis_cold=() grpcs=() v2_json=() v2_binary=() bf16s=()
+cluster_warm=() cluster_cold=()
 binary_tensors=0  # (v): a server that takes Triton's binary tensor data says so in its metadata
 curl -sf "http://127.0.0.1:$port/v2" | jq -e '.extensions | index("binary_tensor_data")' > /dev/null && binary_tensors=1
 for ((r = 1; r <= repeats; r++)); do
@@ -211,6 +285,15 @@ for ((r = 1; r <= repeats; r++)); do
     redis_cold+=("$(load "$connections" 0 "$redis_cold_port" "$redis_cold_pid")")
     echo "round $r: Redis, item cache warm $(jq .items_per_s <<< "${redis_warm[-1]}"), cold $(jq .items_per_s <<< "${redis_cold[-1]}") items/s" >&2
   fi
+  if [[ -n $cluster_warm_port ]]; then
+    # Right after (r)'s, same load: each ratio to (r) is taken within the round.
+    cluster_warm+=("$(load "$connections" 0 "$cluster_warm_port" "$cluster_warm_pid" --redis "${cluster_pids[*]}")")
+    cluster_cold+=("$(load "$connections" 0 "$cluster_cold_port" "$cluster_cold_pid" --redis "${cluster_pids[*]}")")
+    echo "round $r: Redis Cluster, item cache warm $(jq .items_per_s <<< "${cluster_warm[-1]}")" \
+         "($(jq -n "${cluster_warm[-1]} | .items_per_s / ${redis_warm[-1]}.items_per_s * 1000 | round / 1000") x single)," \
+         "cold $(jq .items_per_s <<< "${cluster_cold[-1]}")" \
+         "($(jq -n "${cluster_cold[-1]} | .items_per_s / ${redis_cold[-1]}.items_per_s * 1000 | round / 1000") x single) items/s" >&2
+  fi
   echo "round $r: forward $(jq .items_per_s <<< "${forward[-1]}"), /predict $(jq .items_per_s <<< "${served[-1]}")," \
        "wrk $(jq .items_per_s <<< "${wrks[-1]}"), $((connections * 4)) connections $(jq .items_per_s <<< "${batched[-1]}")," \
        "pipeline $(jq .items_per_s <<< "${stages[-1]}") items/s" >&2
@@ -240,7 +323,7 @@ start_server "$b_port" "$server_cpus" "$models/ranker_b" "$models/store.jsonl"
 swept+=("$(sweep ranker_b "$items" "$b_port")")
 
 stop_servers
-[[ -z $redis_pid ]] || { kill "$redis_pid"; wait "$redis_pid" 2> /dev/null || true; rm -rf "$redis_dir"; }
+stop_redis
 
 jq -n --argjson forward "$(printf '%s\n' "${forward[@]}" | jq -s .)" \
   --argjson served "$(printf '%s\n' "${served[@]}" | jq -s .)" \
@@ -249,6 +332,8 @@ jq -n --argjson forward "$(printf '%s\n' "${forward[@]}" | jq -s .)" \
   --argjson wrks "$(printf '%s\n' "${wrks[@]}" | jq -s .)" \
   --argjson redis_warm "$(printf '%s\n' "${redis_warm[@]}" | jq -s .)" \
   --argjson redis_cold "$(printf '%s\n' "${redis_cold[@]}" | jq -s .)" \
+  --argjson cluster_warm "$(printf '%s\n' "${cluster_warm[@]}" | jq -s .)" \
+  --argjson cluster_cold "$(printf '%s\n' "${cluster_cold[@]}" | jq -s .)" \
   --argjson grpcs "$(printf '%s\n' "${grpcs[@]}" | jq -s .)" \
   --argjson bf16s "$(printf '%s\n' "${bf16s[@]}" | jq -s .)" \
   --argjson v2_json "$(printf '%s\n' "${v2_json[@]}" | jq -s .)" \
@@ -270,6 +355,10 @@ jq -n --argjson forward "$(printf '%s\n' "${forward[@]}" | jq -s .)" \
   def redis($runs): if ($runs | length) == 0 then null else summary($runs) + {
     vs_embedded: per_round_ratio($runs; $served),
     p99_added_ms: ([range(0; $runs | length) as $i | $runs[$i].p99_ms - $served[$i].p99_ms] | median)} end;
+  # (rc): the fields of (r), and beside the single server of the same rounds.
+  def cluster($runs; $single; $target): redis($runs) | if . == null then null else . + {
+    vs_single: per_round_ratio($runs; $single), vs_single_target: $target,
+    p99_added_vs_single_ms: ([range(0; $runs | length) as $i | $runs[$i].p99_ms - $single[$i].p99_ms] | median)} end;
   {machine: $machine, numaserve: $numaserve, server_cpus: $server_cpus, client_cpus: $client_cpus,
    connections: $connections,
    forward: {items_per_s: ([$forward[].items_per_s] | median), p50_ms: ([$forward[].p50_ms] | median)},
@@ -277,6 +366,9 @@ jq -n --argjson forward "$(printf '%s\n' "${forward[@]}" | jq -s .)" \
    profile_us: ($served[0].profile_us // null),
    wrk: {items_per_s: ([$wrks[].items_per_s] | median), non_200: ([$wrks[].non_200] | add)},
    redis_warm: redis($redis_warm), redis_cold: redis($redis_cold),
+   redis_transport: (if ($redis_warm | length) == 0 then null else "tcp loopback" end),
+   redis_cluster_warm: cluster($cluster_warm; $redis_warm; 0.95),
+   redis_cluster_cold: cluster($cluster_cold; $redis_cold; 0.85),
    bf16: (if ($bf16s | length) == 0 then null else summary($bf16s) + {vs_predict: per_round_ratio($bf16s; $served)} end),
    grpc: (if ($grpcs | length) == 0 then null else summary($grpcs) + {vs_predict: per_round_ratio($grpcs; $served),
      transport_vs_predict_us: ([range(0; $grpcs | length) as $i | $grpcs[$i].transport_us - $served[$i].transport_us] | median)} end),
@@ -290,7 +382,8 @@ jq -n --argjson forward "$(printf '%s\n' "${forward[@]}" | jq -s .)" \
             p_a: per_round_ratio($stages; $forward), w_b: per_round_ratio($wrks; $served)},
    sweep: $sweep,
    rounds: {forward: $forward, predict: $served, batched: $batched, stages: $stages, wrk: $wrks,
-            redis_warm: $redis_warm, redis_cold: $redis_cold, grpc: $grpcs, bf16: $bf16s, v2_json: $v2_json, v2_binary: $v2_binary}}' > "$out"
+            redis_warm: $redis_warm, redis_cold: $redis_cold,
+            redis_cluster_warm: $cluster_warm, redis_cluster_cold: $cluster_cold, grpc: $grpcs, bf16: $bf16s, v2_json: $v2_json, v2_binary: $v2_binary}}' > "$out"
 
 jq -r '
   . as $root |
@@ -312,7 +405,9 @@ jq -r '
     "(vj)  v2 infer, JSON tensors, \($root.connections) conn: \(.json.items_per_s | floor) items/s, p50 \(.json.p50_ms | r2) ms, p99 \(.json.p99_ms | r2) ms, errors \(.json.errors)",
     "(vb)  v2 infer, binary tensors, \($root.connections) conn: \(.binary.items_per_s | floor) items/s = \(.binary.vs_json | r3) x (vj), p50 \(.binary.p50_ms | r2) ms, p99 \(.binary.p99_ms | r2) ms, errors \(.binary.errors)"),
   (["warm", .redis_warm], ["cold", .redis_cold] | select(.[1] != null) | .[0] as $cache | .[1] |
-    "(r)   Redis, item cache \($cache): \(.items_per_s | floor) items/s = \(.vs_embedded | r3) x (b), p99 \(.p99_ms | r2) ms (\(.p99_added_ms | r2) ms over (b)), query \(.stages_us.query | round) us/request, Redis CPU \(.redis_cpu_us_per_request) us/request, errors \(.errors)"),
+    "(r)   Redis, item cache \($cache): \(.items_per_s | floor) items/s = \(.vs_embedded | r3) x (b), p99 \(.p99_ms | r2) ms (\(.p99_added_ms | r2) ms over (b)), query \(.stages_us.query | round) us/request, Redis CPU \(.redis_cpu_us_per_request) us/request, server CPU \(.cpu_us_per_request | [.[]] | add) us/request, errors \(.errors)"),
+  (["warm", .redis_cluster_warm], ["cold", .redis_cluster_cold] | select(.[1] != null) | .[0] as $cache | .[1] |
+    "(rc)  Redis Cluster, 3 masters, item cache \($cache): \(.items_per_s | floor) items/s = \(.vs_single | r3) x (r) \($cache) (target >= \(.vs_single_target): \(if .vs_single >= .vs_single_target then "met" else "missed" end)), \(.vs_embedded | r3) x (b), p99 \(.p99_ms | r2) ms (\(.p99_added_vs_single_ms | r2) ms over (r)), query \(.stages_us.query | round) us/request, Redis CPU (3 masters) \(.redis_cpu_us_per_request) us/request, server CPU \(.cpu_us_per_request | [.[]] | add) us/request, errors \(.errors)"),
   "ratios: b/a \(.ratios.b_a | r3), b16/a \(.ratios.b16_a | r3), p/a \(.ratios.p_a | r3), wrk/b \(.ratios.w_b | r3)",
   (.sweep[] | "sweep: \(.model), \(.items) items per request: b/a \(.b_a | r3) (forward \(.forward_items_per_s | floor), /predict \(.predict_items_per_s | floor) items/s)"),
   "server CPU per request in (b), by thread: \(.predict.cpu_us_per_request | to_entries | map(select(.value > 0)) | map("\(.key) \(.value) us") | join(", "))",

@@ -30,7 +30,7 @@ for ((i = 0; i < ${#args[@]}; i++)); do
     --feature-store-password-file=*) password_file=${args[i]#*=} ;;
   esac
 done
-if [[ $store == redis://* || $store == unix://* ]]; then
+if [[ $store == redis://* || $store == unix://* || $store == redis+cluster://* ]]; then
   load=(feature-store load "$models/store.jsonl" --to "$store" --model-dir "$models/ranker_a" --model-dir "$models/ranker_b")
   [[ -z $password_file ]] || load+=(--password-file "$password_file")
   "$build/service/numaserve" "${load[@]}" >&2

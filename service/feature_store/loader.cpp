@@ -1,8 +1,11 @@
 #include "feature_store/loader.h"
 
-#include "feature_store/feast_format.h"
+#include <functional>
+#include <memory>
+
 #include "feature_store/embedded.h"
-#include "redis/redis.h"
+#include "feature_store/feast_format.h"
+#include "redis/cluster.h"
 
 namespace numaserve::feature_store {
 namespace {
@@ -31,7 +34,10 @@ Result<std::vector<features::ModelSpec>> read_specs(const LoadConfig& c) {
 
 std::vector<OptionSpec> load_options(LoadConfig& c) {
   return command_line_only({
-      text_option("to", "URL", "The Redis to write: redis://[user:password@]host[:port][/db] or unix:///path.sock[?db=N]", c.to),
+      text_option("to", "URL",
+                  "The Redis to write: redis://[user:password@]host[:port][/db], unix:///path.sock[?db=N] or a Redis "
+                  "Cluster's redis+cluster://[user:password@]host:port[,host:port...]",
+                  c.to),
       text_option("password_file", "FILE", "The Redis password, the file's first line", c.password_file),
       text_option("project", "NAME", "Feast project, the keys' suffix (default: model.yaml's, else numaserve)", c.project),
       list_option("model_dir", "DIR", "Models whose model.yaml feature_store mapping places the features", c.model_dirs),
@@ -41,7 +47,7 @@ std::vector<OptionSpec> load_options(LoadConfig& c) {
 
 Result<Loaded> load(const LoadConfig& c) {
   if (c.to.empty()) return make_error(Error::Code::kInvalidArgument, "--to: give the Redis URL to write", "to");
-  auto url = redis::parse_url(c.to, c.password_file);
+  auto url = redis::parse_any_url(c.to, c.password_file);
   if (!url) return tl::unexpected(url.error());
   auto store = Entities::load(c.file);
   if (!store) return tl::unexpected(store.error());
@@ -51,16 +57,32 @@ Result<Loaded> load(const LoadConfig& c) {
   for (const auto& spec : *specs) models.push_back(&spec);
   auto layout = Layout::build(models);
   if (!layout) return tl::unexpected(layout.error());
-  auto connection = redis::Connection::open(*url, c.timeout_seconds);
-  if (!connection) return tl::unexpected(connection.error());
+  // One server, or a cluster: each command to its key's master.
+  std::function<Result<std::vector<redis::Reply>>(const std::vector<redis::Command>&)> send;
+  std::string where;
+  if (const auto* cluster = std::get_if<redis::ClusterUrl>(&*url)) {
+    auto connection = redis::ClusterConnection::open(*cluster, c.timeout_seconds);
+    if (!connection) return tl::unexpected(connection.error());
+    where = cluster->redacted();
+    send = [shared = std::make_shared<redis::ClusterConnection>(std::move(*connection))](const auto& batch) {
+      return shared->pipeline(batch);
+    };
+  } else {
+    auto connection = redis::Connection::open(std::get<redis::Url>(*url), c.timeout_seconds);
+    if (!connection) return tl::unexpected(connection.error());
+    where = std::get<redis::Url>(*url).redacted();
+    send = [shared = std::make_shared<redis::Connection>(std::move(*connection))](const auto& batch) {
+      return shared->pipeline(batch);
+    };
+  }
 
-  Loaded loaded{0, 0, url->redacted()};
+  Loaded loaded{0, 0, where};
   const auto now = std::chrono::system_clock::now();
   std::vector<redis::Command> batch;
   std::optional<Error> failed;
   auto flush = [&]() {
     if (batch.empty() || failed) return;
-    auto replies = connection->pipeline(batch);
+    auto replies = send(batch);
     if (!replies) failed = replies.error();
     for (std::size_t i = 0; !failed && i < replies->size(); ++i) {
       if ((*replies)[i].error) failed = Error{Error::Code::kIo, "feature store " + loaded.where + ": HSET refused: " + *(*replies)[i].error, "to"};

@@ -13,7 +13,7 @@ namespace numaserve::feature_store {
 
 struct LoadConfig {
   std::string file;                     // the JSON Lines store
-  std::string to;                       // redis://... or unix://...
+  std::string to;                       // redis://..., unix://... or redis+cluster://...
   std::string password_file;
   std::string project;                  // overrides model.yaml's feature_store.project
   std::vector<std::string> model_dirs;  // their model.yaml say where each feature goes
@@ -27,7 +27,7 @@ struct Loaded {
   std::string where;  // the URL, redacted
 };
 // Writes every entity with one HSET (its features and each view's
-// timestamp, now), pipelined a thousand at a time.
+// timestamp, now), pipelined a thousand at a time (in a cluster: per master).
 Result<Loaded> load(const LoadConfig& config);
 
 }  // namespace numaserve::feature_store

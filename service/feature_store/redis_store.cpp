@@ -27,8 +27,8 @@ redis::Command hmget(const std::string& key, const std::vector<std::string>& fie
 }  // namespace
 
 struct RedisStore::Worker {
-  std::unique_ptr<redis::Client> client;  // made and used on the worker's thread
-  std::atomic<const redis::Client*> published{nullptr};  // the same, for stats() on other threads
+  std::unique_ptr<redis::Endpoint> client;  // made and used on the worker's thread
+  std::atomic<const redis::Endpoint*> published{nullptr};  // the same, for stats() on other threads
   AppendOnly<features::ItemCache, kMaxModels> caches;  // per model; none when the cache is off
 };
 
@@ -45,26 +45,56 @@ struct RedisStore::Asked {
   bool asked_again = false;           // the cache was emptied while the first query was out
 };
 
-Result<std::unique_ptr<FeatureStore>> open_redis_store(const redis::Url& url,
+namespace {
+
+// A start-up check may take longer than a request's deadline.
+double check_timeout(const StoreConfig& config) { return std::max(1.0, config.client.timeout_seconds); }
+
+Result<RedisWhere> check(const redis::Url& url, const StoreConfig& config) {
+  auto checked = redis::Connection::open(url, check_timeout(config));
+  if (!checked) return tl::unexpected(checked.error());
+  if (auto ping = checked->pipeline({{"PING"}}); !ping || (*ping)[0].error) {
+    return make_error(Error::Code::kIo, "feature store " + url.redacted() + ": PING failed: " +
+                                            (!ping ? ping.error().message : *(*ping)[0].error));
+  }
+  return url;
+}
+
+Result<RedisWhere> check(const redis::ClusterUrl& url, const StoreConfig& config) {
+  auto checked = redis::ClusterConnection::open(url, check_timeout(config));
+  if (!checked) return tl::unexpected(checked.error());
+  if (auto ping = checked->ping_masters(); !ping) return tl::unexpected(ping.error());
+  return checked->start();
+}
+
+std::string redacted(const RedisWhere& where) {
+  return std::visit([](const auto& w) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(w)>, redis::Url>) {
+      return w.redacted();
+    } else {
+      return w.url.redacted();
+    }
+  }, where);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<FeatureStore>> open_redis_store(const redis::AnyUrl& url,
                                                        const std::vector<const features::ModelSpec*>& models,
                                                        StoreConfig config, std::size_t workers,
                                                        std::function<boost::asio::io_context&(std::size_t)> loop_of) {
   auto layout = Layout::build(models);
   if (!layout) return tl::unexpected(layout.error());
   silence_protobuf_logs();
-  // A start-up check may take longer than a request's deadline.
-  auto checked = redis::Connection::open(url, std::max(1.0, config.client.timeout_seconds));
-  if (!checked) return tl::unexpected(checked.error());
-  if (auto ping = checked->pipeline({{"PING"}}); !ping || (*ping)[0].error) {
-    return make_error(Error::Code::kIo, "feature store " + url.redacted() + ": PING failed: " +
-                                            (!ping ? ping.error().message : *(*ping)[0].error));
-  }
-  return std::make_unique<RedisStore>(url, std::move(*layout), models, config, workers, std::move(loop_of));
+  auto where = std::visit([&](const auto& u) { return check(u, config); }, url);
+  if (!where) return tl::unexpected(where.error());
+  return std::make_unique<RedisStore>(std::move(*where), std::move(*layout), models, config, workers, std::move(loop_of));
 }
 
-RedisStore::RedisStore(redis::Url url, Layout layout, std::vector<const features::ModelSpec*> models, StoreConfig config,
+RedisStore::RedisStore(RedisWhere where, Layout layout, std::vector<const features::ModelSpec*> models, StoreConfig config,
                        std::size_t workers, std::function<boost::asio::io_context&(std::size_t)> loop_of)
-    : url_(std::move(url)),
+    : where_(std::move(where)),
+      redacted_(redacted(where_)),
       layout_(std::move(layout)),
       config_(config),
       user_fields_(layout_.user().hmget_fields()),
@@ -104,7 +134,11 @@ RedisStore::~RedisStore() = default;
 
 void RedisStore::start_worker(std::size_t worker) {
   Worker& w = *workers_[worker];
-  w.client = std::make_unique<redis::Client>(loop_of_(worker), url_, config_.client);
+  if (const auto* cluster = std::get_if<redis::ClusterStart>(&where_)) {
+    w.client = std::make_unique<redis::ClusterClient>(loop_of_(worker), *cluster, config_.client, nodes_);
+  } else {
+    w.client = std::make_unique<redis::Client>(loop_of_(worker), std::get<redis::Url>(where_), config_.client);
+  }
   w.published.store(w.client.get(), std::memory_order_release);
 }
 
@@ -161,7 +195,7 @@ void RedisStore::ask(const std::shared_ptr<Asked>& asked) {
     a.done(std::move(a.found));
     return;
   }
-  workers_[a.worker]->client->pipeline(commands,
+  workers_[a.worker]->client->pipeline(std::move(commands),
                                        [this, asked](redis::Outcome&& outcome) { answer(asked, std::move(outcome)); });
 }
 
@@ -178,11 +212,12 @@ void RedisStore::decode(Asked& a, redis::Outcome& outcome, std::optional<std::st
   const auto wall = std::chrono::system_clock::now();
   auto decode_one = [&](const EntityLayout& entity, const std::string& id,
                         const redis::Reply& reply) -> std::shared_ptr<const features::Features> {
+    if (reply.failure) return nullptr;  // its master failed: counted as that failure
     Result<features::Features> features =
         reply.error ? make_error(Error::Code::kInvalidArgument, "entity '" + id + "': " + *reply.error)
                     : Layout::decode(entity, id, reply.elements, config_.max_age_seconds, wall);
     if (!features) {
-      if (!unreadable) unreadable = "feature store " + url_.redacted() + ": " + features.error().message;
+      if (!unreadable) unreadable = "feature store " + redacted_ + ": " + features.error().message;
       return nullptr;
     }
     return features->empty() ? nullptr : std::make_shared<const features::Features>(std::move(*features));
@@ -201,12 +236,12 @@ void RedisStore::decode(Asked& a, redis::Outcome& outcome, std::optional<std::st
 void RedisStore::answer(const std::shared_ptr<Asked>& asked, redis::Outcome&& outcome) {
   Asked& a = *asked;
   Result<Found> result = [&]() -> Result<Found> {
-    if (outcome.failure) {
-      errors_[static_cast<std::size_t>(*outcome.failure)].fetch_add(1, std::memory_order_relaxed);
-      return fail(std::move(a.found), outcome.message);
-    }
+    if (outcome.failure) errors_[static_cast<std::size_t>(*outcome.failure)].fetch_add(1, std::memory_order_relaxed);
+    if (outcome.replies.empty()) return fail(std::move(a.found), outcome.message);
+    // Every reply, or a cluster's partial answer: what its live masters gave.
     std::optional<std::string> unreadable;
     decode(a, outcome, unreadable);
+    if (outcome.failure) return fail(std::move(a.found), outcome.message);
     if (!unreadable) return std::move(a.found);
     errors_[kUnreadable].fetch_add(1, std::memory_order_relaxed);
     return fail(std::move(a.found), *unreadable);
@@ -237,7 +272,7 @@ void RedisStore::keep(std::size_t worker, std::size_t model, const features::Req
 
 std::optional<StoreStats> RedisStore::stats() const {
   StoreStats out;
-  out.store = url_.redacted();
+  out.store = redacted_;
   for (std::size_t kind = 0; kind <= kUnreadable; ++kind) {
     out.errors.emplace_back(std::string(kind_name(kind)), errors_[kind].load(std::memory_order_relaxed));
   }
@@ -245,10 +280,11 @@ std::optional<StoreStats> RedisStore::stats() const {
   out.cache_hits = cache_hits_.load(std::memory_order_relaxed);
   out.cache_misses = cache_misses_.load(std::memory_order_relaxed);
   for (const auto& worker : workers_) {
-    const redis::Client* client = worker->published.load(std::memory_order_acquire);
+    const redis::Endpoint* client = worker->published.load(std::memory_order_acquire);
     out.breakers.emplace_back(redis::kBreakerStateNames.name(client ? client->breaker() : redis::BreakerState::kClosed));
     out.connected.push_back(client != nullptr && client->connected());
   }
+  for (const auto& n : nodes_.snapshot()) out.nodes.push_back({n.node, n.pipelines, n.errors, n.moved, n.ask, n.refreshes});
   return out;
 }
 

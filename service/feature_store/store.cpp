@@ -23,14 +23,14 @@ Result<std::unique_ptr<FeatureStore>> open_embedded(const OpenConfig& c, const s
   return std::unique_ptr<FeatureStore>(std::move(*store));
 }
 
-// Feast's Redis online store, one client per worker on its event loop.
+// Feast's Redis online store (one server or a cluster), one client per worker on its event loop.
 Result<std::unique_ptr<FeatureStore>> open_redis(const OpenConfig& c, const std::vector<const features::ModelSpec*>& models) {
-  auto url = redis::parse_url(c.feature_store, c.password_file);
+  auto url = redis::parse_any_url(c.feature_store, c.password_file);
   if (!url) return tl::unexpected(url.error());
   auto store = open_redis_store(*url, models, c.store, c.workers, c.loop_of);
   if (!store) return tl::unexpected(store.error());
   log(LogLevel::kInfo, "feature store: Feast's Redis online store",
-      {{"store", url->redacted()}, {"project", models.front()->store.project},
+      {{"store", (*store)->stats()->store}, {"project", models.front()->store.project},
        {"timeout", std::to_string(c.store.client.timeout_seconds) + "s"},
        {"on_error", c.store.fail_on_error ? "fail" : "default"}});
   return store;

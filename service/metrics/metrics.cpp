@@ -88,6 +88,33 @@ void render_feature_store(std::string& out, const Histogram& latency, const feat
   }
   w.family("numaserve_feature_store_connected", "gauge", "1 when the worker's connection to the store is up.");
   for (std::size_t i = 0; i < s.connected.size(); ++i) w.sample("numaserve_feature_store_connected", s.connected[i] ? 1 : 0, worker(i));
+  if (s.nodes.empty()) return;  // one server: the families above say it all
+  struct NodeFamily {
+    const char* name;
+    const char* help;
+    std::uint64_t feature_store::StoreStats::Node::*count;
+  };
+  static constexpr NodeFamily kNodeFamilies[] = {
+      {"numaserve_feature_store_node_pipelines_total",
+       "Pipelines sent to each Redis Cluster node, all workers together: one per request whose keys it serves, and one per redirect.",
+       &feature_store::StoreStats::Node::pipelines},
+      {"numaserve_feature_store_node_errors_total",
+       "Pipelines a Redis Cluster node failed (timeout, disconnected, breaker open...) and commands it refused (CLUSTERDOWN, a redirect not followed).",
+       &feature_store::StoreStats::Node::errors},
+      {"numaserve_feature_store_node_map_refreshes_total", "Slot maps (CLUSTER SLOTS) read from each Redis Cluster node.",
+       &feature_store::StoreStats::Node::refreshes},
+  };
+  for (const auto& family : kNodeFamilies) {
+    w.family(family.name, "counter", family.help);
+    for (const auto& n : s.nodes) w.sample(family.name, n.*family.count, store + "," + prometheus::label("node", n.node));
+  }
+  w.family("numaserve_feature_store_redirects_total", "counter",
+           "MOVED and ASK redirects each Redis Cluster node answered with: a slot moved (resharding, failover) or moving.");
+  for (const auto& n : s.nodes) {
+    const std::string node = store + "," + prometheus::label("node", n.node);
+    w.sample("numaserve_feature_store_redirects_total", n.moved, node + "," + prometheus::label("kind", "moved"));
+    w.sample("numaserve_feature_store_redirects_total", n.ask, node + "," + prometheus::label("kind", "ask"));
+  }
 }
 
 void render_transport(std::string& out, const TransportGauges& t) {

@@ -96,8 +96,8 @@ std::vector<OptionSpec> store_options(ServeOptions& o) {
   return {
       text_option("feature_store", "FILE|URL",
                   "Where user and item features come from: a JSON Lines file loaded at start, or Feast's Redis online "
-                  "store read per request, redis://[user:password@]host[:port][/db] or unix:///path.sock[?db=N] "
-                  "(none: inline features only)",
+                  "store read per request, redis://[user:password@]host[:port][/db], unix:///path.sock[?db=N] or a "
+                  "Redis Cluster's redis+cluster://[user:password@]host:port[,host:port...] (none: inline features only)",
                   o.feature_store),
       text_option("feature_store_password_file", "FILE",
                   "The Redis password, the file's first line (a mounted secret); never logged", o.feature_store_password_file),

@@ -242,8 +242,10 @@ void Client::Impl::finish(const std::shared_ptr<Batch>& batch, std::optional<Fai
   if (batch->finished) return;
   batch->finished = true;
   batch->deadline.cancel();
-  if (!failure && !batch->replies.empty() &&
-      std::all_of(batch->replies.begin(), batch->replies.end(), [](const Reply& r) { return r.error.has_value(); })) {
+  // A redirect (a cluster's MOVED, ASK) is an answer about its key: the
+  // cluster client follows it.
+  auto refused = [](const Reply& r) { return r.error && !r.error->starts_with("MOVED ") && !r.error->starts_with("ASK "); };
+  if (!failure && !batch->replies.empty() && std::all_of(batch->replies.begin(), batch->replies.end(), refused)) {
     failure = Failure::kRefused;  // every command refused: the server's state (LOADING, NOAUTH), not one key's
     message = *batch->replies.front().error;
   }
@@ -269,7 +271,7 @@ Client::~Client() {
   if (impl_->context != nullptr) redisAsyncFree(impl_->context);  // pending replies come back null, dropped
 }
 
-void Client::pipeline(const std::vector<Command>& commands, std::function<void(Outcome&&)> done) {
+void Client::pipeline(std::vector<Command> commands, std::function<void(Outcome&&)> done) {
   Impl& s = *impl_;
   const auto now = Clock::now();
   if (!connected_.load(std::memory_order_relaxed) || s.context == nullptr) {

@@ -25,7 +25,12 @@ inline Reply convert(const redisReply* r) {
     out.error = std::string(r->str, r->len);
   } else if (r->type == REDIS_REPLY_ARRAY) {
     out.elements.reserve(r->elements);
-    for (std::size_t i = 0; i < r->elements; ++i) out.elements.push_back(scalar(r->element[i]));
+    for (std::size_t i = 0; i < r->elements; ++i) {
+      out.elements.push_back(scalar(r->element[i]));
+      if (r->element[i]->type != REDIS_REPLY_ARRAY) continue;
+      out.children.resize(r->elements);
+      out.children[i] = convert(r->element[i]);
+    }
   } else {
     out.elements.push_back(scalar(r));
   }

@@ -3,6 +3,7 @@
 #include <charconv>
 #include <fstream>
 
+#include "redis/cluster.h"
 #include "redis/hiredis_reply.h"
 
 namespace numaserve::redis {
@@ -42,7 +43,9 @@ timeval to_timeval(double seconds) {
 
 }  // namespace
 
-bool is_url(std::string_view text) { return text.starts_with("redis://") || text.starts_with("unix://"); }
+bool is_url(std::string_view text) {
+  return text.starts_with("redis://") || text.starts_with("unix://") || text.starts_with(kClusterScheme);
+}
 
 Result<Url> parse_url(std::string_view text) {
   Url url;

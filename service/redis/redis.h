@@ -36,6 +36,7 @@ struct Url {
   // The URL as logs and errors show it: never the password.
   std::string redacted() const;
 };
+// A Redis URL of either kind, or a cluster's (cluster.h): what the feature store reads.
 bool is_url(std::string_view text);
 // Errors say what is wrong without repeating the password.
 Result<Url> parse_url(std::string_view text);
@@ -43,11 +44,24 @@ Result<Url> parse_url(std::string_view text);
 // without its line end), when `password_file` is not empty.
 Result<Url> parse_url(std::string_view text, const std::string& password_file);
 
+// Why a pipeline failed; the label of numaserve_feature_store_errors_total.
+enum class Failure { kTimeout, kDisconnected, kRefused, kBreakerOpen, kOverloaded };
+inline constexpr auto kFailureNames =
+    make_names<Failure>({{Failure::kTimeout, "timeout"}, {Failure::kDisconnected, "disconnected"}, {Failure::kRefused, "refused"},
+                         {Failure::kBreakerOpen, "breaker_open"}, {Failure::kOverloaded, "overloaded"}});
+inline constexpr int kFailureKinds = static_cast<int>(kFailureNames.table.size());
+
 // One reply: an array reply's elements, or a scalar reply as one element;
-// nullopt for a nil. `error` is an error reply's text (the elements are then empty).
+// nullopt for a nil. `error` is an error reply's text (the elements are then
+// empty). An array nested in an array (CLUSTER SLOTS) is element i's
+// `children[i]`; `children` is empty when no element is an array, as in
+// every HMGET's reply. `failure`: no reply came, the command's server failed
+// (a cluster's other masters answered theirs); `error` then says why.
 struct Reply {
   std::vector<std::optional<std::string>> elements;
   std::optional<std::string> error;
+  std::vector<Reply> children;
+  std::optional<Failure> failure;
 };
 using Command = std::vector<std::string>;
 
@@ -68,37 +82,43 @@ class Connection {
   std::unique_ptr<Impl> impl_;
 };
 
-// Why a pipeline failed; the label of numaserve_feature_store_errors_total.
-enum class Failure { kTimeout, kDisconnected, kRefused, kBreakerOpen, kOverloaded };
-inline constexpr auto kFailureNames =
-    make_names<Failure>({{Failure::kTimeout, "timeout"}, {Failure::kDisconnected, "disconnected"}, {Failure::kRefused, "refused"},
-                         {Failure::kBreakerOpen, "breaker_open"}, {Failure::kOverloaded, "overloaded"}});
-inline constexpr int kFailureKinds = static_cast<int>(kFailureNames.table.size());
-
-
-// A pipeline's outcome: its replies, or why there are none.
+// A pipeline's outcome: its replies, or why there are none. A cluster's
+// outcome may be partial: replies whose master failed carry the failure,
+// and `failure` is then the first of them.
 struct Outcome {
   std::vector<Reply> replies;
   std::optional<Failure> failure;
   std::string message;  // with a failure: for the log and the 503's body
 };
 
+// Where a worker's pipelines go: one server (Client) or a cluster
+// (ClusterClient, cluster.h). Used only from the loop's thread, but for
+// breaker() and connected(), which /metrics reads from any thread.
+class Endpoint {
+ public:
+  virtual ~Endpoint() = default;
+  // Sends the commands as one pipeline; `done` runs once on the loop, by the
+  // deadline: with every reply, or with the failure. Taken by value: a
+  // cluster keeps them for the redirects.
+  virtual void pipeline(std::vector<Command> commands, std::function<void(Outcome&&)> done) = 0;
+  virtual BreakerState breaker() const = 0;
+  virtual bool connected() const = 0;
+};
+
 // One connection on one event loop, used only from that loop's thread.
 // It connects at once and reconnects with backoff by itself; pipelines
 // asked for while it is down fail at once (kDisconnected).
-class Client {
+class Client final : public Endpoint {
  public:
   Client(boost::asio::io_context& loop, Url url, ClientConfig config);
-  ~Client();  // pending pipelines are dropped unanswered
+  ~Client() override;  // pending pipelines are dropped unanswered
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
-  // Sends the commands as one pipeline; `done` runs once on the loop, by the
-  // deadline: with every reply, or with the failure.
-  void pipeline(const std::vector<Command>& commands, std::function<void(Outcome&&)> done);
+  void pipeline(std::vector<Command> commands, std::function<void(Outcome&&)> done) override;
 
-  BreakerState breaker() const { return breaker_.state(); }
-  bool connected() const { return connected_.load(std::memory_order_relaxed); }
+  BreakerState breaker() const override { return breaker_.state(); }
+  bool connected() const override { return connected_.load(std::memory_order_relaxed); }
 
  private:
   struct Impl;

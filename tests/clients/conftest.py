@@ -1,5 +1,6 @@
 """Shared by the real-client tests: the built service, a small demo model
-directory and store, a redis-server on loopback, and numaserve serving.
+directory and store, a redis-server on loopback, a Redis Cluster on loopback
+(tests/service/redis_cluster.py), and numaserve serving.
 
 Runs on tests/clients/.venv's Python (Feast, Triton's and KServe's clients
 need numpy 2, Debian's torch numpy 1), so nothing here imports torch: the
@@ -21,6 +22,9 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "python"))
 from numaserve.local import LocalServer  # noqa: E402
+
+sys.path.append(str(ROOT / "tests" / "service"))
+import redis_cluster as cluster_nodes  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -76,6 +80,18 @@ def redis_port(tmp_path):
         process.kill()
         process.wait()
     pytest.fail("redis-server did not start on a loopback port")
+
+
+@pytest.fixture
+def redis_cluster(tmp_path):
+    """A real Redis Cluster on 127.0.0.1: 3 masters and a replica each, every
+    slot covered; yields its nodes' ports. Every node is killed afterwards,
+    also when start-up or the test fails."""
+    directory = tmp_path / "redis-cluster"
+    try:
+        yield cluster_nodes.start(directory, masters=3, replicas=1)["ports"]
+    finally:
+        cluster_nodes.stop(directory)
 
 
 @pytest.fixture

@@ -8,6 +8,11 @@ store.jsonl). The repository uses names other than numaserve's defaults (its
 own project, views and join keys, one feature in a view of its own under
 another name) so model.yaml's feature_store mapping is exercised, and some
 users lack a feature (a null in Feast) so defaults are too.
+
+The same again into a real Redis Cluster (3 masters, a replica each): Feast's
+redis_type redis_cluster writes through redis-py's RedisCluster, each entity's
+hash on its key's slot, and numaserve reads it from redis+cluster:// startup
+nodes; the keys must be spread over every master.
 """
 import datetime
 import json
@@ -20,7 +25,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import store_lines
+from conftest import cluster_nodes, store_lines
 
 FEAST = pathlib.Path(sys.executable).with_name("feast")
 PROJECT = "ranking"
@@ -48,13 +53,13 @@ item_prices = FeatureView(name="item_prices", entities=[item], ttl=timedelta(day
 '''
 
 
-def feature_repo(tmp_path, redis_port, users, items):
+def feature_repo(tmp_path, online_store, users, items):
     repo, data = tmp_path / "feature_repo", tmp_path / "data"
     repo.mkdir()
     data.mkdir()
     (repo / "feature_store.yaml").write_text(yaml.safe_dump({
         "project": PROJECT, "provider": "local", "registry": str(data / "registry.db"),
-        "online_store": {"type": "redis", "connection_string": f"127.0.0.1:{redis_port}"},
+        "online_store": online_store,
         "offline_store": {"type": "file"}, "entity_key_serialization_version": 3}))
     (repo / "features.py").write_text(REPO.format(data=data))
     when = pd.Timestamp.now(tz="UTC").floor("s") - pd.Timedelta(hours=1)
@@ -112,7 +117,8 @@ def requests(users, items):
     return bodies
 
 
-def test_numaserve_serves_what_feast_materialized(demo, tmp_path, redis_port, serve):
+def demo_rows(demo, tmp_path):
+    """The demo store's users and items, some users without an age, and them as store.jsonl."""
     lines = store_lines(demo / "store.jsonl")
     users = [line for line in lines if line["kind"] == "user"]
     items = [line for line in lines if line["kind"] == "item"]
@@ -121,21 +127,48 @@ def test_numaserve_serves_what_feast_materialized(demo, tmp_path, redis_port, se
             del user["features"]["age"]  # a null in Feast, absent in store.jsonl: the default either way
     store = tmp_path / "store.jsonl"
     store.write_text("".join(json.dumps(line) + "\n" for line in users + items))
+    return users, items, store
 
-    repo, when = feature_repo(tmp_path, redis_port, users, items)
+
+def serves_what_feast_materialized(demo, tmp_path, serve, online_store, feature_store):
+    """Feast applies and materializes the demo rows into online_store (feature_store.yaml's
+    section); numaserve serving from feature_store (its URL for that store) must answer
+    every request as it does from the embedded store, and never fall back to defaults.
+    Returns the users and items Feast wrote."""
+    users, items, store = demo_rows(demo, tmp_path)
+    repo, when = feature_repo(tmp_path, online_store, users, items)
     feast(repo, "apply")
     start = (when - datetime.timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%S")
     end = (when + datetime.timedelta(minutes=30)).strftime("%Y-%m-%dT%H:%M:%S")
     feast(repo, "materialize", start, end)
 
     model = mapped_model(demo, tmp_path)
-    from_feast = serve([model], feature_store=f"redis://127.0.0.1:{redis_port}", args=["--feature-query-timeout", "1s"])
+    from_feast = serve([model], feature_store=feature_store, args=["--feature-query-timeout", "1s"])
     embedded = serve([model], feature_store=store)
-    bodies = requests(users, items)
-    for body in bodies:
+    for body in requests(users, items):
         a, b = from_feast.predict(body), embedded.predict(body)
         assert len(a["scores"]) == len(body["items"])
         assert a["scores"] == pytest.approx(b["scores"], rel=1e-6, abs=1e-7), body
     metrics = from_feast.request("GET", "/metrics")[1]
     degraded = [line for line in metrics.splitlines() if line.startswith("numaserve_feature_store_degraded_total")]
-    assert all(line.endswith(" 0") for line in degraded), degraded
+    assert degraded and all(line.endswith(" 0") for line in degraded), degraded
+    return users, items
+
+
+def test_numaserve_serves_what_feast_materialized(demo, tmp_path, redis_port, serve):
+    serves_what_feast_materialized(demo, tmp_path, serve,
+                                   {"type": "redis", "connection_string": f"127.0.0.1:{redis_port}"},
+                                   f"redis://127.0.0.1:{redis_port}")
+
+
+def test_numaserve_serves_what_feast_materialized_into_a_redis_cluster(demo, tmp_path, redis_cluster, serve):
+    nodes = ",".join(f"127.0.0.1:{port}" for port in redis_cluster[:2])  # startup nodes, Feast's format and ours
+    users, items = serves_what_feast_materialized(
+        demo, tmp_path, serve, {"type": "redis", "redis_type": "redis_cluster", "connection_string": nodes},
+        f"redis+cluster://{nodes}")
+    masters = cluster_nodes.master_ports(redis_cluster)
+    assert len(masters) == 3, masters
+    sizes = {port: int(cluster_nodes.cli(port, "DBSIZE")) for port in masters}
+    assert all(n > 0 for n in sizes.values()), sizes  # every master holds some of Feast's keys
+    # one hash per entity (item_catalog and item_prices share an item's key), nothing else
+    assert sum(sizes.values()) == len(users) + len(items), sizes

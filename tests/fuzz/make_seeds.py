@@ -125,6 +125,44 @@ seeds("feast_reply", [
     ("stale.bin", field(double_12_5) + field(string_b7) + field(tags) + field(b"\x08" + varint(1000)) + field(fresh)),
 ])
 
+# Redis Cluster (cluster_reply.cpp): a CLUSTER SLOTS reply in the target's
+# encoding (an op byte per value: 0 string, 1 nil, 2 int32, 3 error, 4 array),
+# or a MOVED or ASK error as text.
+def r_string(text, op=b"\x00"):
+    data = text.encode()
+    return op + bytes([len(data)]) + data
+
+
+def r_int(n):
+    return b"\x02" + struct.pack("<i", n)
+
+
+def r_array(*items):
+    return b"\x04" + bytes([len(items)]) + b"".join(items)
+
+
+def r_node(host, port, *extra):
+    return r_array(r_string(host), r_int(port), r_string(f"{port:040x}"), *extra)
+
+
+def r_range(first, last, *nodes):
+    return r_array(r_int(first), r_int(last), *nodes)
+
+
+seeds("cluster_reply", [
+    ("three-masters.bin", r_array(r_range(0, 5460, r_node("10.0.0.1", 7000), r_node("10.0.0.4", 7003)),
+                                  r_range(5461, 10922, r_node("10.0.0.2", 7001), r_node("10.0.0.5", 7004)),
+                                  r_range(10923, 16383, r_node("10.0.0.3", 7002), r_node("10.0.0.6", 7005)))),
+    ("unknown-host.bin", r_array(r_range(0, 16383, r_node("", 7000), r_node("?", 7001)))),
+    ("redis7-metadata.bin", r_array(r_range(0, 16383, r_node("10.0.0.1", 7000,
+                                                             r_array(r_string("hostname"), r_string("redis-0")))))),
+    ("overlapping.bin", r_array(r_range(0, 100, r_node("10.0.0.1", 7000)), r_range(50, 200, r_node("10.0.0.2", 7001)))),
+    ("refused.bin", r_string("CLUSTERDOWN The cluster is down", op=b"\x03")),
+    ("moved.txt", "MOVED 3999 127.0.0.1:6381"),
+    ("ask-no-host.txt", "ASK 1 :7000"),
+    ("moved-ipv6.txt", "MOVED 12 ::1:7000"),
+])
+
 seeds("service_options", [
     ("demo.yaml", (HERE.parent.parent / "docker" / "demo.yaml").read_bytes()),
     ("many.yaml", "port: 8080\nworkers: 2\nqueue_capacity: 128\nmax_queue_delay: 250ms\nmax_body_bytes: 8Mi\n"

@@ -92,6 +92,10 @@ grep -A4 -- '- name: redis-password$' "$out/redis-store.yaml" | grep -q 'readOnl
 grep -q 'secretName: redis-pw$' "$out/redis-store.yaml" || fail "redis-store: the password Secret is not mounted"
 grep -q 'feature_store: /models/store.jsonl' "$out/redis-store.yaml" && fail "redis-store: the JSON Lines store is still configured"
 grep -q 'redis-password' "$out/defaults.yaml" && fail "defaults: a Redis password is mounted without a Redis"
+# A Redis Cluster: its startup nodes, as Feast's connection_string lists them.
+render redis-cluster 1 --set-string 'featureStore.url=redis+cluster://redis-0.features:6379\,redis-1.features:6379'
+grep -q 'feature_store: redis+cluster://redis-0.features:6379,redis-1.features:6379$' "$out/redis-cluster.yaml" ||
+  fail "redis-cluster: numaserve.yaml does not read the cluster's URL"
 render agent-off 1 --set agent.enabled=false
 render agent-quiet 1 --set agent.publish=false
 digest=sha256:$(printf '%064d' 7)

@@ -5,46 +5,15 @@
 // the same features, the bytes Feast's own Python writes read back exactly,
 // and every failure of Redis answered within the deadline with the policy
 // the operator chose, counted, and recovered from without a restart.
-#include <httplib.h>
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
 #include <atomic>
-#include <cstdio>
 #include <thread>
 #include <tuple>
 
-#include "demo_dir.h"
-#include "served.h"
+#include "redis_support.h"
 
 namespace {
 
-namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
-using nlohmann::json;
-using numaserve::testing::demo_dir;
-using numaserve::testing::free_port;
-using numaserve::testing::make_temp_dir;
-using numaserve::testing::Served;
-using numaserve::testing::slurp;
-using numaserve::testing::start_served;
-using numaserve::testing::wait_exit;
-
-struct Ran {
-  int status;
-  std::string output;
-};
-
-Ran run(const std::string& command) {
-  Ran r{-1, {}};
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return r;
-  char buffer[4096];
-  while (std::size_t n = fread(buffer, 1, sizeof buffer, pipe)) r.output.append(buffer, n);
-  const int status = pclose(pipe);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using namespace numaserve::testing;
 
 // A redis-server of our own, killed with the test.
 class RedisServer {
@@ -100,14 +69,6 @@ class RedisServer {
   pid_t pid_ = -1;
 };
 
-std::string binary() { return NUMASERVE_BINARY; }
-
-// Writes the JSON Lines store into Redis with `numaserve feature-store load`.
-void load(const std::string& url, const fs::path& store = demo_dir() / "store.jsonl", const std::string& extra = "") {
-  const auto r = run(binary() + " feature-store load " + store.string() + " --to '" + url + "' " + extra);
-  ASSERT_EQ(r.status, 0) << r.output;
-}
-
 // The Python writer/reader, with feast.types.Value compiled for Python.
 Ran python(const RedisServer& redis, const std::string& args) {
   const fs::path pb = redis.dir() / "pb";
@@ -119,86 +80,8 @@ Ran python(const RedisServer& redis, const std::string& args) {
              redis.socket().string() + " --pb " + pb.string());
 }
 
-// A service that is stopped however its test ends, a failed assertion included.
-struct Serving : Served {
-  ~Serving() {
-    if (pid <= 0) return;
-    kill(pid, SIGTERM);
-    wait_exit(pid, 20);
-  }
-};
-
-Serving serve(const std::string& store, std::vector<std::string> extra = {}) {
-  std::vector<std::string> args = {"serve", "--model-dir", (demo_dir() / "ranker_a").string(), "--feature-store", store,
-                                   "--port", "0", "--listen-address", "127.0.0.1", "--workers", "1", "--warmup-rounds",
-                                   "1"};
-  args.insert(args.end(), extra.begin(), extra.end());
-  return Serving{start_served(binary(), args, "msg=ready")};
-}
-
-std::string request(const std::string& user, const std::vector<std::string>& items) {
-  json body{{"user", {{"id", user}}}, {"context", {{"hour", 9}}}, {"items", json::array()}};
-  for (const auto& id : items) body["items"].push_back({{"id", id}});
-  return body.dump();
-}
-
-struct Answer {
-  int status = 0;  // 0: no answer
-  std::string body;
-  std::string retry_after;
-  double seconds = 0;
-};
-
-Answer post(int port, const std::string& body) {
-  httplib::Client client("127.0.0.1", port);
-  client.set_read_timeout(10, 0);
-  const auto start = Clock::now();
-  auto res = client.Post("/predict", body, "application/json");
-  Answer a;
-  a.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  if (!res) return a;
-  a.status = res->status;
-  a.body = res->body;
-  a.retry_after = res->get_header_value("Retry-After");
-  return a;
-}
-
-json scores(int port, const std::string& body) {
-  const Answer a = post(port, body);
-  EXPECT_EQ(a.status, 200) << a.body;
-  return a.status == 200 ? json::parse(a.body)["scores"] : json();
-}
-
-// The scores of `body` once they are `healthy` again, or the last ones
-// after `seconds`: a service recovering by itself.
-json scores_once_back(int port, const std::string& body, const json& healthy, int seconds) {
-  json got;
-  for (auto deadline = Clock::now() + std::chrono::seconds(seconds); Clock::now() < deadline && got != healthy;) {
-    got = scores(port, body);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return got;
-}
-
-// One sample of the service's /metrics, by its name and labels' text.
-double metric(int port, const std::string& sample) {
-  httplib::Client client("127.0.0.1", port);
-  auto res = client.Get("/metrics");
-  if (!res) return -1;
-  const auto at = res->body.find("\n" + sample + " ");
-  if (at == std::string::npos) return -1;
-  return std::stod(res->body.substr(at + sample.size() + 2));
-}
-
 std::string errors(const std::string& url, const std::string& kind) {
   return "numaserve_feature_store_errors_total{store=\"" + url + "\",kind=\"" + kind + "\"}";
-}
-
-// Users and items of the demo store, some unknown to it.
-std::vector<std::string> some_items(int from, int count) {
-  std::vector<std::string> out;
-  for (int i = 0; i < count; ++i) out.push_back("i" + std::to_string((from + 7 * i) % 230));  // i200.. are unknown
-  return out;
 }
 
 TEST(FeastRedis, ScoresEqualTheEmbeddedStoreWithTheSameFeatures) {
