@@ -43,6 +43,9 @@ struct RedisStore::Asked {
   std::vector<std::size_t> items{};   // request item of each following command
   std::uint64_t generation = 0;       // the item cache's when its rows were found
   bool asked_again = false;           // the cache was emptied while the first query was out
+  std::vector<char> decoded{};        // per command: its reply decoded (a cluster's come apart)
+  std::optional<std::string> unreadable{};  // the first reply the model cannot read
+  std::chrono::system_clock::time_point sent{};  // the query's time: what --max-feature-age is counted to
 };
 
 namespace {
@@ -195,8 +198,12 @@ void RedisStore::ask(const std::shared_ptr<Asked>& asked) {
     a.done(std::move(a.found));
     return;
   }
-  workers_[a.worker]->client->pipeline(std::move(commands),
-                                       [this, asked](redis::Outcome&& outcome) { answer(asked, std::move(outcome)); });
+  a.decoded.assign(commands.size(), 0);
+  a.unreadable.reset();
+  a.sent = std::chrono::system_clock::now();
+  workers_[a.worker]->client->pipeline(
+      std::move(commands), [this, asked](redis::Outcome&& outcome) { answer(asked, std::move(outcome)); },
+      [this, asked](std::size_t command, const redis::Reply& reply) { decode(*asked, command, reply); });
 }
 
 Result<Found> RedisStore::fail(Found&& partial, const std::string& message) {
@@ -208,43 +215,37 @@ Result<Found> RedisStore::fail(Found&& partial, const std::string& message) {
   return std::move(partial);
 }
 
-void RedisStore::decode(Asked& a, redis::Outcome& outcome, std::optional<std::string>& unreadable) const {
-  const auto wall = std::chrono::system_clock::now();
-  auto decode_one = [&](const EntityLayout& entity, const std::string& id,
-                        const redis::Reply& reply) -> std::shared_ptr<const features::Features> {
-    if (reply.failure) return nullptr;  // its master failed: counted as that failure
-    Result<features::Features> features =
-        reply.error ? make_error(Error::Code::kInvalidArgument, "entity '" + id + "': " + *reply.error)
-                    : Layout::decode(entity, id, reply.elements, config_.max_age_seconds, wall);
-    if (!features) {
-      if (!unreadable) unreadable = "feature store " + redacted_ + ": " + features.error().message;
-      return nullptr;
-    }
-    return features->empty() ? nullptr : std::make_shared<const features::Features>(std::move(*features));
-  };
-  std::size_t next = 0;
-  if (a.user) {
-    a.found.held[0] = decode_one(layout_.user(), a.request.user.id, outcome.replies[next++]);
-    a.found.stored.user = a.found.held[0].get();
+void RedisStore::decode(Asked& a, std::size_t command, const redis::Reply& reply) const {
+  if (a.decoded[command]) return;
+  a.decoded[command] = 1;
+  if (reply.failure) return;  // its master failed: counted as that failure
+  const bool user = a.user && command == 0;
+  const std::size_t item = user ? 0 : a.items[command - (a.user ? 1 : 0)];
+  const std::string& id = user ? a.request.user.id : a.request.items[item].id;
+  Result<features::Features> features =
+      reply.error ? make_error(Error::Code::kInvalidArgument, "entity '" + id + "': " + *reply.error)
+                  : Layout::decode(user ? layout_.user() : layout_.item(), id, reply.elements, config_.max_age_seconds, a.sent);
+  if (!features) {
+    if (!a.unreadable) a.unreadable = "feature store " + redacted_ + ": " + features.error().message;
+    return;
   }
-  for (const std::size_t i : a.items) {
-    a.found.held[i + 1] = decode_one(layout_.item(), a.request.items[i].id, outcome.replies[next++]);
-    a.found.stored.items[i] = a.found.held[i + 1].get();
-  }
+  auto& held = a.found.held[user ? 0 : item + 1];
+  held = features->empty() ? nullptr : std::make_shared<const features::Features>(std::move(*features));
+  (user ? a.found.stored.user : a.found.stored.items[item]) = held.get();
 }
 
 void RedisStore::answer(const std::shared_ptr<Asked>& asked, redis::Outcome&& outcome) {
   Asked& a = *asked;
   Result<Found> result = [&]() -> Result<Found> {
     if (outcome.failure) errors_[static_cast<std::size_t>(*outcome.failure)].fetch_add(1, std::memory_order_relaxed);
-    if (outcome.replies.empty()) return fail(std::move(a.found), outcome.message);
-    // Every reply, or a cluster's partial answer: what its live masters gave.
-    std::optional<std::string> unreadable;
-    decode(a, outcome, unreadable);
+    if (outcome.failure && outcome.replies.empty()) return fail(std::move(a.found), outcome.message);
+    // Every reply, or a cluster's partial answer: what its live masters
+    // gave, less what was decoded as it came.
+    for (std::size_t k = 0; k < outcome.replies.size(); ++k) decode(a, k, outcome.replies[k]);
     if (outcome.failure) return fail(std::move(a.found), outcome.message);
-    if (!unreadable) return std::move(a.found);
+    if (!a.unreadable) return std::move(a.found);
     errors_[kUnreadable].fetch_add(1, std::memory_order_relaxed);
-    return fail(std::move(a.found), *unreadable);
+    return fail(std::move(a.found), *a.unreadable);
   }();
   const auto* cache = cache_of(a.worker, a.model);
   if (result && cache != nullptr && cache->generation() != a.generation && !a.asked_again) {

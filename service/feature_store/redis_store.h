@@ -48,7 +48,9 @@ class RedisStore final : public FeatureStore {
   struct Asked;
   void ask(const std::shared_ptr<Asked>& asked);
   void answer(const std::shared_ptr<Asked>& asked, redis::Outcome&& outcome);
-  void decode(Asked& asked, redis::Outcome& outcome, std::optional<std::string>& unreadable) const;
+  // Command `command`'s reply into the features it holds (once: a cluster's
+  // replies are decoded as they come, the rest when all are in).
+  void decode(Asked& asked, std::size_t command, const redis::Reply& reply) const;
   // The failure policy: what could be fetched with defaults for the rest, or a 503.
   Result<Found> fail(Found&& partial, const std::string& message);
   // Numbers `spec` as the next model: its spec kept, an item cache per worker.

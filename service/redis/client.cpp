@@ -271,7 +271,11 @@ Client::~Client() {
   if (impl_->context != nullptr) redisAsyncFree(impl_->context);  // pending replies come back null, dropped
 }
 
-void Client::pipeline(std::vector<Command> commands, std::function<void(Outcome&&)> done) {
+void Client::pipeline(std::vector<Command> commands, std::function<void(Outcome&&)> done, EachReply /*each*/) {
+  send(commands, std::move(done));
+}
+
+void Client::send(const std::vector<Command>& commands, std::function<void(Outcome&&)> done) {
   Impl& s = *impl_;
   const auto now = Clock::now();
   if (!connected_.load(std::memory_order_relaxed) || s.context == nullptr) {

@@ -129,7 +129,8 @@ class ClusterConnection {
 
 // The asynchronous cluster client of one worker: a Client (its own
 // reconnects, deadline, breaker) per master, each request's commands sent as
-// one pipeline per master and joined. A master that fails fails only its
+// one pipeline per master and joined, each reply handed to `each` as its
+// master answers. A master that fails fails only its
 // commands (Reply::failure); MOVED moves the slot in this client's map, asks
 // for the map again (at most every kRefreshSeconds) and retries once on the
 // named node; ASK sends ASKING and the command to the named node, the map
@@ -143,7 +144,7 @@ class ClusterClient final : public Endpoint {
   ClusterClient(const ClusterClient&) = delete;
   ClusterClient& operator=(const ClusterClient&) = delete;
 
-  void pipeline(std::vector<Command> commands, std::function<void(Outcome&&)> done) override;
+  void pipeline(std::vector<Command> commands, std::function<void(Outcome&&)> done, EachReply each) override;
   // The worst of its masters' breakers; connected when every master is.
   BreakerState breaker() const override;
   bool connected() const override;

@@ -44,6 +44,7 @@ struct Gather {
   std::size_t left = 0;  // pipelines out
   bool finished = false;
   std::function<void(Outcome&&)> done;
+  EachReply each;
   asio::steady_timer deadline;
 };
 
@@ -73,6 +74,13 @@ struct ClusterClient::Impl : std::enable_shared_from_this<Impl> {
   void refresh();
   void read_map();
 
+  // A request whose keys are all on node `n`: its pipeline's outcome is the
+  // request's, unless a reply is a redirect or the node's state: then gather().
+  void direct(std::uint16_t n, std::vector<Command> commands, std::function<void(Outcome&&)> done, EachReply each,
+              Clock::time_point deadline);
+  // The general path: a pipeline per master, joined, redirects followed.
+  void gather(std::vector<Command> commands, std::function<void(Outcome&&)> done, EachReply each,
+              Clock::time_point deadline);
   void send(const std::shared_ptr<Gather>& g, std::uint16_t node, std::vector<std::size_t> indices,
             std::vector<Command> commands, bool asking);
   void take(const std::shared_ptr<Gather>& g, std::uint16_t node, const std::vector<std::size_t>& indices,
@@ -145,7 +153,7 @@ void ClusterClient::Impl::read_map() {
     next_asked = i + 1;
     refreshing = true;
     asked.counts.refreshes.fetch_add(1, std::memory_order_relaxed);
-    asked.client->pipeline({{"CLUSTER", "SLOTS"}}, [weak = weak_from_this(), i](Outcome&& outcome) {
+    asked.client->send({{"CLUSTER", "SLOTS"}}, [weak = weak_from_this(), i](Outcome&& outcome) {
       auto self = weak.lock();
       if (!self) return;
       self->refreshing = false;
@@ -181,7 +189,7 @@ void ClusterClient::Impl::send(const std::shared_ptr<Gather>& g, std::uint16_t n
   if (asking) commands.insert(commands.begin(), Command{"ASKING"});
   // The commands stay with the callback: a redirect sends them on.
   auto kept = std::make_shared<std::vector<Command>>(std::move(commands));
-  target.client->pipeline(*kept, [weak = weak_from_this(), g, n, indices = std::move(indices), kept, asking](Outcome&& outcome) {
+  target.client->send(*kept, [weak = weak_from_this(), g, n, indices = std::move(indices), kept, asking](Outcome&& outcome) {
     auto self = weak.lock();
     if (!self) return;
     self->take(g, n, indices, *kept, std::move(outcome), asking);
@@ -225,6 +233,7 @@ void ClusterClient::Impl::take(const std::shared_ptr<Gather>& g, std::uint16_t n
       }
       g->answered[i] = 1;
       g->replies[i] = std::move(reply);
+      if (g->each) g->each(i, g->replies[i]);
     }
   }
   if (g->left == 0) finish(g);
@@ -260,26 +269,71 @@ ClusterClient::~ClusterClient() {
   impl_->refresh_timer.cancel();
 }
 
-void ClusterClient::pipeline(std::vector<Command> commands, std::function<void(Outcome&&)> done) {
+void ClusterClient::pipeline(std::vector<Command> commands, std::function<void(Outcome&&)> done, EachReply each) {
   Impl& s = *impl_;
-  auto g = std::make_shared<Gather>(s.loop);
+  const auto deadline = Clock::now() + to_duration(s.config.timeout_seconds);
+  // A warm item cache leaves a request its user's key alone: one master,
+  // whose outcome is the request's.
+  const std::uint16_t first = commands.empty() ? kNone : s.owner_of[key_slot(commands[0].at(1))];
+  bool one = first != kNone;
+  for (std::size_t i = 1; one && i < commands.size(); ++i) one = s.owner_of[key_slot(commands[i].at(1))] == first;
+  if (one) {
+    s.direct(first, std::move(commands), std::move(done), std::move(each), deadline);
+  } else {
+    s.gather(std::move(commands), std::move(done), std::move(each), deadline);
+  }
+}
+
+void ClusterClient::Impl::direct(std::uint16_t n, std::vector<Command> commands, std::function<void(Outcome&&)> done,
+                                 EachReply each, Clock::time_point deadline) {
+  Node& target = owner.nodes_[n];
+  target.counts.pipelines.fetch_add(1, std::memory_order_relaxed);
+  auto kept = std::make_shared<std::vector<Command>>(std::move(commands));
+  target.client->send(*kept, [weak = weak_from_this(), n, kept, done = std::move(done), each = std::move(each),
+                              deadline](Outcome&& outcome) mutable {
+    auto self = weak.lock();
+    if (!self) return;
+    if (outcome.failure) {
+      self->owner.nodes_[n].counts.errors.fetch_add(1, std::memory_order_relaxed);
+      self->refresh();
+      done(std::move(outcome));
+      return;
+    }
+    for (const Reply& reply : outcome.replies) {
+      if (!reply.error || !(reply.error->starts_with("MOVED ") || reply.error->starts_with("ASK ") || cluster_state(*reply.error))) {
+        continue;
+      }
+      // A slot moved, is moving or is down: the general path follows it
+      // (its first try meets the same answer), by the same deadline.
+      self->gather(std::move(*kept), std::move(done), std::move(each), deadline);
+      return;
+    }
+    done(std::move(outcome));
+  });
+}
+
+void ClusterClient::Impl::gather(std::vector<Command> commands, std::function<void(Outcome&&)> done, EachReply each,
+                                 Clock::time_point deadline) {
+  auto g = std::make_shared<Gather>(loop);
   g->replies.resize(commands.size());
   g->answered.assign(commands.size(), 0);
   g->redirected.assign(commands.size(), 0);
   g->done = std::move(done);
+  g->each = std::move(each);
   // Group by master, in the order the masters are first met.
   struct Group {
     std::uint16_t node;
     std::vector<std::size_t> indices;  // into the replies
     std::vector<Command> commands;     // the request's, moved: kept for redirects
   };
-  std::vector<std::uint16_t> group_of(nodes_.size(), kNone);
+  std::vector<std::uint16_t> group_of(owner.nodes_.size(), kNone);
   std::vector<Group> groups;
   for (std::size_t i = 0; i < commands.size(); ++i) {
-    const std::uint16_t n = s.owner_of[key_slot(commands[i].at(1))];
+    const std::uint16_t slot = key_slot(commands[i].at(1));
+    const std::uint16_t n = owner_of[slot];
     if (n == kNone) {
-      s.fail(*g, i, Failure::kRefused, "slot " + std::to_string(key_slot(commands[i][1])) + " is served by no master");
-      s.refresh();
+      fail(*g, i, Failure::kRefused, "slot " + std::to_string(slot) + " is served by no master");
+      refresh();
       continue;
     }
     if (group_of[n] == kNone) {
@@ -291,13 +345,13 @@ void ClusterClient::pipeline(std::vector<Command> commands, std::function<void(O
   }
   // Counted out before any is sent: a client that fails at once answers inside send().
   g->left = 1;
-  for (auto& group : groups) s.send(g, group.node, std::move(group.indices), std::move(group.commands), false);
+  for (auto& group : groups) send(g, group.node, std::move(group.indices), std::move(group.commands), false);
   if (--g->left == 0) {
-    s.finish(g);
+    finish(g);
     return;
   }
-  g->deadline.expires_after(to_duration(s.config.timeout_seconds));
-  g->deadline.async_wait([weak = s.weak_from_this(), g](error_code ec) {
+  g->deadline.expires_at(deadline);
+  g->deadline.async_wait([weak = weak_from_this(), g](error_code ec) {
     auto self = weak.lock();
     if (ec || !self) return;
     self->finish(g);

@@ -64,6 +64,8 @@ struct Reply {
   std::optional<Failure> failure;
 };
 using Command = std::vector<std::string>;
+// A command's reply, by the command's place in its pipeline.
+using EachReply = std::function<void(std::size_t command, const Reply& reply)>;
 
 // Blocking, with a timeout on connecting and on each reply.
 class Connection {
@@ -99,8 +101,11 @@ class Endpoint {
   virtual ~Endpoint() = default;
   // Sends the commands as one pipeline; `done` runs once on the loop, by the
   // deadline: with every reply, or with the failure. Taken by value: a
-  // cluster keeps them for the redirects.
-  virtual void pipeline(std::vector<Command> commands, std::function<void(Outcome&&)> done) = 0;
+  // cluster keeps them for the redirects. `each`, when given, may see a
+  // command's final reply before `done` (which still carries it): a
+  // cluster's masters answer at different times, and the caller's work on
+  // the first replies overlaps the wait for the last.
+  virtual void pipeline(std::vector<Command> commands, std::function<void(Outcome&&)> done, EachReply each) = 0;
   virtual BreakerState breaker() const = 0;
   virtual bool connected() const = 0;
 };
@@ -115,7 +120,11 @@ class Client final : public Endpoint {
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
-  void pipeline(std::vector<Command> commands, std::function<void(Outcome&&)> done) override;
+  // Its replies come together: `done` alone gives them.
+  void pipeline(std::vector<Command> commands, std::function<void(Outcome&&)> done, EachReply each) override;
+  // The same, for a caller that keeps its commands (a cluster, for its
+  // redirects): hiredis copies them into its buffer at once.
+  void send(const std::vector<Command>& commands, std::function<void(Outcome&&)> done);
 
   BreakerState breaker() const override { return breaker_.state(); }
   bool connected() const override { return connected_.load(std::memory_order_relaxed); }

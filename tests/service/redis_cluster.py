@@ -6,7 +6,7 @@ N masters and a replica each on loopback ports, made with
 seconds, and configured as docs/operate.md asks of a feature store's
 cluster (cluster-require-full-coverage no).
 
-    redis_cluster.py start DIR [--masters 3] [--replicas 1]   prints {"ports": [...], "masters": [...]}
+    redis_cluster.py start DIR [--masters 3] [--replicas 1] [--password PW]   prints {"ports": [...], "masters": [...]}
     redis_cluster.py stop DIR                                 kills every node started in DIR
 
 Imported by tests/clients/conftest.py; run by tests/service/redis_test.cpp.
@@ -48,8 +48,13 @@ def free_ports(count):
     return ports
 
 
+PASSWORD = {}  # port -> requirepass, for cli()
+
+
 def cli(port, *args, timeout=10):
-    return subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True, text=True, timeout=timeout).stdout
+    auth = ["--no-auth-warning", "-a", PASSWORD[port]] if port in PASSWORD else []
+    return subprocess.run(["redis-cli", "-p", str(port), *auth, *args], capture_output=True, text=True,
+                          timeout=timeout).stdout
 
 
 def wait_ok(ports, deadline):
@@ -62,7 +67,7 @@ def wait_ok(ports, deadline):
     return False
 
 
-def start(directory, masters=3, replicas=1):
+def start(directory, masters=3, replicas=1, password=None):
     directory = pathlib.Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     server = shutil.which("redis-server") or "/usr/bin/redis-server"
@@ -77,9 +82,12 @@ def start(directory, masters=3, replicas=1):
              # As a feature store should run: a master down costs its own slots,
              # not every node's answers (CLUSTERDOWN) until its replica is promoted.
              "--cluster-require-full-coverage", "no", "--cluster-allow-reads-when-down", "yes",
-             "--save", "", "--appendonly", "no", "--dir", str(node), "--logfile", str(node / "redis.log")],
+             "--save", "", "--appendonly", "no", "--dir", str(node), "--logfile", str(node / "redis.log"),
+             *(["--requirepass", password, "--masterauth", password] if password else [])],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         pids.append(process.pid)
+        if password:
+            PASSWORD[port] = password
     (directory / "pids").write_text("\n".join(map(str, pids)) + "\n")
     deadline = time.monotonic() + 30
     for port in ports:
@@ -89,7 +97,8 @@ def start(directory, masters=3, replicas=1):
             time.sleep(0.05)
     created = subprocess.run(
         ["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports], "--cluster-replicas", str(replicas),
-         "--cluster-yes"], capture_output=True, text=True, timeout=60)
+         "--cluster-yes", *(["--no-auth-warning", "-a", password] if password else [])],
+        capture_output=True, text=True, timeout=60)
     if created.returncode != 0 or not wait_ok(ports, time.monotonic() + 30):
         raise RuntimeError("redis-cli --cluster create: " + created.stdout + created.stderr)
     # Replicas must have synced before a failover can promote them.
@@ -124,12 +133,13 @@ def main():
     parser.add_argument("dir")
     parser.add_argument("--masters", type=int, default=3)
     parser.add_argument("--replicas", type=int, default=1)
+    parser.add_argument("--password", help="requirepass and masterauth of every node")
     args = parser.parse_args()
     if args.action == "stop":
         stop(args.dir)
         return 0
     try:
-        print(json.dumps(start(args.dir, args.masters, args.replicas)))
+        print(json.dumps(start(args.dir, args.masters, args.replicas, args.password)))
     except (RuntimeError, subprocess.TimeoutExpired) as e:
         stop(args.dir)
         print(e, file=sys.stderr)

@@ -39,8 +39,8 @@ constexpr int kPromotionBoundSeconds = 12;
 // A Redis Cluster of our own, every node killed with the test.
 class Cluster {
  public:
-  Cluster() : dir_(make_temp_dir("numaserve-cluster")) {
-    const Ran started = run(script() + " start " + dir_.string());
+  explicit Cluster(std::string password = {}) : dir_(make_temp_dir("numaserve-cluster")), password_(std::move(password)) {
+    const Ran started = run(script() + " start " + dir_.string() + (password_.empty() ? "" : " --password " + password_));
     if (started.status != 0) {
       ADD_FAILURE() << "the cluster did not start: " << started.output;
       return;
@@ -57,7 +57,8 @@ class Cluster {
     return "redis+cluster://127.0.0.1:" + std::to_string(ports_.at(0)) + ",127.0.0.1:" + std::to_string(ports_.at(1));
   }
   std::string cli(int port, const std::string& args) const {
-    return run("redis-cli -p " + std::to_string(port) + " " + args).output;
+    const std::string auth = password_.empty() ? "" : " --no-auth-warning -a " + password_;
+    return run("redis-cli -p " + std::to_string(port) + auth + " " + args).output;
   }
   // The masters serving slots now, by their CLUSTER NODES line: id -> port, slot ranges.
   struct Master {
@@ -106,6 +107,7 @@ class Cluster {
  private:
   static std::string script() { return std::string(NUMASERVE_SOURCE_DIR) + "/tests/service/redis_cluster.py"; }
   fs::path dir_;
+  std::string password_;
   std::vector<int> ports_;
 };
 
@@ -275,6 +277,34 @@ TEST(RedisCluster, ScoresEqualTheEmbeddedStoreWithTheSameFeatures) {
   EXPECT_NE(refused.output.find("127.0.0.1:" + std::to_string(nobody)), std::string::npos) << refused.output;
 }
 
+// A cluster with a password (requirepass on every node): the password file
+// opens every master's connection, the loader's and the workers'; a wrong
+// one is an error at start naming the cluster, never the password.
+TEST(RedisCluster, APasswordFileOpensEveryMasterAndAWrongPasswordIsAClearStartUpError) {
+  const Cluster cluster("s3cret-cluster");
+  ASSERT_FALSE(cluster.ports().empty());
+  const fs::path dir = make_temp_dir("numaserve-cluster-pw");
+  std::ofstream(dir / "password") << "s3cret-cluster\n";
+  std::ofstream(dir / "wrong") << "not-the-pw\n";
+  load(cluster.url(), demo_dir() / "store.jsonl", "--password-file " + (dir / "password").string());
+  const Serving remote = serve(cluster.url(), {"--feature-store-password-file", (dir / "password").string()});
+  ASSERT_GT(remote.pid, 0) << slurp(remote.log);
+  const Serving embedded = serve((demo_dir() / "store.jsonl").string());
+  const std::string body = request("u8", some_items(2, 30));
+  EXPECT_EQ(scores(remote.port, body), scores(embedded.port, body));
+  const std::string redacted = "redis+cluster://:****@" + cluster.url().substr(std::string("redis+cluster://").size());
+  EXPECT_EQ(metric(remote.port, counter("numaserve_feature_store_degraded_total", redacted)), 0);
+
+  const auto refused = run("timeout 20 " + binary() + " serve --model-dir " + (demo_dir() / "ranker_a").string() +
+                           " --feature-store '" + cluster.url() + "' --feature-store-password-file " +
+                           (dir / "wrong").string() + " --port 0 --workers 1");
+  EXPECT_EQ(refused.status, 1) << refused.output;
+  EXPECT_NE(refused.output.find(cluster.url().substr(std::string("redis+cluster://").size())), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("AUTH refused"), std::string::npos) << refused.output;
+  EXPECT_EQ(refused.output.find("not-the-pw"), std::string::npos) << refused.output;
+  fs::remove_all(dir);
+}
+
 // Slots move while 4 connections ask for their keys: first one slot by hand
 // with the commands `redis-cli --cluster reshard` sends (so requests meet
 // its keys mid-migration: ASK), then a third of a master's slots with
@@ -301,9 +331,19 @@ TEST(RedisCluster, ReshardingUnderLoadFailsNoRequest) {
     b["items"].push_back({{"id", item}});
     body = b.dump();
   }
-  for (std::size_t b = 0; b < bodies.size(); ++b) healthy[b] = scores(remote.port, bodies[b]);
   const int slot = slot_of(keys.item(item));
   const auto& from = cluster.master_of(before, slot);
+  // And the item with a user on the same master: one master for the whole
+  // request (the path a warm item cache leaves most requests), until the
+  // item's slot leaves.
+  std::string neighbour;
+  for (int u = 0; u < 60 && neighbour.empty(); ++u) {
+    if (cluster.master_of(before, slot_of(keys.user("u" + std::to_string(u)))).id == from.id) neighbour = "u" + std::to_string(u);
+  }
+  ASSERT_FALSE(neighbour.empty());
+  bodies.push_back(request(neighbour, {item}));
+  healthy.emplace_back();
+  for (std::size_t b = 0; b < bodies.size(); ++b) healthy[b] = scores(remote.port, bodies[b]);
   const auto& to = before[&from == &before[0] ? 1 : 0];
   const std::string key = keys.item(item);
 
