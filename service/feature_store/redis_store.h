@@ -1,9 +1,9 @@
 #pragma once
 // Feast's Redis online store: Feast's format (feast_format.h) read through
-// one asynchronous client per worker (redis/) — of one server, or of a
-// Redis Cluster (Feast's redis_type: redis_cluster) — one pipelined HMGET
-// batch per request (per master, in a cluster) — the user's hash and every item's the worker's item cache does
-// not hold — with a deadline and a failure policy. Each worker keeps the
+// one asynchronous client per worker (redis/), of one server or of a Redis
+// Cluster (Feast's redis_type: redis_cluster), one pipelined HMGET batch per
+// request (per master, in a cluster) — the user's hash and every item's the
+// worker's item cache does not hold — with a deadline and a failure policy. Each worker keeps the
 // items it fetched, extracted, for a while (StoreConfig::item_cache_ttl_seconds),
 // so the next request asks Redis for its user only.
 

@@ -132,9 +132,9 @@ class ClusterConnection {
 // one pipeline per master and joined, each reply handed to `each` as its
 // master answers. A master that fails fails only its
 // commands (Reply::failure); MOVED moves the slot in this client's map, asks
-// for the map again (at most every kRefreshSeconds) and retries once on the
-// named node; ASK sends ASKING and the command to the named node, the map
-// unchanged; a failed or refused (CLUSTERDOWN) master asks for the map
+// for the map again (at most every kRefreshSeconds) and retries on the named
+// node; ASK sends ASKING and the command to the named node, the map
+// unchanged (a few redirects per command at most); a failed or refused (CLUSTERDOWN) master asks for the map
 // again. The request's deadline holds for its retries too.
 class ClusterClient final : public Endpoint {
  public:

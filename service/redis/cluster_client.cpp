@@ -15,6 +15,11 @@ using Clock = std::chrono::steady_clock;
 using boost::system::error_code;
 
 constexpr std::uint16_t kNone = 0xffff;
+// Redirects followed per command, within its deadline. More than one: while
+// a slot's new owner is being told, its two ends can each answer MOVED to
+// the other for a few round trips (redis-cli sets the owner on one master
+// after another), and a reshard under way can move a slot again.
+constexpr std::uint8_t kMaxRedirects = 8;
 
 // Error replies that are the node's state, not the key's: the slot map is
 // read again and the command counts as refused.
@@ -40,7 +45,7 @@ namespace {
 struct Gather {
   explicit Gather(asio::io_context& loop) : deadline(loop) {}
   std::vector<Reply> replies;
-  std::vector<char> answered, redirected;  // per command
+  std::vector<std::uint8_t> answered, redirects;  // per command
   std::size_t left = 0;  // pipelines out
   bool finished = false;
   std::function<void(Outcome&&)> done;
@@ -211,8 +216,8 @@ void ClusterClient::Impl::take(const std::shared_ptr<Gather>& g, std::uint16_t n
       const std::size_t i = indices[k];
       Reply& reply = outcome.replies[k + skip];
       const auto redirect = reply.error ? parse_redirect(*reply.error, from.address) : std::nullopt;
-      if (redirect && !asking && !g->redirected[i]) {  // followed once
-        g->redirected[i] = 1;
+      if (redirect && g->redirects[i] < kMaxRedirects) {
+        ++g->redirects[i];
         const bool moved = redirect->kind == Redirect::Kind::kMoved;
         (moved ? from.counts.moved : from.counts.ask).fetch_add(1, std::memory_order_relaxed);
         const std::uint16_t to = node(redirect->to);
@@ -317,7 +322,7 @@ void ClusterClient::Impl::gather(std::vector<Command> commands, std::function<vo
   auto g = std::make_shared<Gather>(loop);
   g->replies.resize(commands.size());
   g->answered.assign(commands.size(), 0);
-  g->redirected.assign(commands.size(), 0);
+  g->redirects.assign(commands.size(), 0);
   g->done = std::move(done);
   g->each = std::move(each);
   // Group by master, in the order the masters are first met.

@@ -169,6 +169,9 @@ TEST_F(ManagerTest, PollingLoadsWhatAppearsAndRetriesAFailureOnlyOnceItsFilesCha
   fs::remove_all(root_ / "m" / "2");
   put("2");  // rewritten: new files, new fingerprint
   ASSERT_TRUE(shown("2", VersionState::kReady));
+  // Version 1 is retired after version 2 is ready (the availability
+  // policy): shown unavailable once it no longer serves.
+  ASSERT_TRUE(shown("1", VersionState::kUnavailable));
   EXPECT_EQ(serving(), std::vector<std::string>{"2"});
 }
 
