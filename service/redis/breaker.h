@@ -57,6 +57,13 @@ class Breaker {
     return false;
   }
 
+  // A connection just made (the server restarted, a new one dialled): an
+  // open breaker lets the next pipeline probe at once instead of waiting
+  // out its time, since what failed was most likely the connection now gone.
+  void connected(Clock::time_point now) {
+    if (state_.load(std::memory_order_relaxed) == BreakerState::kOpen) open_until_ = now;
+  }
+
   // Any thread (/metrics); the rest only the client's loop thread.
   BreakerState state() const { return state_.load(std::memory_order_relaxed); }
   unsigned failures_in_row() const { return failures_in_row_; }

@@ -207,6 +207,7 @@ void Client::Impl::check_stall() {
 void Client::Impl::up() {
   connecting.cancel();
   backoff = config.reconnect_first_seconds;
+  owner.breaker_.connected(Clock::now());
   owner.connected_.store(true, std::memory_order_relaxed);
   log(LogLevel::kInfo, "feature store connected", {{"store", url.redacted()}});
   down_reason.clear();

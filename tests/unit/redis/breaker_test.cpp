@@ -24,6 +24,23 @@ TEST(Breaker, OpensAfterTheFailuresInARowAndRefusesUntilItsTimeIsUp) {
   EXPECT_EQ(b.state(), BreakerState::kOpen);
 }
 
+// A new connection (the server back after a restart) probes at once: the
+// breaker's second of refusals would otherwise outlast the outage.
+TEST(Breaker, ANewConnectionProbesAtOnceAndOnlyWhenOpen) {
+  Breaker b(1, 1.0);
+  b.connected(t0);  // closed: nothing changes
+  EXPECT_EQ(b.state(), BreakerState::kClosed);
+  EXPECT_TRUE(b.record(false, t0));
+  EXPECT_FALSE(b.admit(t0 + milliseconds(100)));
+  b.connected(t0 + milliseconds(200));
+  EXPECT_TRUE(b.admit(t0 + milliseconds(200)));  // the probe, 800 ms early
+  EXPECT_EQ(b.state(), BreakerState::kHalfOpen);
+  b.connected(t0 + milliseconds(210));  // half open: the probe is out, nothing changes
+  EXPECT_FALSE(b.admit(t0 + milliseconds(210)));
+  EXPECT_TRUE(b.record(true, t0 + milliseconds(220)));
+  EXPECT_EQ(b.state(), BreakerState::kClosed);
+}
+
 TEST(Breaker, OneProbeAfterTheOpenTimeDecides) {
   Breaker b(1, 0.5);
   EXPECT_TRUE(b.record(false, t0));
