@@ -12,6 +12,7 @@
 
 #include "numaserve/common/duration.h"
 #include "numaserve/common/log.h"
+#include "redis/cluster.h"
 #include "redis/hiredis_reply.h"
 
 namespace numaserve::redis {
@@ -245,7 +246,7 @@ void Client::Impl::finish(const std::shared_ptr<Batch>& batch, std::optional<Fai
   batch->deadline.cancel();
   // A redirect (a cluster's MOVED, ASK) is an answer about its key: the
   // cluster client follows it.
-  auto refused = [](const Reply& r) { return r.error && !r.error->starts_with("MOVED ") && !r.error->starts_with("ASK "); };
+  auto refused = [](const Reply& r) { return r.error && !is_redirect(*r.error); };
   if (!failure && !batch->replies.empty() && std::all_of(batch->replies.begin(), batch->replies.end(), refused)) {
     failure = Failure::kRefused;  // every command refused: the server's state (LOADING, NOAUTH), not one key's
     message = *batch->replies.front().error;

@@ -131,6 +131,13 @@ std::uint16_t key_slot(std::string_view key) {
   return static_cast<std::uint16_t>(crc & (kSlots - 1));
 }
 
+Url node_url(const ClusterUrl& url, const NodeAddress& node) {
+  Url out = url.nodes.front();
+  out.host = node.host;
+  out.port = node.port;
+  return out;
+}
+
 std::string NodeAddress::text() const {
   return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
@@ -171,6 +178,8 @@ Result<std::vector<SlotRange>> parse_slots(const Reply& reply, const NodeAddress
   }
   return out;
 }
+
+bool is_redirect(std::string_view error) { return error.starts_with("MOVED ") || error.starts_with("ASK "); }
 
 std::optional<Redirect> parse_redirect(std::string_view error, const NodeAddress& from) {
   Redirect out{Redirect::Kind::kMoved, 0, {}};
@@ -223,16 +232,10 @@ struct ClusterConnection::Impl {
   std::map<std::string, Connection> open;  // by node address
   static constexpr std::uint16_t kNone = 0xffff;
 
-  Url url_of(const NodeAddress& node) const {
-    Url url = start.url.nodes.front();
-    url.host = node.host;
-    url.port = node.port;
-    return url;
-  }
   Result<Connection*> connection(const NodeAddress& node) {
     const std::string name = node.text();
     if (auto it = open.find(name); it != open.end()) return &it->second;
-    auto c = Connection::open(url_of(node), timeout_seconds);
+    auto c = Connection::open(node_url(start.url, node), timeout_seconds);
     if (!c) return tl::unexpected(c.error());
     return &open.emplace(name, std::move(*c)).first->second;
   }

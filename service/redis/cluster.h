@@ -52,6 +52,9 @@ struct NodeAddress {
   std::string text() const;  // host:port, as metrics and redirects name a node
   bool operator==(const NodeAddress&) const = default;
 };
+// How to reach one of the cluster's nodes: the startup URL's user and
+// password (every node of a cluster has the same), the node's address.
+Url node_url(const ClusterUrl& url, const NodeAddress& node);
 
 // Slots first..last and the nodes that hold them, the master first.
 struct SlotRange {
@@ -74,6 +77,9 @@ struct Redirect {
 };
 inline constexpr auto kRedirectNames = make_names<Redirect::Kind>({{Redirect::Kind::kMoved, "moved"}, {Redirect::Kind::kAsk, "ask"}});
 std::optional<Redirect> parse_redirect(std::string_view error, const NodeAddress& from);
+// Whether an error reply is a redirect (MOVED or ASK): an answer about its
+// key, not a refusal by the node.
+bool is_redirect(std::string_view error);
 
 // Counters per master, shared by every worker's client and read by /metrics
 // from any thread. A node's counters are made the first time a client

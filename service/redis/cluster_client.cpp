@@ -99,10 +99,8 @@ std::uint16_t ClusterClient::Impl::node(const NodeAddress& address) {
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     if (nodes[i].address == address) return static_cast<std::uint16_t>(i);
   }
-  Url where = url.nodes.front();  // the user and password of every node
-  where.host = address.host;
-  where.port = address.port;
-  auto made = std::unique_ptr<Node>(new Node{address, std::make_unique<Client>(loop, where, config), counters.of(address)});
+  auto made = std::unique_ptr<Node>(
+      new Node{address, std::make_unique<Client>(loop, node_url(url, address), config), counters.of(address)});
   const auto index = nodes.push(std::move(made));
   if (!index) {
     log(LogLevel::kError, "feature store cluster: too many nodes",
@@ -115,11 +113,11 @@ std::uint16_t ClusterClient::Impl::node(const NodeAddress& address) {
 void ClusterClient::Impl::adopt(const std::vector<SlotRange>& slots) {
   std::array<std::uint16_t, kSlots> next;
   next.fill(kNone);
+  // Each range adds at most one node.
   std::vector<bool> master(owner.nodes_.size() + slots.size(), false);
   for (const auto& range : slots) {
     const std::uint16_t n = node(range.master);
     if (n == kNone) continue;
-    if (n >= master.size()) master.resize(n + 1, false);
     master[n] = true;
     std::fill(next.begin() + range.first, next.begin() + range.last + 1, n);
   }
@@ -305,9 +303,7 @@ void ClusterClient::Impl::direct(std::uint16_t n, std::vector<Command> commands,
       return;
     }
     for (const Reply& reply : outcome.replies) {
-      if (!reply.error || !(reply.error->starts_with("MOVED ") || reply.error->starts_with("ASK ") || cluster_state(*reply.error))) {
-        continue;
-      }
+      if (!reply.error || !(is_redirect(*reply.error) || cluster_state(*reply.error))) continue;
       // A slot moved, is moving or is down: the general path follows it
       // (its first try meets the same answer), by the same deadline.
       self->gather(std::move(*kept), std::move(done), std::move(each), deadline);

@@ -196,10 +196,6 @@ class Load {
   std::vector<std::thread> workers_;
 };
 
-std::string counter(const std::string& family, const std::string& url, const std::string& labels = "") {
-  return family + "{store=\"" + url + "\"" + (labels.empty() ? "" : "," + labels) + "}";
-}
-
 // The store's failures by kind and the service's warnings: what a test
 // that saw degraded answers prints.
 std::string failures_seen(int port, const std::string& url, const fs::path& log) {

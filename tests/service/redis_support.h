@@ -115,6 +115,12 @@ inline double metric(int port, const std::string& sample) {
   return std::stod(res->body.substr(at + sample.size() + 2));
 }
 
+// A sample of /metrics's feature store families by its name: the store's
+// URL (redacted) and more labels.
+inline std::string counter(const std::string& family, const std::string& url, const std::string& labels = "") {
+  return family + "{store=\"" + url + "\"" + (labels.empty() ? "" : "," + labels) + "}";
+}
+
 // Users and items of the demo store, some unknown to it.
 inline std::vector<std::string> some_items(int from, int count) {
   std::vector<std::string> out;

@@ -81,7 +81,7 @@ Ran python(const RedisServer& redis, const std::string& args) {
 }
 
 std::string errors(const std::string& url, const std::string& kind) {
-  return "numaserve_feature_store_errors_total{store=\"" + url + "\",kind=\"" + kind + "\"}";
+  return counter("numaserve_feature_store_errors_total", url, "kind=\"" + kind + "\"");
 }
 
 TEST(FeastRedis, ScoresEqualTheEmbeddedStoreWithTheSameFeatures) {
