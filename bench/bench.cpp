@@ -296,6 +296,14 @@ CLI::App* add_forward(CLI::App& app, ForwardOptions& f) {
                     "Also run the optimized forward pooling every bag, even one repeating the row before's ids");
   forward->add_flag("--bf16-beside", f.bf16_beside,
                     "Also run the optimized forward in bf16 (where the CPU has bf16 instructions; else says why not)");
+  forward->add_option("--linear", f.linear,
+                      "The optimized forward's linear layers on numaserve's kernels (own), on LibTorch and its BLAS "
+                      "(libtorch), or both side by side in alternating rounds")
+      ->check(CLI::IsMember({"own", "libtorch", "both"}))
+      ->capture_default_str();
+  forward->add_option("--precision", f.precision, "The optimized forward's precision (bf16: where the CPU has bf16 instructions)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
 
   return forward;
 }

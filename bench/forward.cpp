@@ -28,6 +28,7 @@ struct ForwardSide {
   bool optimized = true;
   bool bag_reuse = true;
   bool bf16 = false;
+  bool linear_own = true;  // the linear layers on numaserve's kernels
   std::shared_ptr<model::TorchModel> model;
   std::vector<double> ms;
   double seconds = 0;
@@ -43,31 +44,43 @@ struct ForwardInput {
   std::size_t items_per_call = 0;
 };
 
+Result<ForwardSide> load_side(const ForwardOptions& o, bool optimized, bool linear_own, bool bf16) {
+  model::LoadOptions load;
+  load.graph_optimizations = optimized;
+  load.huge_pages = o.huge_pages;
+  load.linear_kernels = linear_own;
+  load.precision = bf16 ? features::Precision::kBf16 : features::Precision::kFp32;
+  auto loaded = model::TorchModel::load(o.model_dir, load);
+  if (!loaded) return tl::unexpected(loaded.error());
+  ForwardSide side;
+  side.optimized = optimized;
+  side.bf16 = bf16;
+  side.linear_own = linear_own;
+  side.model = std::move(*loaded);
+  return side;
+}
+
+// The optimized sides first (--linear: own, libtorch or both), then the
+// model as written; --precision applies to the optimized ones.
 Result<std::vector<ForwardSide>> load_sides(const ForwardOptions& o) {
   std::vector<ForwardSide> sides;
   for (bool optimized : {true, false}) {
     if (o.graph_optimizations != "both" && (o.graph_optimizations == "on") != optimized) continue;
-    model::LoadOptions load;
-    load.graph_optimizations = optimized;
-    load.huge_pages = o.huge_pages;
-    auto loaded = model::TorchModel::load(o.model_dir, load);
-    if (!loaded) return tl::unexpected(loaded.error());
-    sides.push_back({optimized, true, false, std::move(*loaded), {}, 0});
+    for (bool own : {true, false}) {
+      if (optimized ? o.linear != "both" && (o.linear == "own") != own : own) continue;
+      auto side = load_side(o, optimized, own, optimized && o.precision == "bf16");
+      if (!side) return tl::unexpected(side.error());
+      sides.push_back(std::move(*side));
+    }
   }
   // The same model, its weights at the same addresses: random gathers of
   // another copy of the tables may meet other pages (huge or not).
-  if (o.bag_reuse_both && sides.front().optimized) sides.push_back({true, false, false, sides.front().model, {}, 0});
+  if (o.bag_reuse_both && sides.front().optimized) {
+    ForwardSide every_bag = sides.front();
+    every_bag.bag_reuse = false;
+    sides.push_back(std::move(every_bag));
+  }
   return sides;
-}
-
-// The bf16 side, or why there is none (a CPU without bf16 instructions).
-Result<ForwardSide> load_bf16_side(const ForwardOptions& o) {
-  model::LoadOptions load;
-  load.huge_pages = o.huge_pages;
-  load.precision = features::Precision::kBf16;
-  auto loaded = model::TorchModel::load(o.model_dir, load);
-  if (!loaded) return tl::unexpected(loaded.error());
-  return ForwardSide{true, true, true, std::move(*loaded), {}, 0};
 }
 
 // A call joins `requests` requests of `per_request` items, as a worker
@@ -154,9 +167,11 @@ json side_stats(ForwardSide& side, std::size_t items_per_call, double roofline_i
   std::sort(side.ms.begin(), side.ms.end());
   const auto& ms = side.ms;
   const double items_per_s = static_cast<double>(ms.size() * items_per_call) / side.seconds;
+  const auto linear = side.model->graph_report().linear;
   json out = {{"graph_optimizations", side.optimized ? "on" : "off"},
               {"graph", side.model->graph_report().state},
               {"precision", side.model->precision().served},
+              {"linear", {{"own_layers", linear.own}, {"kernels", linear.kernels}, {"libtorch_layers", linear.libtorch}}},
               {"weight_bytes", side.model->weight_bytes()},
               {"calls", ms.size()},
               {"seconds", side.seconds},
@@ -209,20 +224,30 @@ json measure_sides(const ForwardOptions& o, const ForwardInput& in, std::vector<
                   {"intra_op_threads", o.threads},
                   {"items_per_call", in.items_per_call}, {"requests_per_call", in.requests}, {"huge_pages", o.huge_pages},
                   {"kernels", model::kernel_isa()},
+                  {"blas", model::blas_summary()},
                   {"runtime", model::runtime_summary()}});
   if (!line.is_null()) out["roofline"] = line;
   out["rows_share"] = o.rows_share;
+  const ForwardSide& first = sides.front();
   for (std::size_t i = 1; i < sides.size(); ++i) {
-    const char* name = sides[i].bf16 ? "bf16" : sides[i].optimized ? "no_bag_reuse" : "off";
+    const ForwardSide& side = sides[i];
+    // Each other side named by what sets it apart from the first.
+    const bool off = !side.optimized, bf16 = !off && side.bf16 != first.bf16;
+    const bool libtorch = !off && !bf16 && side.linear_own != first.linear_own;
+    const char* name = off ? "off" : bf16 ? "bf16" : libtorch ? "libtorch_linear" : "no_bag_reuse";
     out[name] = side_stats(sides[i], in.items_per_call, roofline_items_per_s);
     const double ratio = out["items_per_s"].get<double>() / out[name]["items_per_s"].get<double>();
-    // bf16 over fp32; fp32 over each other side.
-    out[sides[i].bf16 ? "bf16_speedup" : sides[i].optimized ? "bag_reuse_speedup" : "speedup"] = sides[i].bf16 ? 1 / ratio : ratio;
+    // bf16 over fp32; the first side over each other one.
+    out[off ? "speedup" : bf16 ? "bf16_speedup" : libtorch ? "linear_speedup" : "bag_reuse_speedup"] = bf16 ? 1 / ratio : ratio;
   }
-  if (const auto bf16 = std::find_if(sides.begin(), sides.end(), [](const ForwardSide& s) { return s.bf16; }); bf16 != sides.end()) {
-    const auto p = bf16->model->precision();
-    out["bf16"]["instructions"] = p.instructions;
-    out["bf16"]["max_drift_random_rows"] = p.max_drift;
+  for (const auto& side : sides) {
+    if (!side.bf16) continue;
+    // What the bf16 load found: its instructions, drift and timing of the linear layers.
+    const auto p = side.model->precision();
+    json& where = &side == &first ? out : out["bf16"];
+    where["instructions"] = p.instructions;
+    where["max_drift_random_rows"] = p.max_drift;
+    where["linear_us_at_load"] = {{"fp32", p.fp32_us}, {"bf16", p.bf16_us}};
   }
   model::set_bag_reuse(true);
   return out;
@@ -237,8 +262,8 @@ int run_forward(const ForwardOptions& o) {
   auto sides = load_sides(o);
   if (!sides) return fail(sides.error().message);
   std::string no_bf16;
-  if (o.bf16_beside) {
-    auto side = load_bf16_side(o);
+  if (o.bf16_beside && o.precision != "bf16") {
+    auto side = load_side(o, true, o.linear != "libtorch", true);
     if (side) {
       sides->push_back(std::move(*side));
     } else {

@@ -1,8 +1,9 @@
 #pragma once
 // `numaserve-bench forward`: a model's forward in process on pinned CPUs,
 // the limit serving over HTTP is compared with; with --graph-optimizations
-// both (or --bag-reuse-both) two loads of the model side by side in
-// alternating rounds, so that a noisy machine's drift falls on both.
+// both (or --bag-reuse-both, --linear both, --bf16-beside) two loads of the
+// model side by side in alternating rounds, so that a noisy machine's drift
+// falls on both.
 
 #include <cstddef>
 #include <string>
@@ -27,6 +28,8 @@ struct ForwardOptions {
   bool huge_pages = true;  // LoadOptions::huge_pages
   bool bag_reuse_both = false;  // also the optimized forward pooling every bag (model::set_bag_reuse)
   bool bf16_beside = false;     // also the optimized forward in bf16 (LoadOptions::precision)
+  std::string linear = "own";   // the optimized forward's linear layers: own, libtorch, or both side by side
+  std::string precision = "fp32";  // the optimized forward's: fp32 or bf16
 };
 
 // Prints one JSON line; the exit status.

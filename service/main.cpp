@@ -62,7 +62,11 @@ int extract(const numaserve::api::ExtractConfig& config) {
 
 // "dot_interaction: 1 applied; embedding_bags: ..." and, indented, each site.
 std::string graph_lines(const numaserve::api::GraphReport& report) {
-  std::string out = "  graph optimizations: " + report.state + (report.reason.empty() ? "" : " (" + report.reason + ")") + "\n";
+  const auto& l = report.linear;
+  std::string out = "  linear layers: " + std::to_string(l.own) + " on numaserve's kernels" +
+                    (l.own > 0 ? " (" + l.kernels + ")" : "") + ", " + std::to_string(l.libtorch) + " on LibTorch (BLAS " +
+                    l.blas + ")\n";
+  out += "  graph optimizations: " + report.state + (report.reason.empty() ? "" : " (" + report.reason + ")") + "\n";
   for (const auto& rewrite : report.rewrites) {
     for (const auto& line : rewrite.applied) out += "    " + rewrite.name + ": " + line + "\n";
     for (const auto& line : rewrite.not_applied) out += "    " + rewrite.name + " not applied: " + line + "\n";
@@ -77,10 +81,15 @@ int report_error(const numaserve::Error& e) {
 }
 
 std::string precision_line(const numaserve::api::PrecisionReport& p) {
+  using numaserve::format_number;
+  const std::string timing = p.fp32_us > 0 ? "; linear layers " + format_number(p.bf16_us) + " us in bf16, " +
+                                                 format_number(p.fp32_us) + " us in fp32 on " +
+                                                 std::to_string(numaserve::model::kBf16TimingRows) + " rows"
+                                           : "";
   if (p.served == "bf16") {
-    return "  precision: bf16 (" + p.instructions + "); scores within " + numaserve::format_number(p.max_drift) +
-           " of fp32's on " + std::to_string(numaserve::model::kBf16CheckRows) + " random rows (bound " +
-           numaserve::format_number(p.drift_bound) + ")\n";
+    return "  precision: bf16 (" + p.instructions + "); scores within " + format_number(p.max_drift) + " of fp32's on " +
+           std::to_string(numaserve::model::kBf16CheckRows) + " random rows (bound " + format_number(p.drift_bound) + ")" +
+           timing + "\n";
   }
   return "  precision: fp32" + (p.reason.empty() ? std::string() : " (" + p.requested + ": " + p.reason + ")") + "\n";
 }
@@ -142,7 +151,13 @@ int serve(const numaserve::serve::ServeOptions& options) {
   runtime.load = [graph = options.graph_optimizations, huge = options.huge_pages, precision = options.precision](
                      const std::filesystem::path& dir, const std::string& version,
                      double cpu_share) -> numaserve::Result<std::unique_ptr<numaserve::api::Model>> {
-    auto loaded = model::TorchModel::load(dir, model::LoadOptions{graph, version, cpu_share, huge, precision});
+    model::LoadOptions load;
+    load.graph_optimizations = graph;
+    load.version = version;
+    load.cpu_share = cpu_share;
+    load.huge_pages = huge;
+    load.precision = precision;
+    auto loaded = model::TorchModel::load(dir, load);
     if (!loaded) return tl::unexpected(loaded.error());
     // What a request would otherwise find: the signature, and a forward on
     // synthetic rows that returns one finite score per row.

@@ -23,6 +23,16 @@ struct GraphRewrite {
   std::vector<std::string> applied;      // one line per site rewritten
   std::vector<std::string> not_applied;  // one line per candidate left alone, with the reason
 };
+// Where a model's linear layers run: on numaserve's kernels (the linear
+// chains: `kernels` is their path, "avx512", "avx2", "portable" or
+// "avx512_bf16") or on LibTorch and the process's BLAS (`blas`: its core,
+// and whether it was corrected).
+struct LinearReport {
+  int own = 0;          // layers on numaserve's kernels
+  std::string kernels;  // their path; empty where there are none
+  int libtorch = 0;     // layers left to LibTorch
+  std::string blas;     // "openblas-openmp core Cooperlake"
+};
 struct GraphReport {
   // "off" (--graph-optimizations off), "optimized" (at least one rewrite
   // runs), "unchanged" (nothing matched: the model runs as written) or
@@ -31,6 +41,7 @@ struct GraphReport {
   std::string state = "off";
   std::string reason;
   std::vector<GraphRewrite> rewrites;
+  LinearReport linear;
 };
 
 // What the load did with a model's precision (model.yaml's `precision`, or
@@ -43,6 +54,10 @@ struct PrecisionReport {
   std::string instructions;        // bf16: the CPU's bf16 instructions ("avx512_bf16", "amx_bf16 avx512_bf16")
   double max_drift = 0;            // bf16: max |score - fp32 score| on the check rows
   double drift_bound = 0;          // bf16: the bound it was held to
+  // bf16-if-available: the linear chains' time per forward of the load's
+  // timing rows in each precision, measured at load (0: not measured); bf16
+  // is served only where it is the faster.
+  double fp32_us = 0, bf16_us = 0;
 };
 
 class Model {

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/handlers.h"
+#include "blas/blas.h"
 #include "numaserve/common/numa_maps.h"
 #include "numaserve/common/text_file.h"
 
@@ -30,6 +31,7 @@ json pages_json(const std::map<unsigned, std::uint64_t>& per_node) {
 json precision_json(const PrecisionReport& p) {
   json out = {{"requested", p.requested}, {"served", p.served}};
   if (!p.reason.empty()) out["reason"] = p.reason;
+  if (p.fp32_us > 0) out["linear_us"] = {{"fp32", p.fp32_us}, {"bf16", p.bf16_us}};  // the load's timing
   if (p.served == "bf16") {
     out["instructions"] = p.instructions;
     out["max_drift"] = p.max_drift;  // on the load's random rows
@@ -57,6 +59,10 @@ json versions_json(const ModelTable& table, const CpuSet& nodes) {
                   {"labels", labels},
                   {"weight_bytes", m->weight_bytes()},
                   {"graph_optimizations", {{"state", graph.state}, {"reason", graph.reason}, {"rewrites", rewrites}}},
+                  {"linear", {{"own_layers", graph.linear.own},
+                              {"kernels", graph.linear.kernels},
+                              {"libtorch_layers", graph.linear.libtorch},
+                              {"blas", graph.linear.blas}}},
                   {"precision", precision_json(m->precision())}};
     if (auto pages = numa::locate_pages(m->weights())) {
       entry["pages_per_node"] = pages_json(pages->pages_per_node);
@@ -112,11 +118,18 @@ metrics::Gauges Service::gauges() const {
                  {"workers", std::to_string(plan.workers.size())},
                  {"intra_op_threads", std::to_string(plan.intra_op_threads)},
                  {"instance", placement_.instance}};
+  if (const auto& core = blas::apply(); !core.core.empty()) {
+    g.blas = {{"core", core.core},
+              {"chosen", core.corrected ? core.chosen : core.core},
+              {"best", core.best},
+              {"warning", core.warning ? "true" : "false"}};
+  }
   const auto page_bytes = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
   for (const auto& v : models_.all()) {
     const auto precision = v->model->precision();
+    const auto linear = v->model->graph_report().linear;
     metrics::VersionGauges version{v->name,      v->version, models_.default_version(v->name) == v, v->model->weight_bytes(), {},
-                                   precision.requested, precision.served};
+                                   precision.requested, precision.served, linear.kernels, linear.own, linear.libtorch};
     if (auto pages = numa::locate_pages(v->model->weights())) {
       // locate_pages counts pages of the kernel's page size, not always 4 KiB.
       for (const auto& [node, n] : pages->pages_per_node) version.bytes_per_node[node] = n * page_bytes;

@@ -251,8 +251,12 @@ std::string Service::startup_summary() const {
   for (const auto& v : models_.all()) {
     char share[32] = "n/a";
     if (auto it = locality.find(v->name + "@" + v->version); it != locality.end()) std::snprintf(share, sizeof share, "%.1f%%", 100 * it->second);
+    // Where its linear layers run: "avx512:5/5" (numaserve's kernels), "libtorch:0/5".
+    const auto linear = v->model->graph_report().linear;
     models += (models.empty() ? "" : ",") + v->name + "@" + v->version + "(" +
-              std::to_string(v->model->weight_bytes() >> 20) + "MiB local=" + share + ")";
+              std::to_string(v->model->weight_bytes() >> 20) + "MiB local=" + share +
+              " linear=" + (linear.own > 0 ? linear.kernels : "libtorch") + ":" + std::to_string(linear.own) + "/" +
+              std::to_string(linear.own + linear.libtorch) + ")";
   }
   return "cpus=" + plan.cpus.to_list() + " mems=" + plan.mems.to_list() + " numa_nodes=" + plan.numa_nodes.to_list() +
          " workers=" + std::to_string(plan.workers.size()) + " intra_op_threads=" + std::to_string(plan.intra_op_threads) +

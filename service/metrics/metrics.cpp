@@ -181,6 +181,14 @@ void render_versions(std::string& out, const Gauges& gauges) {
              prometheus::label("model", v.model) + "," + prometheus::label("version", v.version) + "," +
                  prometheus::label("requested", v.precision_requested) + "," + prometheus::label("served", v.precision_served));
   }
+  w.family("numaserve_model_version_linear_layers", "gauge",
+           "A version's linear layers by where they run: path=\"avx512\", \"avx2\", \"portable\" or \"avx512_bf16\" on "
+           "numaserve's kernels, path=\"libtorch\" on LibTorch and the process's BLAS.");
+  for (const auto& v : gauges.versions) {
+    const std::string labels = prometheus::label("model", v.model) + "," + prometheus::label("version", v.version) + ",";
+    if (v.linear_own > 0) w.sample("numaserve_model_version_linear_layers", v.linear_own, labels + prometheus::label("path", v.linear_kernels));
+    w.sample("numaserve_model_version_linear_layers", v.linear_libtorch, labels + prometheus::label("path", "libtorch"));
+  }
   w.family("numaserve_model_version_weight_bytes", "gauge", "A version's resident weight bytes, by NUMA node.");
   for (const auto& v : gauges.versions) {
     for (const auto& [node, bytes] : v.bytes_per_node) {
@@ -212,6 +220,12 @@ void render_gauges(std::string& out, const Gauges& gauges) {
     labels += (labels.empty() ? "" : ",") + prometheus::label(key, value);
   }
   w.sample("numaserve_placement_info", 1, labels);
+  w.family("numaserve_blas_info", "gauge",
+           "The BLAS core LibTorch's linear layers run on: core, the library's own choice (chosen; another where it "
+           "was below this CPU's and corrected) and the CPU's best (best); warning=\"true\" where it runs below it.");
+  labels.clear();
+  for (const auto& [key, value] : gauges.blas) labels += (labels.empty() ? "" : ",") + prometheus::label(key, value);
+  if (!gauges.blas.empty()) w.sample("numaserve_blas_info", 1, labels);
   w.family("numaserve_model_weights_local_ratio", "gauge",
          "Share of the model's resident weight pages on the NUMA nodes of the service's cpuset.");
   for (const auto& [model, ratio] : gauges.model_local_ratio) {

@@ -71,6 +71,9 @@ struct VersionGauges {
   std::size_t weight_bytes = 0;
   std::map<unsigned, std::uint64_t> bytes_per_node;  // its weights' resident pages
   std::string precision_requested = "fp32", precision_served = "fp32";  // api::PrecisionReport's
+  // api::LinearReport's: its linear layers on numaserve's kernels (their path) and on LibTorch.
+  std::string linear_kernels;
+  int linear_own = 0, linear_libtorch = 0;
 };
 
 // Values read at scrape time.
@@ -80,6 +83,7 @@ struct Gauges {
   std::size_t busy_workers = 0;
   bool ready = false;
   std::map<std::string, std::string> placement;  // labels of numaserve_placement_info
+  std::map<std::string, std::string> blas;       // labels of numaserve_blas_info (blas::Report's)
   std::map<std::string, double> model_local_ratio;  // model -> its default version's share of weight pages on the service's nodes
   std::vector<VersionGauges> versions;
   std::map<std::string, std::size_t> threads;       // kind -> count

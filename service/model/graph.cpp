@@ -12,12 +12,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <string>
 #include <utility>
 #include <variant>
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "kernels/linear.h"
 #include "model/model.h"
 #include "model/triangle.h"
 
@@ -176,14 +178,75 @@ std::vector<at::Tensor> embedding_bags(at::TensorList tables, at::TensorList ind
   return out;
 }
 
-// A linear layer in bf16 (oneDNN's, where the CPU has bf16 instructions),
-// from and to fp32: the rest of the graph stays fp32.
-at::Tensor linear_bf16(const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& bias) {
-  return at::linear(input.to(at::kBFloat16), weight, bias).to(at::kFloat);
+kernels::LinearPrecision precision_of(const at::Tensor& packed) {
+  return packed.scalar_type() == at::kBFloat16 ? kernels::LinearPrecision::kBf16 : kernels::LinearPrecision::kFp32;
 }
 
+// A chain's layers as the kernels take them: each packed tensor's dtype
+// says its layer's precision (float: fp32, bfloat16: bf16).
+kernels::LinearChain chain_of(at::TensorList weights, const c10::List<c10::optional<at::Tensor>>& biases, at::TensorList packed,
+                              at::IntArrayRef relu) {
+  kernels::LinearChain chain;
+  for (std::size_t l = 0; l < weights.size(); ++l) {
+    const c10::optional<at::Tensor> bias = biases.get(l);
+    chain.layers.push_back({packed[l].data_ptr(), bias && bias->defined() ? bias->data_ptr<float>() : nullptr, weights[l].size(1),
+                            weights[l].size(0), relu[l] != 0, precision_of(packed[l])});
+  }
+  return chain;
+}
+
+// linear (+ relu), one after another, on weights packed at load
+// (kernels/linear.h). An input the kernels do not take (another dtype, a
+// width that is not the first layer's) runs ATen's linear with the same
+// weights, so errors stay ATen's; a bf16 chain's weights are bf16 there.
+at::Tensor linear_chain(const at::Tensor& input, at::TensorList weights, const c10::List<c10::optional<at::Tensor>>& biases,
+                        at::TensorList packed, at::IntArrayRef relu) {
+  const std::size_t count = weights.size();
+  TORCH_CHECK(count > 0 && biases.size() == count && packed.size() == count && relu.size() == count,
+              "numaserve::linear_chain: one weight, bias, packed weight and activation per layer");
+  const std::int64_t inputs = weights[0].size(1);
+  if (input.scalar_type() != at::kFloat || input.dim() == 0 || input.size(-1) != inputs) {
+    at::Tensor x = input;
+    for (std::size_t l = 0; l < count; ++l) {
+      c10::optional<at::Tensor> bias = biases.get(l);
+      const bool narrow = weights[l].scalar_type() == at::kBFloat16;
+      if (narrow && bias && bias->defined()) bias = bias->to(at::kBFloat16);
+      x = at::linear(narrow ? x.to(at::kBFloat16) : x, weights[l], bias);
+      if (narrow) x = x.to(at::kFloat);
+      if (relu[l] != 0) x = at::relu(x);
+    }
+    return x;
+  }
+  const at::Tensor x = input.contiguous();
+  const kernels::LinearChain chain = chain_of(weights, biases, packed, relu);
+  std::vector<std::int64_t> sizes = input.sizes().vec();
+  sizes.back() = chain.layers.back().outputs;
+  at::Tensor out = at::empty(sizes, x.options());
+  const std::int64_t rows = inputs == 0 ? 0 : x.numel() / inputs;
+  at::parallel_for(0, rows, kGrain, [&](std::int64_t begin, std::int64_t end) {
+    kernels::run_chain(isa.load(std::memory_order_relaxed), chain, x.data_ptr<float>(), out.data_ptr<float>(), begin, end);
+  });
+  return out;
+}
+
+// f(x) elementwise by a position-independent kernel (kernels.h sigmoid);
+// another dtype or layout runs ATen's.
+template <void (*kernel)(const float*, float*, std::size_t), at::Tensor (*aten_op)(const at::Tensor&)>
+at::Tensor elementwise(const at::Tensor& x) {
+  if (x.scalar_type() != at::kFloat) return aten_op(x);
+  const at::Tensor in = x.contiguous();
+  at::Tensor out = at::empty_like(in);
+  kernel(in.data_ptr<float>(), out.data_ptr<float>(), static_cast<std::size_t>(in.numel()));
+  return out;
+}
+
+at::Tensor sigmoid(const at::Tensor& x) { return elementwise<kernels::sigmoid, at::sigmoid>(x); }
+at::Tensor tanh(const at::Tensor& x) { return elementwise<kernels::tanh, at::tanh>(x); }
+
 TORCH_LIBRARY(numaserve, m) {
-  m.def("linear_bf16(Tensor input, Tensor weight, Tensor? bias) -> Tensor", &linear_bf16);
+  m.def("linear_chain(Tensor input, Tensor[] weights, Tensor?[] biases, Tensor[] packed, int[] relu) -> Tensor", &linear_chain);
+  m.def("sigmoid(Tensor x) -> Tensor", &sigmoid);
+  m.def("tanh(Tensor x) -> Tensor", &tanh);
   m.def("dot_interaction(Tensor vectors, Tensor rows, Tensor cols) -> Tensor", &dot_interaction);
   m.def("dot_interaction_flat(Tensor vectors, Tensor pairs) -> Tensor", &dot_interaction_flat);
   m.def("embedding_bags(Tensor[] tables, Tensor[] indices, Tensor[] offsets, Tensor?[] per_sample_weights, int[] modes, "
@@ -209,6 +272,12 @@ std::optional<std::vector<std::int64_t>> constant_long_vector(Value* v) {
   if (!value || !value->isTensor() || !is_long_vector(value->toTensor())) return std::nullopt;
   const at::Tensor t = value->toTensor().contiguous();
   return std::vector<std::int64_t>(t.data_ptr<std::int64_t>(), t.data_ptr<std::int64_t>() + t.numel());
+}
+
+std::optional<at::Tensor> constant_tensor(Value* v) {
+  auto value = torch::jit::toIValue(v);
+  if (!value || !value->isTensor()) return std::nullopt;
+  return value->toTensor();
 }
 
 // The elements of a constant list, or of a ListConstruct of constants.
@@ -427,6 +496,127 @@ void rewrite_embedding_bags(torch::jit::Graph& graph, const std::shared_ptr<torc
   for (const auto& group : groups) fuse_bags(graph, group, report);
 }
 
+// ---- linear chains
+
+struct LinearStep {
+  Node* linear;
+  bool relu;
+  Value* out;  // the relu's output when there is one, else the linear's
+};
+
+// A linear the kernels take (constant fp32 weight, constant fp32 bias or
+// none), or why not.
+std::optional<std::string> why_not_linear(Node* n) {
+  const std::string name = "linear " + name_of(n->output());
+  const auto weight = constant_tensor(n->input(1));
+  if (!weight || weight->scalar_type() != at::kFloat || weight->dim() != 2) return name + ": its weight is not a constant fp32 matrix";
+  const auto bias = constant_tensor(n->input(2));
+  if (!bias && !constant_none(n->input(2))) return name + ": its bias is not a constant";
+  if (bias && (bias->scalar_type() != at::kFloat || bias->dim() != 1 || bias->size(0) != weight->size(0))) {
+    return name + ": its bias is not an fp32 vector of its outputs";
+  }
+  return std::nullopt;
+}
+
+bool is_relu_of(Node* n, Value* v) {
+  return n != nullptr && (n->kind() == aten::relu || n->kind() == aten::relu_) && n->input(0) == v;
+}
+
+std::string shape_of(const at::Tensor& t) {
+  std::string out;
+  for (const auto size : t.sizes()) out += (out.empty() ? "" : " x ") + std::to_string(size);
+  return out;
+}
+
+// "linear %x (77 -> 128) + relu"
+std::string step_name(const LinearStep& step) {
+  const at::Tensor weight = *constant_tensor(step.linear->input(1));
+  return "linear " + name_of(step.linear->output()) + " (" + std::to_string(weight.size(1)) + " -> " +
+         std::to_string(weight.size(0)) + ")" + (step.relu ? " + relu" : "");
+}
+
+// Replaces one chain with numaserve::linear_chain, its weights packed now:
+// by the loading thread, so on its NUMA node.
+void fuse_chain(torch::jit::Graph& graph, const std::vector<LinearStep>& chain, api::GraphRewrite& report) {
+  torch::jit::WithInsertPoint here(chain.back().out->node()->next());
+  std::vector<Value*> weights, biases, packed;
+  std::vector<std::int64_t> relu;
+  std::string names;
+  for (const auto& step : chain) {
+    const at::Tensor weight = constant_tensor(step.linear->input(1))->contiguous();
+    const auto inputs = weight.size(1), outputs = weight.size(0);
+    at::Tensor pack = at::empty({static_cast<std::int64_t>(kernels::packed_elements(inputs, outputs, kernels::LinearPrecision::kFp32))},
+                                weight.options());
+    kernels::pack_fp32(weight.data_ptr<float>(), inputs, outputs, pack.data_ptr<float>());
+    weights.push_back(step.linear->input(1));
+    biases.push_back(step.linear->input(2));
+    packed.push_back(graph.insertConstant(pack));
+    relu.push_back(step.relu ? 1 : 0);
+    names += (names.empty() ? "" : ", ") + step_name(step);
+  }
+  auto list = [&graph](const c10::TypePtr& element, const std::vector<Value*>& values) {
+    return graph.insertNode(graph.createList(element, values))->output();
+  };
+  Node* op = graph.insertNode(graph.create(c10::Symbol::fromQualString("numaserve::linear_chain"),
+                                           {chain.front().linear->input(0), list(c10::TensorType::get(), weights),
+                                            list(c10::OptionalType::ofTensor(), biases), list(c10::TensorType::get(), packed),
+                                            graph.insertConstant(relu)}));
+  op->output()->setType(c10::TensorType::get());
+  chain.back().out->replaceAllUsesWith(op->output());
+  report.applied.push_back(names + " -> numaserve::linear_chain");
+}
+
+// Every run of linear (+ relu) whose each output is only the next one's
+// input becomes one chain; a linear the kernels do not take stays, named.
+void rewrite_linear_chains(torch::jit::Block* block, torch::jit::Graph& graph, api::GraphRewrite& report) {
+  std::vector<std::vector<LinearStep>> chains;
+  std::vector<Node*> taken;
+  for (Node* n : block->nodes()) {
+    for (torch::jit::Block* inner : n->blocks()) rewrite_linear_chains(inner, graph, report);
+    if (n->kind() != aten::linear || std::find(taken.begin(), taken.end(), n) != taken.end()) continue;
+    if (auto why = why_not_linear(n)) {
+      report.not_applied.push_back(*why);
+      continue;
+    }
+    std::vector<LinearStep> chain;
+    for (Node* linear = n; linear != nullptr;) {
+      LinearStep step{linear, false, linear->output()};
+      if (Node* relu = only_user(step.out); is_relu_of(relu, step.out)) {
+        step.relu = true;
+        step.out = relu->output();
+      }
+      chain.push_back(step);
+      taken.push_back(linear);
+      Node* next = only_user(step.out);
+      const bool continues = next != nullptr && next->kind() == aten::linear && next->input(0) == step.out &&
+                             next->owningBlock() == block && !why_not_linear(next);
+      linear = continues ? next : nullptr;
+    }
+    chains.push_back(std::move(chain));
+  }
+  for (const auto& chain : chains) fuse_chain(graph, chain, report);
+}
+
+// ---- elementwise
+
+// sigmoid and tanh become numaserve's (kernels.h): the same function for
+// every element, so a row's score does not depend on where its batch ends.
+void rewrite_elementwise(torch::jit::Block* block, torch::jit::Graph& graph, api::GraphRewrite& report) {
+  const std::pair<c10::Symbol, const char*> ops[] = {{aten::sigmoid, "numaserve::sigmoid"}, {aten::tanh, "numaserve::tanh"}};
+  std::vector<Node*> nodes(block->nodes().begin(), block->nodes().end());
+  for (Node* n : nodes) {
+    for (torch::jit::Block* inner : n->blocks()) rewrite_elementwise(inner, graph, report);
+    for (const auto& [kind, fused] : ops) {
+      if (n->kind() != kind || n->inputs().size() != 1) continue;
+      torch::jit::WithInsertPoint here(n);
+      Node* op = graph.insertNode(graph.create(c10::Symbol::fromQualString(fused), {n->input(0)}));
+      op->output()->setType(c10::TensorType::get());
+      n->output()->replaceAllUsesWith(op->output());
+      report.applied.push_back(std::string(kind.toQualString()) + " " + name_of(n->output()) + " -> " + fused);
+    }
+  }
+}
+
 // ---- bf16
 
 void nodes_of_kind(torch::jit::Block* block, c10::Symbol kind, std::vector<Node*>& out) {
@@ -434,18 +624,6 @@ void nodes_of_kind(torch::jit::Block* block, c10::Symbol kind, std::vector<Node*
     for (torch::jit::Block* inner : n->blocks()) nodes_of_kind(inner, kind, out);
     if (n->kind() == kind) out.push_back(n);
   }
-}
-
-std::optional<at::Tensor> constant_tensor(Value* v) {
-  auto value = torch::jit::toIValue(v);
-  if (!value || !value->isTensor()) return std::nullopt;
-  return value->toTensor();
-}
-
-std::string shape_of(const at::Tensor& t) {
-  std::string out;
-  for (const auto size : t.sizes()) out += (out.empty() ? "" : " x ") + std::to_string(size);
-  return out;
 }
 
 // Whether every use of `table` is as a table of numaserve::embedding_bags
@@ -475,14 +653,14 @@ bool still_read(torch::jit::Block* block, const c10::StorageImpl* storage) {
 
 }  // namespace
 
-api::GraphRewrite to_bf16(torch::jit::Module& optimized, const Bf16Memory& memory) {
+api::GraphRewrite to_bf16(torch::jit::Module& optimized, const Bf16Memory& memory, const Bf16Parts& parts) {
   api::GraphRewrite report{"bf16", {}, {}};
   const std::shared_ptr<torch::jit::Graph> graph = optimized.get_method("forward").graph();
   // New constants go first in the graph, before every use.
   torch::jit::WithInsertPoint first(graph->block()->nodes().front());
   std::map<const void*, Value*> narrowed;  // a table's fp32 data -> its bf16 constant: a table read twice is narrowed once
   std::vector<Node*> bags;
-  nodes_of_kind(graph->block(), c10::Symbol::fromQualString("numaserve::embedding_bags"), bags);
+  if (parts.tables) nodes_of_kind(graph->block(), c10::Symbol::fromQualString("numaserve::embedding_bags"), bags);
   for (Node* op : bags) {
     Node* list = op->input(0)->node();
     if (list->kind() != prim::ListConstruct) continue;
@@ -503,42 +681,59 @@ api::GraphRewrite to_bf16(torch::jit::Module& optimized, const Bf16Memory& memor
       if (!still_read(graph->block(), weight->storage().unsafeGetStorageImpl())) memory.unread(*weight);
     }
   }
-  std::vector<Node*> linears;
-  nodes_of_kind(graph->block(), aten::linear, linears);
-  for (Node* linear : linears) {
-    const auto weight = constant_tensor(linear->input(1));
-    const auto bias = constant_tensor(linear->input(2));
-    const std::string what = "linear " + name_of(linear->output());
-    if (!weight || weight->scalar_type() != at::kFloat || weight->dim() != 2 ||
-        (!bias && !constant_none(linear->input(2))) || (bias && bias->scalar_type() != at::kFloat)) {
-      report.not_applied.push_back(what + ": its weight or bias is not a constant fp32 tensor, kept fp32");
-      continue;
+  std::vector<Node*> chains;
+  nodes_of_kind(graph->block(), c10::Symbol::fromQualString("numaserve::linear_chain"), chains);
+  for (Node* op : chains) {
+    Node* weights = op->input(1)->node();
+    std::vector<at::Tensor> fp32;
+    std::vector<Value*> narrow_weights, packed;
+    std::string shapes;
+    for (std::size_t l = 0; l < weights->inputs().size(); ++l) {
+      Value* w = weights->input(l);
+      const at::Tensor weight = constant_tensor(w)->contiguous();
+      const auto inputs = weight.size(1), outputs = weight.size(0);
+      if (l == 0 && !parts.first_layers) {
+        packed.push_back(op->input(3)->node()->input(l));
+        narrow_weights.push_back(w);
+        report.not_applied.push_back("linear_chain " + name_of(op->output()) + ": its first layer (" + std::to_string(inputs) +
+                                     " -> " + std::to_string(outputs) +
+                                     ") reads features, not the model's activations: kept fp32 (the drift bound)");
+        continue;
+      }
+      at::Tensor pack = at::empty({static_cast<std::int64_t>(kernels::packed_elements(inputs, outputs, kernels::LinearPrecision::kBf16))},
+                                  weight.options().dtype(at::kBFloat16));
+      kernels::pack_bf16(weight.data_ptr<float>(), inputs, outputs, reinterpret_cast<std::uint16_t*>(pack.data_ptr<at::BFloat16>()));
+      packed.push_back(graph->insertConstant(pack));
+      narrow_weights.push_back(graph->insertConstant(memory.narrow(weight)));
+      fp32.push_back(*constant_tensor(w));
+      shapes += (shapes.empty() ? "" : ", ") + std::to_string(inputs) + " -> " + std::to_string(outputs);
     }
-    const auto inputs = weight->size(1), outputs = weight->size(0);
-    const std::string shape = " (" + std::to_string(inputs) + " -> " + std::to_string(outputs) + ")";
-    if (inputs < kBf16MinInputs || inputs * outputs < kBf16MinWeights) {
-      report.not_applied.push_back(what + shape + ": kept fp32 (under " + std::to_string(kBf16MinInputs) + " inputs or " +
-                                   std::to_string(kBf16MinWeights) + " weights, a bf16 product is slower)");
-      continue;
+    auto list = [&graph](const std::vector<Value*>& values) {
+      return graph->insertNode(graph->createList(c10::TensorType::get(), values))->output();
+    };
+    Node* fp32_packed = op->input(3)->node();
+    {
+      torch::jit::WithInsertPoint here(op);
+      op->replaceInput(1, list(narrow_weights));
+      op->replaceInput(3, list(packed));
     }
-    Value* w = graph->insertConstant(memory.narrow(*weight));
-    Value* b = bias ? graph->insertConstant(memory.narrow(*bias)) : linear->input(2);
-    torch::jit::WithInsertPoint here(linear);
-    Node* op = graph->insertNode(graph->create(c10::Symbol::fromQualString("numaserve::linear_bf16"), {linear->input(0), w, b}));
-    op->output()->setType(c10::TensorType::get());
-    linear->output()->replaceAllUsesWith(op->output());
-    linear->destroy();
-    for (const auto& fp32 : {weight, bias}) {
-      if (fp32 && !still_read(graph->block(), fp32->storage().unsafeGetStorageImpl())) memory.unread(*fp32);
+    // The fp32 lists go now (not by dead-code elimination, which could take
+    // the node the new constants are inserted before), so that the fp32
+    // weights are seen unread.
+    for (Node* old : {weights, fp32_packed}) {
+      if (!old->output()->hasUses()) old->destroy();
     }
-    report.applied.push_back(what + shape + " -> numaserve::linear_bf16");
+    for (const auto& weight : fp32) {
+      if (!still_read(graph->block(), weight.storage().unsafeGetStorageImpl())) memory.unread(weight);
+    }
+    report.applied.push_back("linear_chain " + name_of(op->output()) + " (" + shapes + ") -> bf16");
   }
   torch::jit::EliminateDeadCode(graph);
   graph->lint();
   return report;
 }
 
-Optimized optimize(const torch::jit::Module& module) {
+Optimized optimize(const torch::jit::Module& module, bool linear_chains) {
   Optimized out;
   out.report.state = "unchanged";
   torch::jit::Module frozen;
@@ -562,10 +757,21 @@ Optimized optimize(const torch::jit::Module& module) {
   api::GraphRewrite bags{"embedding_bags", {}, {}};
   rewrite_embedding_bags(*graph, graph, bags);
   torch::jit::EliminateDeadCode(graph);
+  api::GraphRewrite linears{"linear_chains", {}, {}};
+  if (linear_chains) {
+    rewrite_linear_chains(graph->block(), *graph, linears);
+    torch::jit::EliminateDeadCode(graph);
+  } else {
+    linears.not_applied.push_back("turned off: every linear layer runs on LibTorch");
+  }
+  api::GraphRewrite elementwise{"elementwise", {}, {}};
+  rewrite_elementwise(graph->block(), *graph, elementwise);
+  torch::jit::EliminateDeadCode(graph);
   graph->lint();
 
-  const bool applied = !dots.applied.empty() || !bags.applied.empty();
-  out.report.rewrites = {std::move(dots), std::move(bags)};
+  // The elementwise ops alone are no reason to run a rewritten forward.
+  const bool applied = !dots.applied.empty() || !bags.applied.empty() || !linears.applied.empty();
+  out.report.rewrites = {std::move(dots), std::move(bags), std::move(linears), std::move(elementwise)};
   if (applied) {
     out.report.state = "optimized";
     out.module = std::move(frozen);
@@ -587,6 +793,93 @@ Status set_kernel_isa(const std::string& name) {
     names += (names.empty() ? "" : ", ") + std::string(kernels::isa_name(path));
   }
   return make_error(Error::Code::kInvalidArgument, "kernels: '" + name + "' is not a path this CPU runs (" + names + ")");
+}
+
+LinearLayers linear_layers(const torch::jit::Module& module, bool frozen) {
+  LinearLayers out;
+  torch::jit::Module copy;
+  try {
+    copy = frozen ? module : torch::jit::freeze_module(module);
+  } catch (const std::exception&) {
+    return out;  // a module that cannot be frozen: its layers are not counted
+  }
+  std::vector<Node*> nodes;
+  nodes_of_kind(copy.get_method("forward").graph()->block(), c10::Symbol::fromQualString("numaserve::linear_chain"), nodes);
+  for (Node* chain : nodes) {
+    out.own += static_cast<int>(chain->input(1)->node()->inputs().size());
+    for (Value* p : chain->input(3)->node()->inputs()) {
+      const auto packed = constant_tensor(p);
+      out.bf16 = out.bf16 || (packed && packed->scalar_type() == at::kBFloat16);
+    }
+  }
+  for (const auto kind : {aten::linear, aten::addmm, aten::mm, aten::matmul}) {
+    nodes.clear();
+    nodes_of_kind(copy.get_method("forward").graph()->block(), kind, nodes);
+    out.libtorch += static_cast<int>(nodes.size());
+  }
+  return out;
+}
+
+ChainTiming time_linear_chains(const torch::jit::Module& optimized, std::int64_t rows) {
+  ChainTiming out;
+  std::vector<Node*> ops;
+  nodes_of_kind(optimized.get_method("forward").graph()->block(), c10::Symbol::fromQualString("numaserve::linear_chain"), ops);
+  struct Timed {
+    kernels::LinearChain fp32, bf16;
+    at::Tensor in, out;
+  };
+  std::vector<Timed> chains;
+  std::vector<at::Tensor> keep;  // the bf16 packs, alive while timed
+  for (Node* op : ops) {
+    Timed t;
+    Node* weights = op->input(1)->node();
+    const auto relu = constant_list(op->input(4));
+    for (std::size_t l = 0; l < weights->inputs().size(); ++l) {
+      const auto weight = constant_tensor(weights->input(l));
+      const auto packed = constant_tensor(op->input(3)->node()->input(l));
+      const auto bias = constant_tensor(op->input(2)->node()->input(l));
+      if (!weight || !packed || !relu || packed->scalar_type() != at::kFloat) return out;
+      const at::Tensor w = weight->contiguous();
+      const auto inputs = w.size(1), outputs = w.size(0);
+      at::Tensor narrow = at::empty({static_cast<std::int64_t>(kernels::packed_elements(inputs, outputs, kernels::LinearPrecision::kBf16))},
+                                    w.options().dtype(at::kBFloat16));
+      kernels::pack_bf16(w.data_ptr<float>(), inputs, outputs, reinterpret_cast<std::uint16_t*>(narrow.data_ptr<at::BFloat16>()));
+      keep.push_back(narrow);
+      const float* b = bias ? bias->data_ptr<float>() : nullptr;
+      const bool r = (*relu)[l].toInt() != 0;
+      t.fp32.layers.push_back({packed->data_ptr(), b, inputs, outputs, r, kernels::LinearPrecision::kFp32});
+      t.bf16.layers.push_back({narrow.data_ptr(), b, inputs, outputs, r, kernels::LinearPrecision::kBf16});
+    }
+    t.in = at::randn({rows, t.fp32.layers.front().inputs});
+    t.out = at::empty({rows, t.fp32.layers.back().outputs});
+    chains.push_back(std::move(t));
+  }
+  out.chains = static_cast<int>(chains.size());
+  if (chains.empty()) return out;
+  const kernels::Isa path = isa.load();
+  auto run_all = [&](bool bf16) {
+    const auto start = std::chrono::steady_clock::now();
+    for (const auto& t : chains) kernels::run_chain(path, bf16 ? t.bf16 : t.fp32, t.in.data_ptr<float>(), t.out.data_ptr<float>(), 0, rows);
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  };
+  run_all(false);  // the first run pays for the scratch buffers and cold caches
+  run_all(true);
+  std::vector<double> fp32, bf16;
+  for (int round = 0; round < 15; ++round) {
+    fp32.push_back(run_all(false));
+    bf16.push_back(run_all(true));
+  }
+  auto median = [](std::vector<double>& v) {
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  out.fp32_us = median(fp32);
+  out.bf16_us = median(bf16);
+  return out;
+}
+
+std::string linear_kernels(bool bf16) {
+  return std::string(kernels::linear_path(isa.load(), bf16 ? kernels::LinearPrecision::kBf16 : kernels::LinearPrecision::kFp32));
 }
 
 std::map<std::string, int> fused_ops(const torch::jit::Module& module) {

@@ -13,6 +13,15 @@
 //                    together where the graph's data and memory
 //                    dependencies allow, become one numaserve::embedding_bags
 //                    that reads every table in one pass over the rows;
+//   linear_chains    linear (+ relu) layers with constant fp32 weights, each
+//                    feeding only the next, become one numaserve::linear_chain
+//                    on weights packed at load (kernels/linear.h): the CPU's
+//                    best instructions whatever the BLAS chose, and a row's
+//                    output the same bits whatever its batch;
+//   elementwise      sigmoid and tanh become numaserve::sigmoid/tanh, the
+//                    same function for every element (ATen's computes the
+//                    last elements of a tensor another way: a row's score
+//                    would depend on where its batch ends);
 //
 // and, for a model served in bf16, to_bf16 below on the rewritten forward.
 //
@@ -39,31 +48,59 @@ struct Optimized {
 };
 
 // Freezes a copy of `module` (which shares its weights) and rewrites its
-// forward. Never throws: a module that cannot be frozen comes back unset,
-// with the reason.
-Optimized optimize(const torch::jit::Module& module);
+// forward; `linear_chains` false leaves every linear layer to LibTorch (the
+// benchmark's comparison). Never throws: a module that cannot be frozen
+// comes back unset, with the reason.
+Optimized optimize(const torch::jit::Module& module, bool linear_chains = true);
 
 // bf16 (a model served with precision bf16), in place in an optimized
 // module that has not run yet (a run keeps the plan it compiled): the
-// embedding tables that only numaserve::embedding_bags reads, and the
-// weights of the linear layers of at least kBf16MinInputs inputs and
-// kBf16MinWeights weights (smaller ones ran slower in bf16: oneDNN's
-// per-call cost outweighs the products), become bf16 constants made by
-// `narrow`; a bf16 layer takes and gives fp32 (numaserve::linear_bf16), so
-// the interaction, the other ops and the scores stay fp32. Once no constant
-// of the graph reads an fp32 weight's memory any more, `unread` is told, one
-// weight at a time: freeing it there keeps the load's peak near the fp32
-// size rather than 1.5 times it.
+// embedding tables that only numaserve::embedding_bags reads, and every
+// numaserve::linear_chain's weights (packed for vdpbf16ps; the kernels have
+// no per-call cost, so no layer is too small), become bf16 constants made
+// by `narrow`; a chain takes and gives fp32, so the interaction, the other
+// ops and the scores stay fp32. Once no constant of the graph reads an fp32
+// weight's memory any more, `unread` is told, one weight at a time: freeing
+// it there keeps the load's peak near the fp32 size rather than 1.5 times it.
 struct Bf16Memory {
   std::function<at::Tensor(const at::Tensor& fp32)> narrow;
   std::function<void(const at::Tensor& fp32)> unread;
 };
-inline constexpr std::int64_t kBf16MinInputs = 32;
-inline constexpr std::int64_t kBf16MinWeights = 8192;
-api::GraphRewrite to_bf16(torch::jit::Module& optimized, const Bf16Memory& memory);
+// What becomes bf16: the tables (false: only the chains, to try a chain
+// policy before any table is released) and each chain's first layer
+// (false: it stays fp32; it reads features or the interaction, not the
+// model's own activations, and rounding those moved some models' scores
+// past their drift bound).
+struct Bf16Parts {
+  bool tables = true;
+  bool first_layers = true;
+};
+api::GraphRewrite to_bf16(torch::jit::Module& optimized, const Bf16Memory& memory, const Bf16Parts& parts = {});
 
 // The forward graph's numaserve:: nodes by kind ("numaserve::dot_interaction"
 // -> 1), for the report's tests.
 std::map<std::string, int> fused_ops(const torch::jit::Module& module);
+
+// A forward's linear layers: on numaserve::linear_chain (own; bf16 when its
+// chains are), and left to LibTorch (aten::linear, addmm, mm, matmul).
+// `module` as written is frozen first (a copy sharing its weights), so that
+// its submodules' layers count; an optimized one is frozen already.
+struct LinearLayers {
+  int own = 0, libtorch = 0;
+  bool bf16 = false;
+};
+LinearLayers linear_layers(const torch::jit::Module& module, bool frozen);
+// The path the linear chains run on now (kernels/linear.h linear_path).
+std::string linear_kernels(bool bf16);
+
+// The linear chains of an fp32 optimized forward run on `rows` random rows,
+// in fp32 and in bf16 (packed here, then dropped), on the calling thread:
+// microseconds per run of all chains, medians of alternating rounds. What
+// bf16-if-available decides by: the model's own shapes on this CPU.
+struct ChainTiming {
+  int chains = 0;
+  double fp32_us = 0, bf16_us = 0;
+};
+ChainTiming time_linear_chains(const torch::jit::Module& optimized, std::int64_t rows);
 
 }  // namespace numaserve::model

@@ -5,6 +5,8 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
+#include <torch/csrc/jit/passes/freeze_module.h>
 #include <torch/version.h>
 
 #include <unistd.h>
@@ -18,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "blas/blas.h"
 #include "kernels/kernels.h"
 #include "model/graph.h"
 #include "model/rows.h"
@@ -151,6 +154,7 @@ struct TorchModel::Impl {
   std::optional<torch::jit::Module> optimized;  // sharing them, when a rewrite applied and checked out
   api::GraphReport report;
   api::PrecisionReport precision;
+  LinearLayers linear;  // of the running forward
 
   const torch::jit::Module& running() const { return optimized ? *optimized : module; }
 };
@@ -184,8 +188,8 @@ double score_distance(const at::Tensor& a, const at::Tensor& b, double tolerance
 
 // Optimizes `module`, and keeps the result only if its forward gives the
 // original's scores on random rows of several sizes.
-Optimized optimize_checked(const torch::jit::Module& module, const features::ModelSpec& spec) {
-  Optimized optimized = optimize(module);
+Optimized optimize_checked(const torch::jit::Module& module, const features::ModelSpec& spec, bool linear_kernels) {
+  Optimized optimized = optimize(module, linear_kernels);
   if (!optimized.module) return optimized;
   std::uint64_t seed = 1;
   for (std::size_t rows : {1, 7, 64}) {
@@ -242,7 +246,7 @@ at::Tensor narrow_to_bf16(const at::Tensor& weight, bool huge_pages) {
 // `graph` is the model's graph report: the bf16 rewrite's lines join it.
 Status serve_in_bf16(const torch::jit::Module& module, std::optional<torch::jit::Module>& optimized,
                      api::GraphReport& graph, api::PrecisionReport& report, const features::ModelSpec& spec,
-                     const std::filesystem::path& dir, features::Precision precision, bool huge_pages) {
+                     const std::filesystem::path& dir, features::Precision precision, const LoadOptions& options) {
   const std::string where = dir.string() + ": precision bf16: ";
   auto unavailable = [&](const std::string& why) -> Status {
     if (precision == features::Precision::kBf16) {
@@ -258,6 +262,17 @@ Status serve_in_bf16(const torch::jit::Module& module, std::optional<torch::jit:
     return unavailable("bf16 runs in the rewritten forward, and there is none (graph optimizations " + graph.state +
                        (graph.reason.empty() ? "" : ": " + graph.reason) + ")");
   }
+  // Having the instructions is not being faster (a CPU may run bf16 products
+  // no faster than fp32's, and each layer converts its inputs): the model's
+  // own linear chains timed in both precisions decide bf16-if-available.
+  const ChainTiming timing = time_linear_chains(*optimized, kBf16TimingRows);
+  report.fp32_us = timing.fp32_us;
+  report.bf16_us = timing.bf16_us;
+  if (precision == features::Precision::kBf16IfAvailable && timing.chains > 0 && !(timing.bf16_us < timing.fp32_us)) {
+    return unavailable("bf16 is not faster on this CPU: the linear layers took " + format_number(timing.bf16_us) +
+                       " us in bf16 and " + format_number(timing.fp32_us) + " us in fp32 on " + std::to_string(kBf16TimingRows) +
+                       " rows");
+  }
   // fp32's scores on the check rows first: the conversion frees each fp32
   // weight as soon as the graph stops reading it, and the model as written
   // reads them.
@@ -271,23 +286,45 @@ Status serve_in_bf16(const torch::jit::Module& module, std::optional<torch::jit:
   }
   // On a fresh frozen copy, never run: a forward that has run keeps the
   // plan its first call compiled, with the fp32 weights in it.
-  Optimized fresh = optimize(module);
+  Optimized fresh = optimize(module, options.linear_kernels);
   if (!fresh.module) return unavailable("the forward could not be rewritten again: " + fresh.report.reason);
   // Past here the fp32 weights go: any refusal fails the load.
-  const Bf16Memory memory{[huge_pages](const at::Tensor& weight) { return narrow_to_bf16(weight, huge_pages); },
+  const Bf16Memory memory{[&options](const at::Tensor& weight) { return narrow_to_bf16(weight, options.huge_pages); },
                           [](const at::Tensor& weight) { weight.storage().unsafeGetStorageImpl()->reset(); }};
-  api::GraphRewrite rewrite;
+  auto drift_of = [&](const torch::jit::Module& bf16) -> Result<double> {
+    double drift = 0;
+    for (const auto& [batch, want] : checks) {
+      auto got = run(bf16, batch, where + "the bf16 forward failed on random rows");
+      if (!got) return tl::unexpected(got.error());
+      drift = std::max(drift, score_distance(want, *got, 1.0, false));
+    }
+    return drift;
+  };
+  // Which layers of the chains can be bf16, tried on the chains alone while
+  // nothing is released yet: every layer, unless that moves the scores past
+  // half the bound (the tables' rounding takes the rest); then each chain's
+  // first layer stays fp32.
+  Bf16Parts parts;
   try {
-    rewrite = to_bf16(*fresh.module, memory);
+    Optimized trial = optimize(module, options.linear_kernels);
+    if (trial.module) {
+      to_bf16(*trial.module, Bf16Memory{memory.narrow, [](const at::Tensor&) {}}, Bf16Parts{false, true});
+      auto drift = drift_of(*trial.module);
+      if (!drift) return tl::unexpected(drift.error());
+      parts.first_layers = *drift <= spec.precision_max_drift / 2;
+    }
   } catch (const std::exception& e) {
     return tl::unexpected(torch_error(where + "cannot convert the forward", e));
   }
-  double drift = 0;
-  for (const auto& [batch, want] : checks) {
-    auto got = run(*fresh.module, batch, where + "the bf16 forward failed on random rows");
-    if (!got) return tl::unexpected(got.error());
-    drift = std::max(drift, score_distance(want, *got, 1.0, false));
+  api::GraphRewrite rewrite;
+  try {
+    rewrite = to_bf16(*fresh.module, memory, parts);
+  } catch (const std::exception& e) {
+    return tl::unexpected(torch_error(where + "cannot convert the forward", e));
   }
+  auto measured = drift_of(*fresh.module);
+  if (!measured) return tl::unexpected(measured.error());
+  const double drift = *measured;
   if (!(drift <= spec.precision_max_drift)) {
     return make_error(Error::Code::kInvalidArgument,
                       where + "its scores differ from fp32's by up to " + format_number(drift) + " on " +
@@ -312,6 +349,8 @@ TorchModel::TorchModel(std::filesystem::path dir, features::ModelSpec spec, std:
 TorchModel::~TorchModel() = default;
 
 Result<std::unique_ptr<TorchModel>> TorchModel::load(const std::filesystem::path& dir, const LoadOptions& options) {
+  // Before the process's first forward: the BLAS's kernels set to the CPU's (blas.h).
+  blas::apply();
   auto spec = features::read_model_spec(dir.string());
   if (!spec) return tl::unexpected(spec.error());
   if (!options.version.empty()) spec->version = options.version;
@@ -357,7 +396,7 @@ Result<std::unique_ptr<TorchModel>> TorchModel::load(const std::filesystem::path
     }
   }
   if (options.graph_optimizations) {
-    Optimized optimized = optimize_checked(impl->module, *spec);
+    Optimized optimized = optimize_checked(impl->module, *spec, options.linear_kernels);
     impl->optimized = std::move(optimized.module);
     impl->report = std::move(optimized.report);
     pacer.pace();  // the rewrites and their check forward
@@ -365,13 +404,13 @@ Result<std::unique_ptr<TorchModel>> TorchModel::load(const std::filesystem::path
   const features::Precision precision = options.precision.value_or(spec->precision);
   impl->precision.requested = std::string(features::kPrecisionNames.name(precision));
   if (precision != features::Precision::kFp32) {
-    if (auto bf16 = serve_in_bf16(impl->module, impl->optimized, impl->report, impl->precision, *spec, dir, precision,
-                                  options.huge_pages);
+    if (auto bf16 = serve_in_bf16(impl->module, impl->optimized, impl->report, impl->precision, *spec, dir, precision, options);
         !bf16) {
       return tl::unexpected(bf16.error());
     }
     pacer.pace();  // the conversion and the drift check
   }
+  impl->linear = linear_layers(impl->running(), impl->optimized.has_value());
   return std::unique_ptr<TorchModel>(new TorchModel(dir, std::move(*spec), std::move(impl)));
 }
 
@@ -407,7 +446,14 @@ Result<std::vector<float>> TorchModel::forward_as_written(const features::Batch&
   return scores_of(impl_->module, batch, spec_.name);
 }
 
-api::GraphReport TorchModel::graph_report() const { return impl_->report; }
+api::GraphReport TorchModel::graph_report() const {
+  api::GraphReport report = impl_->report;
+  report.linear.own = impl_->linear.own;
+  report.linear.kernels = impl_->linear.own > 0 ? linear_kernels(impl_->linear.bf16) : "";
+  report.linear.libtorch = impl_->linear.libtorch;
+  report.linear.blas = blas_summary();
+  return report;
+}
 
 api::PrecisionReport TorchModel::precision() const { return impl_->precision; }
 
@@ -427,34 +473,62 @@ std::int64_t size(const c10::IValue& v, std::int64_t dim) {
   return t.size(dim < 0 ? dim + t.dim() : dim);
 }
 
+// The most ids one bag of `offsets` (one start per bag) over `indices` sums.
+double longest_bag(const c10::IValue& indices, const c10::IValue& offsets) {
+  if (!indices.isTensor() || !offsets.isTensor() || offsets.toTensor().scalar_type() != at::kLong) return 0;
+  const at::Tensor starts = offsets.toTensor().reshape({-1}).contiguous();
+  const std::int64_t count = starts.numel(), n = indices.toTensor().numel();
+  const auto* start = starts.data_ptr<std::int64_t>();
+  std::int64_t longest = 0;
+  for (std::int64_t b = 0; b < count; ++b) longest = std::max(longest, (b + 1 < count ? start[b + 1] : n) - start[b]);
+  return static_cast<double>(longest);
+}
+
 // The work of one op from its inputs; false if it is not one that counts.
 bool count(std::string_view op, c10::ArrayRef<const c10::IValue> in, TorchModel::Workload& w) {
   // LibTorch 1.13 hands a custom op's observers one value more than its
   // arguments, in front (measured): its arguments are the last ones.
   if (op.substr(0, 11) == "numaserve::") {
-    const std::size_t arity = op == "numaserve::dot_interaction" || op == "numaserve::linear_bf16" ? 3
-                              : op == "numaserve::dot_interaction_flat"                             ? 2
-                                                                                                     : 6;
+    const std::size_t arity = op == "numaserve::dot_interaction"        ? 3
+                              : op == "numaserve::dot_interaction_flat" ? 2
+                              : op == "numaserve::linear_chain"         ? 5
+                                                                        : 6;
     if (in.size() < arity) return false;
     in = in.slice(in.size() - arity);
   }
   auto arg = [&in](std::size_t k) -> const c10::IValue& { return in[k]; };
-  if ((op == "aten::linear" || op == "numaserve::linear_bf16") && in.size() >= 2) {
+  if (op == "aten::linear" && in.size() >= 2) {
     w.multiply_adds += numel(arg(0)) * static_cast<double>(size(arg(1), 0));
+    w.reduction_length += static_cast<double>(size(arg(1), 1));
+  } else if (op == "numaserve::linear_chain" && in.size() >= 2 && arg(1).isTensorList()) {
+    const auto weights = arg(1).toTensorVector();
+    const double rows = weights.empty() || weights[0].size(1) == 0 ? 0 : numel(arg(0)) / static_cast<double>(weights[0].size(1));
+    for (const auto& weight : weights) {
+      w.multiply_adds += rows * static_cast<double>(weight.numel());
+      w.reduction_length += static_cast<double>(weight.size(1));
+    }
   } else if ((op == "aten::addmm" && in.size() >= 3) || ((op == "aten::mm" || op == "aten::matmul") && in.size() >= 2)) {
     const std::size_t a = op == "aten::addmm" ? 1 : 0;
     w.multiply_adds += numel(arg(a)) * static_cast<double>(size(arg(a + 1), -1));
+    w.reduction_length += static_cast<double>(size(arg(a), -1));
   } else if (op == "aten::bmm" && in.size() >= 2) {
     w.multiply_adds += numel(arg(0)) * static_cast<double>(size(arg(1), -1));
+    w.reduction_length += static_cast<double>(size(arg(0), -1));
   } else if ((op == "numaserve::dot_interaction" || op == "numaserve::dot_interaction_flat") && in.size() >= 2) {
     w.multiply_adds += static_cast<double>(size(arg(0), 0) * size(arg(0), 2)) * numel(arg(1));
-  } else if (op == "aten::embedding_bag" && in.size() >= 2) {
+    w.reduction_length += static_cast<double>(size(arg(0), 2));
+  } else if (op == "aten::embedding_bag" && in.size() >= 3) {
     w.gathered_bytes += numel(arg(1)) * static_cast<double>(size(arg(0), 1)) * 4;  // ATen's bags are fp32
-  } else if (op == "numaserve::embedding_bags" && in.size() >= 2 && arg(0).isTensorList() && arg(1).isTensorList()) {
-    const auto tables = arg(0).toTensorVector(), indices = arg(1).toTensorVector();
-    for (std::size_t k = 0; k < tables.size() && k < indices.size(); ++k) {
+    w.reduction_length += longest_bag(arg(1), arg(2)) + 1;                         // + a mean's division
+  } else if (op == "numaserve::embedding_bags" && in.size() >= 3 && arg(0).isTensorList() && arg(1).isTensorList() &&
+             arg(2).isTensorList()) {
+    const auto tables = arg(0).toTensorVector(), indices = arg(1).toTensorVector(), offsets = arg(2).toTensorVector();
+    double longest = 0;
+    for (std::size_t k = 0; k < tables.size() && k < indices.size() && k < offsets.size(); ++k) {
       w.gathered_bytes += static_cast<double>(indices[k].numel() * tables[k].size(1)) * static_cast<double>(tables[k].element_size());
+      longest = std::max(longest, longest_bag(indices[k], offsets[k]) + 1);
     }
+    w.reduction_length += longest;  // the bags of one call are side by side, not one after another
   } else {
     return false;
   }
@@ -468,6 +542,7 @@ std::unique_ptr<at::ObserverContext> count_start(const at::RecordFunction& fn) {
   if (counted_depth++ == 0) {
     counting->multiply_adds += inner.multiply_adds;
     counting->gathered_bytes += inner.gathered_bytes;
+    counting->reduction_length += inner.reduction_length;
   }
   return std::make_unique<Counted>();
 }
@@ -476,18 +551,89 @@ void count_end(const at::RecordFunction&, at::ObserverContext* counted) {
   if (counted != nullptr) --counted_depth;
 }
 
-}  // namespace
-
-Result<TorchModel::Workload> TorchModel::workload(const features::Batch& batch) const {
-  Workload w;
+// What the ops of one forward of `module` ask (count()).
+Result<TorchModel::Workload> observe(const torch::jit::Module& module, const features::Batch& batch, const std::string& name) {
+  TorchModel::Workload w;
   counting = &w;
   counted_depth = 0;
   const auto handle = at::addThreadLocalCallback(at::RecordFunctionCallback(count_start, count_end).needsInputs(true));
-  auto ran = run(impl_->running(), batch, spec_.name + ": forward failed");
+  auto ran = run(module, batch, name + ": forward failed");
   at::removeCallback(handle);
   counting = nullptr;
   if (!ran) return tl::unexpected(ran.error());
   return w;
+}
+
+// The model as written, frozen, with every floating constant, every bag's
+// per-sample weights and the dense input replaced by their magnitudes and
+// sigmoid by x / 4 (its slope's bound): run, it gives the sums of
+// magnitudes rounding errors scale with (rounding_bound). In fp32, as the
+// model: its own rounding is far below the bound's slack.
+torch::jit::Module magnitude_model(const torch::jit::Module& module) {
+  torch::jit::Module frozen = torch::jit::freeze_module(module);
+  const std::shared_ptr<torch::jit::Graph> graph = frozen.get_method("forward").graph();
+  std::vector<torch::jit::Block*> blocks = {graph->block()};
+  std::vector<torch::jit::Node*> nodes;
+  while (!blocks.empty()) {
+    torch::jit::Block* block = blocks.back();
+    blocks.pop_back();
+    for (torch::jit::Node* n : block->nodes()) {
+      nodes.push_back(n);
+      for (torch::jit::Block* inner : n->blocks()) blocks.push_back(inner);
+    }
+  }
+  for (torch::jit::Node* n : nodes) {
+    torch::jit::WithInsertPoint here(n);
+    if (n->kind() == c10::prim::Constant) {
+      auto value = torch::jit::toIValue(n->output());
+      if (!value || !value->isTensor() || !value->toTensor().is_floating_point()) continue;
+      n->output()->replaceAllUsesWith(graph->insertConstant(value->toTensor().abs()));
+    } else if (n->kind() == c10::aten::sigmoid) {
+      n->output()->replaceAllUsesWith(graph->insert(c10::aten::mul, {n->input(0), 0.25}));
+    } else if (n->kind() == c10::aten::embedding_bag && n->inputs().size() > 6 &&
+               n->input(6)->type()->kind() != c10::TypeKind::NoneType) {
+      // Typed Tensor? there: unwrapped (it is not None) for abs.
+      n->replaceInput(6, graph->insert(c10::aten::abs, {graph->insertUncheckedCast(n->input(6), c10::TensorType::get())}));
+    }
+  }
+  torch::jit::EliminateDeadCode(graph);
+  return frozen;
+}
+
+}  // namespace
+
+Result<TorchModel::Workload> TorchModel::workload(const features::Batch& batch) const {
+  return observe(impl_->running(), batch, spec_.name);
+}
+
+Result<std::vector<double>> TorchModel::rounding_bound(const features::Batch& batch) const {
+  if (impl_->precision.served != "fp32") {
+    return make_error(Error::Code::kUnavailable, spec_.name + ": served in bf16, its fp32 weights were released at load");
+  }
+  auto scores = forward(batch);
+  if (!scores) return tl::unexpected(scores.error());
+  auto work = observe(impl_->module, batch, spec_.name);
+  if (!work) return tl::unexpected(work.error());
+  try {
+    c10::InferenceMode inference;
+    torch::jit::Module magnitude = magnitude_model(impl_->module);
+    std::vector<c10::IValue> inputs = inputs_of(batch);
+    inputs[0] = inputs[0].toTensor().abs();
+    const at::Tensor m = magnitude.forward(inputs).toTensor().to(at::kDouble).reshape({-1}).contiguous();
+    if (m.numel() != static_cast<std::int64_t>(batch.rows)) {
+      return make_error(Error::Code::kInternal, spec_.name + ": the magnitude forward returned " + std::to_string(m.numel()) + " values");
+    }
+    constexpr double kUnit = 0x1p-24;
+    const double lu = work->reduction_length * kUnit;
+    std::vector<double> bound(batch.rows);
+    for (std::size_t r = 0; r < batch.rows; ++r) {
+      // (1 + 2^-10): the magnitude forward's own rounding, at most gamma_L of it.
+      bound[r] = 2 * lu / (1 - lu) * m.data_ptr<double>()[r] * (1 + 0x1p-10) + 16 * kUnit * std::abs((*scores)[r]);
+    }
+    return bound;
+  } catch (const std::exception& e) {
+    return tl::unexpected(torch_error(spec_.name + ": the magnitude forward failed", e));
+  }
 }
 
 std::map<std::string, int> TorchModel::fused_ops() const {
@@ -624,23 +770,28 @@ std::string bf16_summary() {
 
 }  // namespace
 
-std::string runtime_summary() {
+std::string blas_summary() {
   // Which BLAS the dynamic linker picked decides forward speed (the
   // reference BLAS is ~17x slower; the pthread OpenBLAS fights OpenMP for
-  // cores), so name the file actually mapped.
-  std::string blas = "unknown";
+  // cores), so name the file actually mapped, and the core it runs.
+  const std::string core = blas::summary(blas::apply());
+  std::string library = "unknown";
   std::ifstream maps("/proc/self/maps");
   for (std::string line; std::getline(maps, line);) {
     const auto slash = line.find('/');
     if (slash == std::string::npos) continue;
     const std::string path = line.substr(slash);
     if (path.find("libblas.so") != std::string::npos || path.find("libopenblas") != std::string::npos) {
-      blas = std::filesystem::path(path).parent_path().filename().string();
+      library = std::filesystem::path(path).parent_path().filename().string();
       break;
     }
   }
+  return library + (core.empty() ? "" : " " + core);
+}
+
+std::string runtime_summary() {
   return std::string("LibTorch ") + TORCH_VERSION + " (" +
-         (at::get_parallel_info().find("OpenMP") != std::string::npos ? "OpenMP" : "native") + "), BLAS " + blas +
+         (at::get_parallel_info().find("OpenMP") != std::string::npos ? "OpenMP" : "native") + "), BLAS " + blas_summary() +
          ", fused kernels " + kernel_isa() + ", bf16 " + bf16_summary();
 }
 

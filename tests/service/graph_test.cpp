@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "demo_dir.h"
 #include "dlrm_dir.h"
@@ -21,23 +22,30 @@ namespace {
 using numaserve::testing::demo_dir;
 using numaserve::testing::scripted_dir;
 
-std::unique_ptr<TorchModel> load(const std::filesystem::path& dir, bool optimize) {
+std::unique_ptr<TorchModel> load(const std::filesystem::path& dir, bool optimize, bool linear_kernels = true) {
   LoadOptions options;
   options.graph_optimizations = optimize;
+  options.linear_kernels = linear_kernels;
   auto m = TorchModel::load(dir, options);
   EXPECT_TRUE(m.has_value()) << m.error().message;
   return m ? std::move(*m) : nullptr;
 }
 
-// The bound the load itself holds an optimized forward to.
+// Both forwards are fp32 sums of the same terms in different orders: each
+// is within the arithmetic's bound of the exact score (rounding_bound), so
+// they are within twice it of each other, on every CPU and BLAS core. And
+// within the load's own bound (kScoreTolerance).
 void expect_same_scores(const TorchModel& model, const features::Batch& batch) {
   auto optimized = model.forward(batch);
   auto written = model.forward_as_written(batch);
+  auto bound = model.rounding_bound(batch);
   ASSERT_TRUE(optimized && written) << (optimized ? written.error().message : optimized.error().message);
+  ASSERT_TRUE(bound) << bound.error().message;
   ASSERT_EQ(optimized->size(), batch.rows);
   ASSERT_EQ(written->size(), batch.rows);
   for (std::size_t r = 0; r < batch.rows; ++r) {
     const double a = (*optimized)[r], b = (*written)[r];
+    EXPECT_LE(std::abs(a - b), 2 * (*bound)[r]) << model.spec().name << " row " << r << " of " << batch.rows;
     EXPECT_LE(std::abs(a - b), kScoreTolerance * std::max({std::abs(a), std::abs(b), 1.0}))
         << model.spec().name << " row " << r << " of " << batch.rows;
   }
@@ -68,8 +76,13 @@ TEST(GraphOptimizations, FuseTheDemoRankersInteractionAndItsNineBagsIntoOneOp) {
   ASSERT_TRUE(a);
   const auto report = a->graph_report();
   EXPECT_EQ(report.state, "optimized") << report.reason;
-  EXPECT_EQ(a->fused_ops(), (std::map<std::string, int>{{"numaserve::dot_interaction_flat", 1}, {"numaserve::embedding_bags", 1}}))
+  // The bottom MLP (2 layers) and the top MLP (3) are one chain each.
+  EXPECT_EQ(a->fused_ops(), (std::map<std::string, int>{{"numaserve::dot_interaction_flat", 1},
+                                                        {"numaserve::embedding_bags", 1},
+                                                        {"numaserve::linear_chain", 2},
+                                                        {"numaserve::sigmoid", 1}}))
       << not_applied(report);
+  ASSERT_EQ(applied(report, "linear_chains"), 2u);
   ASSERT_EQ(applied(report, "embedding_bags"), 1u);
   for (const auto& r : report.rewrites) {
     if (r.name == "embedding_bags") {
@@ -77,11 +90,16 @@ TEST(GraphOptimizations, FuseTheDemoRankersInteractionAndItsNineBagsIntoOneOp) {
     }
   }
   EXPECT_EQ(not_applied(report), "");
+  EXPECT_EQ(report.linear.own, 5);
+  EXPECT_EQ(report.linear.libtorch, 0);
+  EXPECT_EQ(report.linear.kernels, kernel_isa());
   expect_same_scores_everywhere(*a);
 
   auto b = load(demo_dir() / "ranker_b", true);
   ASSERT_TRUE(b);
-  EXPECT_EQ(b->fused_ops(), (std::map<std::string, int>{{"numaserve::embedding_bags", 1}}));
+  EXPECT_EQ(b->fused_ops(), (std::map<std::string, int>{{"numaserve::embedding_bags", 1},
+                                                        {"numaserve::linear_chain", 1},
+                                                        {"numaserve::sigmoid", 1}}));
   expect_same_scores_everywhere(*b);
 }
 
@@ -95,12 +113,9 @@ TEST(GraphOptimizations, TheFusedOpsSplitRowsOverTheIntraOpThreadsWithTheSameSco
   const auto two = a->forward(batch);
   set_intra_op_threads(1);
   ASSERT_TRUE(one && two);
-  // Each row is one task's whole work, so the split changes no sum; the
-  // MLP's BLAS calls may split differently, hence the load's bound.
-  ASSERT_EQ(one->size(), two->size());
-  for (std::size_t r = 0; r < one->size(); ++r) {
-    EXPECT_LE(std::abs((*one)[r] - (*two)[r]), kScoreTolerance * std::max(1.f, std::abs((*one)[r]))) << r;
-  }
+  // Each row is one task's whole work, and each output of a linear chain
+  // one sum in a fixed order: the split changes no bit.
+  ASSERT_EQ(*one, *two);
   expect_same_scores(*a, batch);
 }
 
@@ -142,6 +157,68 @@ TEST(GraphOptimizations, RepeatedUserBagsArePooledOnceWithTheSameScores) {
   }
 }
 
+// Rows [begin, end) of `batch`, as a request of those rows alone would give them.
+features::Batch rows_of(const features::Batch& batch, std::size_t begin, std::size_t end) {
+  features::Batch out;
+  out.rows = end - begin;
+  out.dense_width = batch.dense_width;
+  out.dense.assign(batch.dense.begin() + static_cast<std::ptrdiff_t>(begin * batch.dense_width),
+                   batch.dense.begin() + static_cast<std::ptrdiff_t>(end * batch.dense_width));
+  for (const auto& bag : batch.bags) {
+    const auto first = bag.offsets[begin];
+    const auto last = end < batch.rows ? bag.offsets[end] : static_cast<std::int64_t>(bag.indices.size());
+    features::Bag part;
+    for (std::size_t r = begin; r < end; ++r) part.offsets.push_back(bag.offsets[r] - first);
+    part.indices.assign(bag.indices.begin() + first, bag.indices.begin() + last);
+    out.bags.push_back(std::move(part));
+  }
+  return out;
+}
+
+// A row's score is the same bits alone, among 7 or 200 rows, or joined with
+// other requests' rows into 1,000, and with one intra-op thread or two:
+// every op of the optimized forward reduces each output in an order that
+// does not depend on the rows beside it.
+TEST(GraphOptimizations, ARowsScoreIsTheSameBitsWhateverItsBatch) {
+  for (const auto& dir : {demo_dir() / "ranker_a", scripted_dir() / "dlrm", scripted_dir() / "dlrm_flat_weighted"}) {
+    auto m = load(dir, true);
+    ASSERT_TRUE(m) << dir;
+    const auto all = random_rows(m->spec(), 1000, 17);
+    const auto whole = m->forward(all);
+    ASSERT_TRUE(whole) << whole.error().message;
+    for (const std::size_t row : {0u, 1u, 6u, 7u, 8u, 31u, 200u, 523u, 999u}) {
+      for (const std::size_t size : {1u, 7u, 200u}) {
+        const std::size_t begin = std::min(row - std::min(row, size / 2), 1000 - size);
+        for (unsigned threads : {1u, 2u}) {
+          set_intra_op_threads(threads);
+          const auto part = m->forward(rows_of(all, begin, begin + size));
+          set_intra_op_threads(1);
+          ASSERT_TRUE(part) << part.error().message;
+          const float alone = (*part)[row - begin], joined = (*whole)[row];
+          EXPECT_EQ(0, std::memcmp(&alone, &joined, sizeof alone))
+              << dir.filename() << " row " << row << ": " << alone << " among " << size << " rows, " << joined
+              << " among 1,000 (" << threads << " threads)";
+        }
+      }
+    }
+  }
+}
+
+// --linear libtorch (LoadOptions::linear_kernels false): every linear layer
+// stays on LibTorch, and the report says so.
+TEST(GraphOptimizations, LinearKernelsOffLeaveTheLayersToLibTorch) {
+  auto a = load(demo_dir() / "ranker_a", true, false);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->fused_ops(), (std::map<std::string, int>{{"numaserve::dot_interaction_flat", 1},
+                                                        {"numaserve::embedding_bags", 1},
+                                                        {"numaserve::sigmoid", 1}}));
+  EXPECT_EQ(applied(a->graph_report(), "linear_chains"), 0u);
+  EXPECT_EQ(a->graph_report().linear.own, 0);
+  EXPECT_EQ(a->graph_report().linear.libtorch, 5);
+  EXPECT_NE(not_applied(a->graph_report()).find("linear_chains: turned off"), std::string::npos) << not_applied(a->graph_report());
+  expect_same_scores_everywhere(*a);
+}
+
 TEST(GraphOptimizations, OffRunsTheModelAsWritten) {
   auto a = load(demo_dir() / "ranker_a", false);
   ASSERT_TRUE(a);
@@ -156,7 +233,10 @@ TEST(GraphOptimizations, FuseTheReferenceDlrmWrittenWithEmbeddingBagModulesAndIn
     auto m = load(scripted_dir() / name, true);
     ASSERT_TRUE(m) << name;
     EXPECT_EQ(m->graph_report().state, "optimized") << name << ": " << m->graph_report().reason;
-    EXPECT_EQ(m->fused_ops(), (std::map<std::string, int>{{"numaserve::dot_interaction", 1}, {"numaserve::embedding_bags", 1}}))
+    EXPECT_EQ(m->fused_ops(), (std::map<std::string, int>{{"numaserve::dot_interaction", 1},
+                                                          {"numaserve::embedding_bags", 1},
+                                                          {"numaserve::linear_chain", 2},
+                                                          {"numaserve::sigmoid", 1}}))
         << name << ":\n" << not_applied(m->graph_report());
     expect_same_scores_everywhere(*m);
   }
@@ -165,13 +245,18 @@ TEST(GraphOptimizations, FuseTheReferenceDlrmWrittenWithEmbeddingBagModulesAndIn
 TEST(GraphOptimizations, FuseWeightedAndMeanBagsAndTheFlatTriangleWithItsDiagonal) {
   auto m = load(scripted_dir() / "dlrm_flat_weighted", true);
   ASSERT_TRUE(m);
-  EXPECT_EQ(m->fused_ops(), (std::map<std::string, int>{{"numaserve::dot_interaction_flat", 1}, {"numaserve::embedding_bags", 1}}))
+  EXPECT_EQ(m->fused_ops(), (std::map<std::string, int>{{"numaserve::dot_interaction_flat", 1},
+                                                        {"numaserve::embedding_bags", 1},
+                                                        {"numaserve::linear_chain", 2},
+                                                        {"numaserve::sigmoid", 1}}))
       << not_applied(m->graph_report());
   expect_same_scores_everywhere(*m);
 }
 
+// With the linear layers left to LibTorch, nothing of left_alone matches:
+// it runs as written, bit for bit.
 TEST(GraphOptimizations, LeaveAloneWhatIsNotTheirPatternAndSayWhy) {
-  auto m = load(scripted_dir() / "left_alone", true);
+  auto m = load(scripted_dir() / "left_alone", true, false);
   ASSERT_TRUE(m);
   const auto report = m->graph_report();
   EXPECT_EQ(report.state, "unchanged");

@@ -35,6 +35,9 @@ root filesystem read-only; print its output and exit with its status.
   -m, --mem-per-node MIB  memory per node in MiB (default 512)
   -t, --timeout SECS      kill the VM after SECS, boot included (default 120) -> 124
       --accel auto|kvm|tcg  default auto: KVM if it boots, else TCG
+      --cpu-props PROPS   appended to -cpu (host under KVM, max under TCG), e.g.
+                          vendor=GenuineIntel,family=6,model=207: another CPU
+                          model's CPUID with this one's features
   -v, --verbose           progress and the guest console on stderr
   -h, --help              this text
 
@@ -46,7 +49,7 @@ Tuning: NUMA_VM_CACHE (cache dir for the unpacked kernel), NUMA_VM_BOOT_SECS
 EOF
 }
 
-NODES=2 CPN=2 MEM=512 TIMEOUT=120 ACCEL=auto VERBOSE=0
+NODES=2 CPN=2 MEM=512 TIMEOUT=120 ACCEL=auto VERBOSE=0 CPU_PROPS=
 while (($#)); do
   case $1 in
     -n|--nodes) NODES=${2-}; shift 2 || usage_error "$1 needs a value" ;;
@@ -54,6 +57,7 @@ while (($#)); do
     -m|--mem-per-node) MEM=${2-}; shift 2 || usage_error "$1 needs a value" ;;
     -t|--timeout) TIMEOUT=${2-}; shift 2 || usage_error "$1 needs a value" ;;
     --accel) ACCEL=${2-}; shift 2 || usage_error "$1 needs a value" ;;
+    --cpu-props) CPU_PROPS=${2-}; shift 2 || usage_error "$1 needs a value" ;;
     -v|--verbose) VERBOSE=1; shift ;;
     -h|--help) usage; exit 0 ;;
     --) shift; break ;;
@@ -68,6 +72,7 @@ done
 ((NODES <= 64 && NODES * CPN <= 255)) || usage_error "at most 64 nodes and 255 vCPUs"
 ((MEM >= 64)) || usage_error "--mem-per-node must be at least 64 (MiB)"
 [[ $ACCEL =~ ^(auto|kvm|tcg)$ ]] || usage_error "--accel wants auto, kvm or tcg"
+[[ $CPU_PROPS =~ ^[A-Za-z0-9_=,.-]*$ ]] || usage_error "--cpu-props wants name=value[,name=value...], got '$CPU_PROPS'"
 
 # --- dependencies ------------------------------------------------------------
 newest_kernel() {  # prints "vmlinuz-path version" of the newest kernel with modules
@@ -233,10 +238,10 @@ boot() {
   local accel=$1 limit start elapsed
   local -a accel_args
   if [[ $accel == kvm ]]; then
-    accel_args=(-accel kvm -cpu host); limit=20
+    accel_args=(-accel kvm -cpu "host${CPU_PROPS:+,$CPU_PROPS}"); limit=20
   else
     # Single-threaded TCG: multi-threaded TCG occasionally lost an IPI at boot.
-    accel_args=(-accel tcg,thread=single -cpu max); limit=${NUMA_VM_BOOT_SECS:-30}
+    accel_args=(-accel tcg,thread=single -cpu "max${CPU_PROPS:+,$CPU_PROPS}"); limit=${NUMA_VM_BOOT_SECS:-30}
   fi
   rm -f "$CTL/booted" "$CTL/rc" "$CTL/stdout" "$CTL/stderr"
   log "booting: $accel, $NODES nodes x $CPN vCPUs, ${MEM} MiB per node"

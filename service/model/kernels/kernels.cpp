@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -383,6 +384,14 @@ void dot_pairs(Isa isa, const DotPairs& job, std::int64_t begin, std::int64_t en
     case Isa::kPortable: break;
   }
   dot_pairs_portable(job, begin, end);
+}
+
+void sigmoid(const float* in, float* out, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(in[i]))));
+}
+
+void tanh(const float* in, float* out, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<float>(std::tanh(static_cast<double>(in[i])));
 }
 
 void embedding_bags(Isa isa, const Bag* bags, std::size_t count, std::int64_t begin, std::int64_t end, bool reuse) {

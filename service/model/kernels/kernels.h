@@ -102,4 +102,12 @@ struct Bag {
 void embedding_bags(Isa isa, const Bag* bags, std::size_t count, std::int64_t begin, std::int64_t end,
                     bool reuse = true);
 
+// The logistic function and tanh of n floats, each element by the same
+// scalar function whatever its position (computed in double, rounded once):
+// ATen's vectorized loops compute a tensor's last elements (its length
+// modulo the vector width) with another function than the rest, so a row's
+// score would depend on where its batch ends.
+void sigmoid(const float* in, float* out, std::size_t n);
+void tanh(const float* in, float* out, std::size_t n);
+
 }  // namespace numaserve::kernels

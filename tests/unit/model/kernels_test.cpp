@@ -309,6 +309,35 @@ std::string path_name(const ::testing::TestParamInfo<Isa>& path) { return std::s
 
 INSTANTIATE_TEST_SUITE_P(EveryPath, KernelPaths, ::testing::Values(Isa::kPortable, Isa::kAvx2, Isa::kAvx512), path_name);
 
+// Each element by the same function, wherever it stands: the value at
+// position 0 of one call and at the tail of a longer one are the same bits,
+// and within an ulp of the exact value.
+TEST(Elementwise, SigmoidAndTanhAreOneFunctionOfTheElementWherever) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> value(0.f, 6.f);
+  std::vector<float> x(37);
+  for (auto& v : x) v = value(rng);
+  x[3] = -90.f;  // a denormal sigmoid
+  x[5] = NAN;
+  std::vector<float> s(x.size()), t(x.size());
+  sigmoid(x.data(), s.data(), x.size());
+  tanh(x.data(), t.data(), x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    float alone_s = 0, alone_t = 0;
+    sigmoid(&x[i], &alone_s, 1);
+    tanh(&x[i], &alone_t, 1);
+    EXPECT_EQ(std::memcmp(&alone_s, &s[i], sizeof(float)), 0) << i;
+    EXPECT_EQ(std::memcmp(&alone_t, &t[i], sizeof(float)), 0) << i;
+    if (std::isnan(x[i])) {
+      EXPECT_TRUE(std::isnan(s[i]) && std::isnan(t[i]));
+      continue;
+    }
+    const long double exact_s = 1.0L / (1.0L + std::exp(-static_cast<long double>(x[i])));
+    EXPECT_LE(std::abs(s[i] - exact_s), std::abs(std::nextafter(s[i], 2.f) - s[i])) << x[i];
+    EXPECT_LE(std::abs(t[i] - std::tanh(static_cast<long double>(x[i]))), std::abs(std::nextafter(t[i], 2.f) - t[i])) << x[i];
+  }
+}
+
 TEST(KernelPaths, TheBestPathIsOneThisCpuSupports) {
   const auto supported = supported_isas();
   ASSERT_FALSE(supported.empty());

@@ -1,0 +1,353 @@
+// Each path is compiled for its own instruction set (GCC's target
+// attribute), as in kernels.cpp. A tile is up to 8 rows (6 on AVX2) by one
+// or two 16-output panels, its accumulators in registers for the whole
+// reduction: every output element is one chain of fused multiply-adds in
+// the order of k, whatever the tile's shape, so the row count changes no bit.
+#include "kernels/linear.h"
+
+#include <cpuid.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+// GCC 12's AVX-512 headers initialize their "undefined" vectors from
+// themselves and warn about it wherever one inlines (as in kernels.cpp).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace numaserve::kernels {
+namespace {
+
+// Rows run through the whole chain together: their intermediate outputs
+// stay in the core's cache between layers.
+constexpr std::int64_t kBlock = 32;
+
+std::int64_t panels(std::int64_t outputs) { return (outputs + kPanel - 1) / kPanel; }
+std::int64_t pairs(std::int64_t inputs) { return (inputs + 1) / 2; }
+
+// max(0, y) as vmaxps(0, y) computes it: a NaN stays a NaN, -0 stays -0.
+inline float relu(float y) { return 0.f > y ? 0.f : y; }
+
+bool cpu_has_avx512_bf16() {
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return best_isa() == Isa::kAvx512 && __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1);  // CPUID.(7,1):EAX[5]
+  }();
+  return has;
+}
+
+// The rows of one layer: x [rows][inputs] (row stride ldx) into y
+// [rows][outputs] (stride ldy); a bf16 layer reads x rounded to bf16 from
+// narrow (row stride ldn: the inputs rounded up to pairs).
+struct Rows {
+  const float* x;
+  std::int64_t ldx;
+  std::int64_t rows;
+  float* y;
+  std::int64_t ldy;
+  const std::uint16_t* narrow = nullptr;
+  std::int64_t ldn = 0;
+};
+
+// --- portable: the specification of the fp32 paths.
+
+void layer_portable(const LinearLayer& layer, const Rows& r) {
+  const auto* w = static_cast<const float*>(layer.packed);
+  const std::int64_t k_count = layer.inputs;
+  for (std::int64_t m = 0; m < r.rows; ++m) {
+    for (std::int64_t n = 0; n < layer.outputs; ++n) {
+      const float* panel = w + (n / kPanel) * k_count * kPanel + n % kPanel;
+      float acc = 0;
+      for (std::int64_t k = 0; k < k_count; ++k) acc = std::fma(r.x[m * r.ldx + k], panel[k * kPanel], acc);
+      float y = layer.bias != nullptr ? acc + layer.bias[n] : acc;
+      r.y[m * r.ldy + n] = layer.relu ? relu(y) : y;
+    }
+  }
+}
+
+// --- AVX2 + FMA: a panel is two 8-lane vectors; up to 6 rows a tile.
+
+template <int MR>
+__attribute__((target("avx2,fma"))) void tile_avx2(const LinearLayer& layer, const Rows& r, std::int64_t m0, std::int64_t p) {
+  const std::int64_t k_count = layer.inputs;
+  const float* w = static_cast<const float*>(layer.packed) + p * k_count * kPanel;
+  __m256 acc[MR][2];
+  // Every loop over the tile's rows and panels unrolled: the accumulators
+  // then live in registers, never in memory.
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  const float* x = r.x + m0 * r.ldx;
+  for (std::int64_t k = 0; k < k_count; ++k) {
+    const __m256 w0 = _mm256_loadu_ps(w + k * kPanel), w1 = _mm256_loadu_ps(w + k * kPanel + 8);
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m256 xi = _mm256_broadcast_ss(x + i * r.ldx + k);
+      acc[i][0] = _mm256_fmadd_ps(xi, w0, acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(xi, w1, acc[i][1]);
+    }
+  }
+  const std::int64_t n0 = p * kPanel, width = std::min<std::int64_t>(kPanel, layer.outputs - n0);
+  alignas(32) float bias[kPanel] = {};
+  if (layer.bias != nullptr) std::memcpy(bias, layer.bias + n0, sizeof(float) * static_cast<std::size_t>(width));
+  const __m256 b0 = _mm256_load_ps(bias), b1 = _mm256_load_ps(bias + 8), zero = _mm256_setzero_ps();
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    __m256 y0 = acc[i][0], y1 = acc[i][1];
+    if (layer.bias != nullptr) {
+      y0 = _mm256_add_ps(y0, b0);
+      y1 = _mm256_add_ps(y1, b1);
+    }
+    if (layer.relu) {
+      y0 = _mm256_max_ps(zero, y0);
+      y1 = _mm256_max_ps(zero, y1);
+    }
+    float* out = r.y + (m0 + i) * r.ldy + n0;
+    if (width == kPanel) {
+      _mm256_storeu_ps(out, y0);
+      _mm256_storeu_ps(out + 8, y1);
+    } else {
+      alignas(32) float row[kPanel];
+      _mm256_store_ps(row, y0);
+      _mm256_store_ps(row + 8, y1);
+      std::memcpy(out, row, sizeof(float) * static_cast<std::size_t>(width));
+    }
+  }
+}
+
+template <int MR>
+__attribute__((target("avx2,fma"))) void rows_avx2(const LinearLayer& layer, const Rows& r, std::int64_t m0) {
+  for (std::int64_t p = 0; p < panels(layer.outputs); ++p) tile_avx2<MR>(layer, r, m0, p);
+}
+
+void layer_avx2(const LinearLayer& layer, const Rows& r) {
+  std::int64_t m = 0;
+  for (; m + 6 <= r.rows; m += 6) rows_avx2<6>(layer, r, m);
+  switch (r.rows - m) {
+    case 5: return rows_avx2<5>(layer, r, m);
+    case 4: return rows_avx2<4>(layer, r, m);
+    case 3: return rows_avx2<3>(layer, r, m);
+    case 2: return rows_avx2<2>(layer, r, m);
+    case 1: return rows_avx2<1>(layer, r, m);
+    default: return;
+  }
+}
+
+// --- AVX-512: up to 8 rows by two panels (16 accumulators) a tile.
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __mmask16 columns_mask(std::int64_t width) {
+  return width >= kPanel ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << width) - 1);
+}
+
+// The epilogue shared by the fp32 and bf16 tiles: bias, ReLU, the panel's columns stored.
+template <int MR, int NV>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void store_avx512(const LinearLayer& layer, const Rows& r, std::int64_t m0,
+                                                                    std::int64_t p, __m512 (&acc)[MR][NV]) {
+  const __m512 zero = _mm512_setzero_ps();
+#pragma GCC unroll 2
+  for (int v = 0; v < NV; ++v) {
+    const std::int64_t n0 = (p + v) * kPanel;
+    const __mmask16 mask = columns_mask(layer.outputs - n0);
+    const __m512 bias = layer.bias != nullptr ? _mm512_maskz_loadu_ps(mask, layer.bias + n0) : zero;
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      __m512 y = layer.bias != nullptr ? _mm512_add_ps(acc[i][v], bias) : acc[i][v];
+      if (layer.relu) y = _mm512_max_ps(zero, y);
+      _mm512_mask_storeu_ps(r.y + (m0 + i) * r.ldy + n0, mask, y);
+    }
+  }
+}
+
+template <int MR, int NV>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void tile_avx512(const LinearLayer& layer, const Rows& r, std::int64_t m0,
+                                                                   std::int64_t p) {
+  const std::int64_t k_count = layer.inputs;
+  const float* w = static_cast<const float*>(layer.packed) + p * k_count * kPanel;
+  __m512 acc[MR][NV];
+  // Every loop over the tile's rows and panels unrolled: the accumulators
+  // then live in registers, never in memory.
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
+  }
+  const float* x = r.x + m0 * r.ldx;
+  for (std::int64_t k = 0; k < k_count; ++k) {
+    __m512 wv[NV];
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) wv[v] = _mm512_loadu_ps(w + v * k_count * kPanel + k * kPanel);
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m512 xi = _mm512_set1_ps(x[i * r.ldx + k]);
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(xi, wv[v], acc[i][v]);
+    }
+  }
+  store_avx512<MR, NV>(layer, r, m0, p, acc);
+}
+
+// Two panels a tile while two are left, then the last one alone.
+template <int MR, template <int, int> class Tile>
+void rows_of_panels(const LinearLayer& layer, const Rows& r, std::int64_t m0) {
+  const std::int64_t count = panels(layer.outputs);
+  std::int64_t p = 0;
+  for (; p + 2 <= count; p += 2) Tile<MR, 2>::run(layer, r, m0, p);
+  if (p < count) Tile<MR, 1>::run(layer, r, m0, p);
+}
+
+template <int MR, int NV>
+struct Fp32Tile {
+  static void run(const LinearLayer& layer, const Rows& r, std::int64_t m0, std::int64_t p) { tile_avx512<MR, NV>(layer, r, m0, p); }
+};
+
+template <template <int, int> class Tile>
+void layer_rows8(const LinearLayer& layer, const Rows& r) {
+  std::int64_t m = 0;
+  for (; m + 8 <= r.rows; m += 8) rows_of_panels<8, Tile>(layer, r, m);
+  switch (r.rows - m) {
+    case 7: return rows_of_panels<7, Tile>(layer, r, m);
+    case 6: return rows_of_panels<6, Tile>(layer, r, m);
+    case 5: return rows_of_panels<5, Tile>(layer, r, m);
+    case 4: return rows_of_panels<4, Tile>(layer, r, m);
+    case 3: return rows_of_panels<3, Tile>(layer, r, m);
+    case 2: return rows_of_panels<2, Tile>(layer, r, m);
+    case 1: return rows_of_panels<1, Tile>(layer, r, m);
+    default: return;
+  }
+}
+
+// --- bf16: x rounded to bf16 (as to_bf16), read as pairs; each pair added
+// as vdpbf16ps does: the odd element's product first.
+
+void layer_bf16_portable(const LinearLayer& layer, const Rows& r) {
+  const auto* w = static_cast<const std::uint16_t*>(layer.packed);
+  const std::int64_t k2 = pairs(layer.inputs);
+  for (std::int64_t m = 0; m < r.rows; ++m) {
+    for (std::int64_t n = 0; n < layer.outputs; ++n) {
+      const std::uint16_t* panel = w + (n / kPanel) * k2 * kPanel * 2 + (n % kPanel) * 2;
+      const std::uint16_t* row = r.narrow + m * r.ldn;
+      float acc = 0;
+      for (std::int64_t i = 0; i < k2; ++i) {
+        acc = std::fma(from_bf16(row[2 * i + 1]), from_bf16(panel[i * kPanel * 2 + 1]), acc);
+        acc = std::fma(from_bf16(row[2 * i]), from_bf16(panel[i * kPanel * 2]), acc);
+      }
+      float y = layer.bias != nullptr ? acc + layer.bias[n] : acc;
+      r.y[m * r.ldy + n] = layer.relu ? relu(y) : y;
+    }
+  }
+}
+
+template <int MR, int NV>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void tile_bf16(const LinearLayer& layer, const Rows& r,
+                                                                             std::int64_t m0, std::int64_t p) {
+  const std::int64_t k2 = pairs(layer.inputs);
+  const auto* w = static_cast<const std::uint16_t*>(layer.packed) + p * k2 * kPanel * 2;
+  __m512 acc[MR][NV];
+  // Every loop over the tile's rows and panels unrolled: the accumulators
+  // then live in registers, never in memory.
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
+  }
+  const std::uint16_t* x = r.narrow + m0 * r.ldn;
+  for (std::int64_t k = 0; k < k2; ++k) {
+    __m512bh wv[NV];
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) {
+      wv[v] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(w + v * k2 * kPanel * 2 + k * kPanel * 2));
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      std::int32_t pair = 0;
+      std::memcpy(&pair, x + i * r.ldn + 2 * k, sizeof pair);
+      const __m512bh xi = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], xi, wv[v]);
+    }
+  }
+  store_avx512<MR, NV>(layer, r, m0, p, acc);
+}
+
+template <int MR, int NV>
+struct Bf16Tile {
+  static void run(const LinearLayer& layer, const Rows& r, std::int64_t m0, std::int64_t p) { tile_bf16<MR, NV>(layer, r, m0, p); }
+};
+
+void layer_bf16(Isa isa, const LinearLayer& layer, Rows r) {
+  thread_local std::vector<std::uint16_t> narrow;
+  r.ldn = 2 * pairs(layer.inputs);
+  narrow.assign(static_cast<std::size_t>(r.rows * r.ldn), 0);  // an odd input count's last pair ends in a zero
+  for (std::int64_t m = 0; m < r.rows; ++m) {
+    to_bf16(isa, r.x + m * r.ldx, narrow.data() + m * r.ldn, static_cast<std::size_t>(layer.inputs));
+  }
+  r.narrow = narrow.data();
+  if (linear_path(isa, LinearPrecision::kBf16) == "avx512_bf16") {
+    layer_rows8<Bf16Tile>(layer, r);
+  } else {
+    layer_bf16_portable(layer, r);
+  }
+}
+
+void run_layer(Isa isa, const LinearLayer& layer, const Rows& r) {
+  if (layer.precision == LinearPrecision::kBf16) return layer_bf16(isa, layer, r);
+  switch (isa) {
+    case Isa::kAvx512: return layer_rows8<Fp32Tile>(layer, r);
+    case Isa::kAvx2: return layer_avx2(layer, r);
+    case Isa::kPortable: break;
+  }
+  layer_portable(layer, r);
+}
+
+}  // namespace
+
+std::string_view linear_path(Isa isa, LinearPrecision precision) {
+  if (precision == LinearPrecision::kBf16) return isa == Isa::kAvx512 && cpu_has_avx512_bf16() ? "avx512_bf16" : "portable";
+  return isa_name(isa);
+}
+
+std::size_t packed_elements(std::int64_t inputs, std::int64_t outputs, LinearPrecision precision) {
+  const std::int64_t depth = precision == LinearPrecision::kBf16 ? 2 * pairs(inputs) : inputs;
+  return static_cast<std::size_t>(panels(outputs) * kPanel * depth);
+}
+
+void pack_fp32(const float* weight, std::int64_t inputs, std::int64_t outputs, float* out) {
+  std::memset(out, 0, sizeof(float) * packed_elements(inputs, outputs, LinearPrecision::kFp32));
+  for (std::int64_t n = 0; n < outputs; ++n) {
+    float* panel = out + (n / kPanel) * inputs * kPanel + n % kPanel;
+    for (std::int64_t k = 0; k < inputs; ++k) panel[k * kPanel] = weight[n * inputs + k];
+  }
+}
+
+void pack_bf16(const float* weight, std::int64_t inputs, std::int64_t outputs, std::uint16_t* out) {
+  std::memset(out, 0, sizeof(std::uint16_t) * packed_elements(inputs, outputs, LinearPrecision::kBf16));
+  const std::int64_t k2 = pairs(inputs);
+  for (std::int64_t n = 0; n < outputs; ++n) {
+    std::uint16_t* panel = out + (n / kPanel) * k2 * kPanel * 2 + (n % kPanel) * 2;
+    for (std::int64_t k = 0; k < inputs; ++k) panel[(k / 2) * kPanel * 2 + k % 2] = to_bf16(weight[n * inputs + k]);
+  }
+}
+
+void run_chain(Isa isa, const LinearChain& chain, const float* in, float* out, std::int64_t begin, std::int64_t end) {
+  if (chain.layers.empty()) return;
+  std::int64_t widest = 0;
+  for (const auto& layer : chain.layers) widest = std::max(widest, layer.outputs);
+  thread_local std::vector<float> scratch;
+  scratch.resize(static_cast<std::size_t>(2 * kBlock * widest));
+  const std::int64_t first = chain.layers.front().inputs, last = chain.layers.back().outputs;
+  for (std::int64_t b = begin; b < end; b += kBlock) {
+    const std::int64_t rows = std::min(kBlock, end - b);
+    const float* x = in + b * first;
+    std::int64_t ldx = first;
+    for (std::size_t l = 0; l < chain.layers.size(); ++l) {
+      const LinearLayer& layer = chain.layers[l];
+      const bool final = l + 1 == chain.layers.size();
+      float* y = final ? out + b * last : scratch.data() + static_cast<std::int64_t>(l % 2) * kBlock * widest;
+      run_layer(isa, layer, Rows{x, ldx, rows, y, layer.outputs});
+      x = y;
+      ldx = layer.outputs;
+    }
+  }
+}
+
+}  // namespace numaserve::kernels
