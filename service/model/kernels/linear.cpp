@@ -25,9 +25,34 @@ constexpr std::int64_t kBlock = 32;
 
 std::int64_t panels(std::int64_t outputs) { return (outputs + kPanel - 1) / kPanel; }
 std::int64_t pairs(std::int64_t inputs) { return (inputs + 1) / 2; }
+std::int64_t round_up(std::int64_t n, std::int64_t to) { return (n + to - 1) / to * to; }
 
 // max(0, y) as vmaxps(0, y) computes it: a NaN stays a NaN, -0 stays -0.
 inline float relu(float y) { return 0.f > y ? 0.f : y; }
+
+// A narrow layer (a score's last layer: 1 output) would use one lane of 16
+// in a panel: its rows are reduced along k instead, 16 lanes each summing
+// every 16th product (fp32) or pair of products (bf16) in the order of k,
+// then the lanes added in a fixed tree (fold_lanes). Packed row by row, each
+// row's inputs padded with zeros to a whole vector: 16 floats or 32 bf16.
+bool narrow(std::int64_t outputs) { return outputs <= kNarrowOutputs; }
+std::int64_t narrow_depth(std::int64_t inputs, LinearPrecision precision) {
+  return round_up(inputs, precision == LinearPrecision::kBf16 ? 2 * kPanel : kPanel);
+}
+
+// The lanes' tree, the same on every path: lane i + lane i+8, then i + i+4,
+// i + i+2, and the last two.
+float fold_lanes(const float* lane) {
+  float s8[8], s4[4];
+  for (int i = 0; i < 8; ++i) s8[i] = lane[i] + lane[i + 8];
+  for (int i = 0; i < 4; ++i) s4[i] = s8[i] + s8[i + 4];
+  return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
+
+float finish(const LinearLayer& layer, std::int64_t n, float acc) {
+  const float y = layer.bias != nullptr ? acc + layer.bias[n] : acc;
+  return layer.relu ? relu(y) : y;
+}
 
 bool cpu_has_avx512_bf16() {
   static const bool has = [] {
@@ -274,15 +299,116 @@ struct Bf16Tile {
   static void run(const LinearLayer& layer, const Rows& r, std::int64_t m0, std::int64_t p) { tile_bf16<MR, NV>(layer, r, m0, p); }
 };
 
-void layer_bf16(Isa isa, const LinearLayer& layer, Rows r) {
-  thread_local std::vector<std::uint16_t> narrow;
-  r.ldn = 2 * pairs(layer.inputs);
-  narrow.assign(static_cast<std::size_t>(r.rows * r.ldn), 0);  // an odd input count's last pair ends in a zero
+// --- narrow layers (narrow(): reduced along k, fold_lanes).
+
+void narrow_portable(const LinearLayer& layer, const Rows& r) {
+  const std::int64_t depth = narrow_depth(layer.inputs, LinearPrecision::kFp32);
+  const auto* w = static_cast<const float*>(layer.packed);
   for (std::int64_t m = 0; m < r.rows; ++m) {
-    to_bf16(isa, r.x + m * r.ldx, narrow.data() + m * r.ldn, static_cast<std::size_t>(layer.inputs));
+    const float* x = r.x + m * r.ldx;
+    for (std::int64_t n = 0; n < layer.outputs; ++n) {
+      float lane[kPanel] = {};
+      for (std::int64_t k = 0; k < depth; ++k) lane[k % kPanel] = std::fma(k < layer.inputs ? x[k] : 0.f, w[n * depth + k], lane[k % kPanel]);
+      r.y[m * r.ldy + n] = finish(layer, n, fold_lanes(lane));
+    }
   }
-  r.narrow = narrow.data();
-  if (linear_path(isa, LinearPrecision::kBf16) == "avx512_bf16") {
+}
+
+__attribute__((target("avx2,fma"))) void narrow_avx2(const LinearLayer& layer, const Rows& r) {
+  const std::int64_t depth = narrow_depth(layer.inputs, LinearPrecision::kFp32);
+  const auto* w = static_cast<const float*>(layer.packed);
+  for (std::int64_t m = 0; m < r.rows; ++m) {
+    const float* x = r.x + m * r.ldx;
+    for (std::int64_t n = 0; n < layer.outputs; ++n) {
+      __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();  // lanes 0-7 and 8-15
+      for (std::int64_t k = 0; k < depth; k += kPanel) {
+        alignas(32) float part[kPanel] = {};
+        const float* xk = x + k;
+        if (k + kPanel > layer.inputs) {
+          std::memcpy(part, xk, sizeof(float) * static_cast<std::size_t>(layer.inputs - k));
+          xk = part;
+        }
+        lo = _mm256_fmadd_ps(_mm256_loadu_ps(xk), _mm256_loadu_ps(w + n * depth + k), lo);
+        hi = _mm256_fmadd_ps(_mm256_loadu_ps(xk + 8), _mm256_loadu_ps(w + n * depth + k + 8), hi);
+      }
+      alignas(32) float lane[kPanel];
+      _mm256_store_ps(lane, lo);
+      _mm256_store_ps(lane + 8, hi);
+      r.y[m * r.ldy + n] = finish(layer, n, fold_lanes(lane));
+    }
+  }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void narrow_avx512(const LinearLayer& layer, const Rows& r) {
+  const std::int64_t depth = narrow_depth(layer.inputs, LinearPrecision::kFp32);
+  const auto* w = static_cast<const float*>(layer.packed);
+  for (std::int64_t m = 0; m < r.rows; ++m) {
+    const float* x = r.x + m * r.ldx;
+    for (std::int64_t n = 0; n < layer.outputs; ++n) {
+      __m512 acc = _mm512_setzero_ps();
+      for (std::int64_t k = 0; k < depth; k += kPanel) {
+        const __m512 xk = _mm512_maskz_loadu_ps(columns_mask(layer.inputs - k), x + k);
+        acc = _mm512_fmadd_ps(xk, _mm512_loadu_ps(w + n * depth + k), acc);
+      }
+      alignas(64) float lane[kPanel];
+      _mm512_store_ps(lane, acc);
+      r.y[m * r.ldy + n] = finish(layer, n, fold_lanes(lane));
+    }
+  }
+}
+
+// bf16: lane l sums the pairs (32q + 2l, 32q + 2l + 1), each as vdpbf16ps does.
+void narrow_bf16_portable(const LinearLayer& layer, const Rows& r) {
+  const std::int64_t depth = narrow_depth(layer.inputs, LinearPrecision::kBf16);
+  const auto* w = static_cast<const std::uint16_t*>(layer.packed);
+  for (std::int64_t m = 0; m < r.rows; ++m) {
+    const std::uint16_t* x = r.narrow + m * r.ldn;
+    auto at = [&](std::int64_t k) { return k < r.ldn ? from_bf16(x[k]) : 0.f; };
+    for (std::int64_t n = 0; n < layer.outputs; ++n) {
+      const std::uint16_t* wn = w + n * depth;
+      float lane[kPanel] = {};
+      for (std::int64_t k = 0; k < depth; k += 2) {
+        float& acc = lane[(k / 2) % kPanel];
+        acc = std::fma(at(k + 1), from_bf16(wn[k + 1]), acc);
+        acc = std::fma(at(k), from_bf16(wn[k]), acc);
+      }
+      r.y[m * r.ldy + n] = finish(layer, n, fold_lanes(lane));
+    }
+  }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void narrow_bf16(const LinearLayer& layer, const Rows& r) {
+  const std::int64_t depth = narrow_depth(layer.inputs, LinearPrecision::kBf16);
+  const auto* w = static_cast<const std::uint16_t*>(layer.packed);
+  for (std::int64_t m = 0; m < r.rows; ++m) {
+    const std::uint16_t* x = r.narrow + m * r.ldn;
+    for (std::int64_t n = 0; n < layer.outputs; ++n) {
+      __m512 acc = _mm512_setzero_ps();
+      for (std::int64_t k = 0; k < depth; k += 2 * kPanel) {
+        const std::int64_t left = r.ldn - k;
+        const __mmask32 mask = left >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << left) - 1);
+        const auto xk = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(mask, x + k));
+        acc = _mm512_dpbf16_ps(acc, xk, reinterpret_cast<__m512bh>(_mm512_loadu_si512(w + n * depth + k)));
+      }
+      alignas(64) float lane[kPanel];
+      _mm512_store_ps(lane, acc);
+      r.y[m * r.ldy + n] = finish(layer, n, fold_lanes(lane));
+    }
+  }
+}
+
+void layer_bf16(Isa isa, const LinearLayer& layer, Rows r) {
+  thread_local std::vector<std::uint16_t> rounded;
+  r.ldn = 2 * pairs(layer.inputs);
+  rounded.assign(static_cast<std::size_t>(r.rows * r.ldn), 0);  // an odd input count's last pair ends in a zero
+  for (std::int64_t m = 0; m < r.rows; ++m) {
+    to_bf16(isa, r.x + m * r.ldx, rounded.data() + m * r.ldn, static_cast<std::size_t>(layer.inputs));
+  }
+  r.narrow = rounded.data();
+  const bool fast = linear_path(isa, LinearPrecision::kBf16) == "avx512_bf16";
+  if (narrow(layer.outputs)) {
+    fast ? narrow_bf16(layer, r) : narrow_bf16_portable(layer, r);
+  } else if (fast) {
     layer_rows8<Bf16Tile>(layer, r);
   } else {
     layer_bf16_portable(layer, r);
@@ -291,6 +417,13 @@ void layer_bf16(Isa isa, const LinearLayer& layer, Rows r) {
 
 void run_layer(Isa isa, const LinearLayer& layer, const Rows& r) {
   if (layer.precision == LinearPrecision::kBf16) return layer_bf16(isa, layer, r);
+  if (narrow(layer.outputs)) {
+    switch (isa) {
+      case Isa::kAvx512: return narrow_avx512(layer, r);
+      case Isa::kAvx2: return narrow_avx2(layer, r);
+      case Isa::kPortable: return narrow_portable(layer, r);
+    }
+  }
   switch (isa) {
     case Isa::kAvx512: return layer_rows8<Fp32Tile>(layer, r);
     case Isa::kAvx2: return layer_avx2(layer, r);
@@ -307,12 +440,18 @@ std::string_view linear_path(Isa isa, LinearPrecision precision) {
 }
 
 std::size_t packed_elements(std::int64_t inputs, std::int64_t outputs, LinearPrecision precision) {
+  if (narrow(outputs)) return static_cast<std::size_t>(outputs * narrow_depth(inputs, precision));
   const std::int64_t depth = precision == LinearPrecision::kBf16 ? 2 * pairs(inputs) : inputs;
   return static_cast<std::size_t>(panels(outputs) * kPanel * depth);
 }
 
 void pack_fp32(const float* weight, std::int64_t inputs, std::int64_t outputs, float* out) {
   std::memset(out, 0, sizeof(float) * packed_elements(inputs, outputs, LinearPrecision::kFp32));
+  if (narrow(outputs)) {
+    const std::int64_t depth = narrow_depth(inputs, LinearPrecision::kFp32);
+    for (std::int64_t n = 0; n < outputs; ++n) std::memcpy(out + n * depth, weight + n * inputs, sizeof(float) * static_cast<std::size_t>(inputs));
+    return;
+  }
   for (std::int64_t n = 0; n < outputs; ++n) {
     float* panel = out + (n / kPanel) * inputs * kPanel + n % kPanel;
     for (std::int64_t k = 0; k < inputs; ++k) panel[k * kPanel] = weight[n * inputs + k];
@@ -321,6 +460,13 @@ void pack_fp32(const float* weight, std::int64_t inputs, std::int64_t outputs, f
 
 void pack_bf16(const float* weight, std::int64_t inputs, std::int64_t outputs, std::uint16_t* out) {
   std::memset(out, 0, sizeof(std::uint16_t) * packed_elements(inputs, outputs, LinearPrecision::kBf16));
+  if (narrow(outputs)) {
+    const std::int64_t depth = narrow_depth(inputs, LinearPrecision::kBf16);
+    for (std::int64_t n = 0; n < outputs; ++n) {
+      for (std::int64_t k = 0; k < inputs; ++k) out[n * depth + k] = to_bf16(weight[n * inputs + k]);
+    }
+    return;
+  }
   const std::int64_t k2 = pairs(inputs);
   for (std::int64_t n = 0; n < outputs; ++n) {
     std::uint16_t* panel = out + (n / kPanel) * k2 * kPanel * 2 + (n % kPanel) * 2;

@@ -14,18 +14,24 @@
 // Batch invariance, by construction: every output element is
 //   acc = 0; for k in 0..K-1 (fp32) or each pair of k (bf16): acc += x*w
 //   y = acc + bias; y = max(0, y) for ReLU
-// one fused multiply-add after another in the order of k, the same on every
-// path and for every row count: a row's output does not depend on the rows
-// beside it, and the fp32 paths (AVX-512, AVX2 and portable) agree bit for
-// bit. The bf16 path multiplies pairs (AVX512_BF16's vdpbf16ps: the odd
+// one fused multiply-add after another in the order of k (a narrow layer:
+// 16 such sums, folded in a fixed tree), the same on every path and for
+// every row count: a row's output does not depend on the rows beside it,
+// and the fp32 paths (AVX-512, AVX2 and portable) agree bit for bit. The bf16 path multiplies pairs (AVX512_BF16's vdpbf16ps: the odd
 // element of a pair first, each product added with one rounding), its
 // inputs rounded to bf16 at each layer; its portable reference computes the
 // same steps in software.
 //
+// A narrow layer (at most kNarrowOutputs outputs: a score's last layer)
+// would use one lane of a panel's 16: each of its outputs is instead 16
+// lanes each summing every 16th product (or pair of products) in the order
+// of k, then the lanes added in a fixed tree, the same on every path.
+//
 // Packed layout (one for every path): a layer's outputs in panels of 16;
 // fp32: panel p holds W[16p + j][k] at [p][k][j]; bf16: the pair (W[n][2i],
 // W[n][2i+1]) at [p][i][j][0..1]. Columns past the outputs and the odd
-// input's missing pair element are zeros.
+// input's missing pair element are zeros. A narrow layer: W row by row,
+// each row padded with zeros to a multiple of 16 floats or 32 bf16.
 
 #include <cstddef>
 #include <cstdint>
@@ -44,6 +50,7 @@ enum class LinearPrecision { kFp32, kBf16 };
 std::string_view linear_path(Isa isa, LinearPrecision precision);
 
 inline constexpr std::int64_t kPanel = 16;
+inline constexpr std::int64_t kNarrowOutputs = 4;
 
 // Elements (floats for fp32, uint16 for bf16) of a packed layer.
 std::size_t packed_elements(std::int64_t inputs, std::int64_t outputs, LinearPrecision precision);

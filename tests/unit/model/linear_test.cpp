@@ -117,7 +117,9 @@ class LinearPaths : public ::testing::TestWithParam<Isa> {
 // inputs, and row counts across the tiles' edges (1 to 8 rows, 6 on AVX2).
 TEST_P(LinearPaths, Fp32EqualsThePortablePathBitForBitAndTheExactProductWithinTheBound) {
   std::mt19937 rng(11);
-  const std::vector<std::vector<std::int64_t>> shapes = {{1, 1}, {13, 64, 32}, {77, 128, 64, 1}, {3, 17, 15, 16}, {40, 33, 2}};
+  // Narrow last layers (1, 2, 4 outputs; inputs short of, at and past a vector) among them.
+  const std::vector<std::vector<std::int64_t>> shapes = {{1, 1},          {13, 64, 32}, {77, 128, 64, 1}, {3, 17, 15, 16},
+                                                         {40, 33, 2},     {16, 4},      {37, 5, 1},      {64, 33, 1}};
   for (const auto& widths : shapes) {
     for (bool relu_last : {false, true}) {
       const Chain chain = random_chain(rng, widths, relu_last);
@@ -209,6 +211,25 @@ TEST(LinearPacking, PanelsHoldEachOutputsWeightsAndZerosPastThem) {
   EXPECT_EQ(from_bf16(narrow[16 * 2 + 0]), 3);    // W[0][2], the next pair
   EXPECT_EQ(narrow[16 * 2 + 1], 0);               // the missing fourth input
   EXPECT_EQ(from_bf16(narrow[2 * 2 + 0]), 7);     // W[2][0]
+}
+
+// A narrow layer (a score's last layer): its rows as they are, each padded
+// to a whole vector.
+TEST(LinearPacking, ANarrowLayerIsItsRowsPaddedToWholeVectors) {
+  const std::int64_t inputs = 20, outputs = 2;
+  std::vector<float> w(static_cast<std::size_t>(inputs * outputs));
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i + 1);
+  std::vector<float> packed(packed_elements(inputs, outputs, LinearPrecision::kFp32), -1);
+  ASSERT_EQ(packed.size(), 2u * 32);
+  pack_fp32(w.data(), inputs, outputs, packed.data());
+  EXPECT_EQ(packed[19], 20);  // W[0][19]
+  EXPECT_EQ(packed[20], 0);   // padding
+  EXPECT_EQ(packed[32], 21);  // W[1][0]
+  std::vector<std::uint16_t> narrow(packed_elements(inputs, outputs, LinearPrecision::kBf16), 7);
+  ASSERT_EQ(narrow.size(), 2u * 32);
+  pack_bf16(w.data(), inputs, outputs, narrow.data());
+  EXPECT_EQ(from_bf16(narrow[32 + 1]), 22);  // W[1][1]
+  EXPECT_EQ(narrow[31], 0);
 }
 
 }  // namespace
