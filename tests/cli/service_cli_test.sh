@@ -26,6 +26,10 @@ printf 'workers: 1\nmodel_dirr: x\n' > "$tmp/bad.yaml"
 check "an unknown YAML key names file and line" 2 "bad.yaml.*line 2.*unknown option 'model_dirr'" serve --config "$tmp/bad.yaml"
 check "demo models refuse an empty table budget" 1 'embedding_mb > 0' make-demo-models "$tmp/demo" --embedding-mb 0
 check "demo models are written" 0 "wrote $tmp/demo/ranker_a" make-demo-models "$tmp/demo" --embedding-mb 1 --users 5 --items 5
+check "check-model says where the linear layers run and on which BLAS core" 0 \
+  "linear layers: 5 on numaserve's kernels \((avx512|avx2|portable)\), 0 on LibTorch \(BLAS [^)]* core " check-model "$tmp/demo/ranker_a"
+check "check-model --graph-optimizations off: every layer on LibTorch" 0 \
+  "linear layers: 0 on numaserve's kernels, 5 on LibTorch" check-model "$tmp/demo/ranker_a" --graph-optimizations off
 check "a bad precision names the option" 2 "precision: 'half' is not fp32, bf16 or bf16-if-available" check-model "$tmp/demo/ranker_a" --precision half
 check "check-model --requests asks for bf16" 2 "give --precision bf16" check-model "$tmp/demo/ranker_a" --requests x.jsonl
 NUMASERVE_CPU_BF16=off check "bf16 on a CPU without it is refused naming why" 1 \

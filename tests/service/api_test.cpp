@@ -235,9 +235,14 @@ TEST(Routes, HealthReadinessMetadataMetricsPlacement) {
                            "numaserve_stage_seconds_count{model=\"ranker_a\",stage=\"query\"}",
                            "numaserve_batch_items_count", "numaserve_queue_depth 0", "numaserve_placement_info{",
                            "numaserve_threads{kind=\"inference\"}", "numaserve_model_weights_local_ratio{model=\"ranker_a\"} 1",
-                           "numaserve_model_version_precision{model=\"ranker_a\",version=\"1\",requested=\"fp32\",served=\"fp32\"} 1"}) {
+                           "numaserve_model_version_precision{model=\"ranker_a\",version=\"1\",requested=\"fp32\",served=\"fp32\"} 1",
+                           "numaserve_model_version_linear_layers{model=\"ranker_a\",version=\"1\",path=\"libtorch\"} 0",
+                           "numaserve_blas_info{best=\""}) {
     EXPECT_NE(metrics.find(line), std::string::npos) << line;
   }
+  EXPECT_NE(metrics.find("numaserve_model_version_linear_layers{model=\"ranker_a\",version=\"1\",path=\"" + model::kernel_isa() +
+                         "\"} 5"),
+            std::string::npos);
 
   // /placement reports what the kernel says about this process.
   const json placement = json::parse(client.Get("/placement")->body);
@@ -257,13 +262,21 @@ TEST(Routes, HealthReadinessMetadataMetricsPlacement) {
     EXPECT_GT(m["weight_bytes"].get<std::size_t>(), 0u);
     EXPECT_EQ(m["precision"], json({{"requested", "fp32"}, {"served", "fp32"}})) << m.dump();  // the default
     // What --graph-optimizations did, per model: both demo models have
-    // embedding bags to fuse, and ranker_a its dot interaction.
+    // embedding bags to fuse, an MLP (ranker_a two: bottom and top) and a
+    // sigmoid, and ranker_a its dot interaction.
+    const bool a = m["name"] == "ranker_a";
     const auto& graph = m["graph_optimizations"];
     EXPECT_EQ(graph["state"], "optimized") << m.dump();
+    const std::map<std::string, std::size_t> sites = {
+        {"dot_interaction", a ? 1 : 0}, {"embedding_bags", 1}, {"linear_chains", a ? 2 : 1}, {"elementwise", 1}};
     for (const auto& rewrite : graph["rewrites"]) {
-      const bool expected = rewrite["name"] == "embedding_bags" || m["name"] == "ranker_a";
-      EXPECT_EQ(rewrite["applied"].size(), expected ? 1u : 0u) << m.dump();
+      EXPECT_EQ(rewrite["applied"].size(), sites.at(rewrite["name"].get<std::string>())) << m.dump();
     }
+    // Where its linear layers run: all on numaserve's kernels, on this CPU's path.
+    EXPECT_EQ(m["linear"]["own_layers"], a ? 5 : 3) << m.dump();
+    EXPECT_EQ(m["linear"]["libtorch_layers"], 0) << m.dump();
+    EXPECT_EQ(m["linear"]["kernels"], model::kernel_isa()) << m.dump();
+    EXPECT_NE(m["linear"]["blas"].get<std::string>().find("core "), std::string::npos) << m.dump();
   }
 }
 

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 // GCC 12's AVX-512 headers initialize their "undefined" vectors from
 // themselves and warn about it wherever one inlines (as in kernels.cpp).
@@ -299,102 +300,85 @@ struct Bf16Tile {
   static void run(const LinearLayer& layer, const Rows& r, std::int64_t m0, std::int64_t p) { tile_bf16<MR, NV>(layer, r, m0, p); }
 };
 
-// --- narrow layers (narrow(): reduced along k, fold_lanes).
+// --- narrow layers (narrow(): reduced along k, fold_lanes). Each path
+// fills one output's 16 lanes from a row (x) and the output's packed row
+// (w, `depth` long); narrow_rows runs it over the rows and outputs.
 
-void narrow_portable(const LinearLayer& layer, const Rows& r) {
-  const std::int64_t depth = narrow_depth(layer.inputs, LinearPrecision::kFp32);
-  const auto* w = static_cast<const float*>(layer.packed);
-  for (std::int64_t m = 0; m < r.rows; ++m) {
-    const float* x = r.x + m * r.ldx;
-    for (std::int64_t n = 0; n < layer.outputs; ++n) {
-      float lane[kPanel] = {};
-      for (std::int64_t k = 0; k < depth; ++k) lane[k % kPanel] = std::fma(k < layer.inputs ? x[k] : 0.f, w[n * depth + k], lane[k % kPanel]);
-      r.y[m * r.ldy + n] = finish(layer, n, fold_lanes(lane));
-    }
-  }
-}
+template <typename X>
+using Lanes = void (*)(const X* x, std::int64_t inputs, const void* w, std::int64_t depth, float* lane);
 
-__attribute__((target("avx2,fma"))) void narrow_avx2(const LinearLayer& layer, const Rows& r) {
-  const std::int64_t depth = narrow_depth(layer.inputs, LinearPrecision::kFp32);
-  const auto* w = static_cast<const float*>(layer.packed);
+template <typename X, Lanes<X> lanes>
+void narrow_rows(const LinearLayer& layer, const X* x, std::int64_t ldx, const Rows& r) {
+  const std::int64_t depth = narrow_depth(layer.inputs, std::is_same_v<X, float> ? LinearPrecision::kFp32 : LinearPrecision::kBf16);
+  // A bf16 row is its inputs rounded up to pairs (its last pair's second a zero).
+  const std::int64_t inputs = std::is_same_v<X, float> ? layer.inputs : 2 * pairs(layer.inputs);
+  const std::int64_t element = std::is_same_v<X, float> ? 4 : 2;
   for (std::int64_t m = 0; m < r.rows; ++m) {
-    const float* x = r.x + m * r.ldx;
     for (std::int64_t n = 0; n < layer.outputs; ++n) {
-      __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();  // lanes 0-7 and 8-15
-      for (std::int64_t k = 0; k < depth; k += kPanel) {
-        alignas(32) float part[kPanel] = {};
-        const float* xk = x + k;
-        if (k + kPanel > layer.inputs) {
-          std::memcpy(part, xk, sizeof(float) * static_cast<std::size_t>(layer.inputs - k));
-          xk = part;
-        }
-        lo = _mm256_fmadd_ps(_mm256_loadu_ps(xk), _mm256_loadu_ps(w + n * depth + k), lo);
-        hi = _mm256_fmadd_ps(_mm256_loadu_ps(xk + 8), _mm256_loadu_ps(w + n * depth + k + 8), hi);
-      }
-      alignas(32) float lane[kPanel];
-      _mm256_store_ps(lane, lo);
-      _mm256_store_ps(lane + 8, hi);
-      r.y[m * r.ldy + n] = finish(layer, n, fold_lanes(lane));
-    }
-  }
-}
-
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void narrow_avx512(const LinearLayer& layer, const Rows& r) {
-  const std::int64_t depth = narrow_depth(layer.inputs, LinearPrecision::kFp32);
-  const auto* w = static_cast<const float*>(layer.packed);
-  for (std::int64_t m = 0; m < r.rows; ++m) {
-    const float* x = r.x + m * r.ldx;
-    for (std::int64_t n = 0; n < layer.outputs; ++n) {
-      __m512 acc = _mm512_setzero_ps();
-      for (std::int64_t k = 0; k < depth; k += kPanel) {
-        const __m512 xk = _mm512_maskz_loadu_ps(columns_mask(layer.inputs - k), x + k);
-        acc = _mm512_fmadd_ps(xk, _mm512_loadu_ps(w + n * depth + k), acc);
-      }
       alignas(64) float lane[kPanel];
-      _mm512_store_ps(lane, acc);
+      lanes(x + m * ldx, inputs, static_cast<const char*>(layer.packed) + n * depth * element, depth, lane);
       r.y[m * r.ldy + n] = finish(layer, n, fold_lanes(lane));
     }
   }
+}
+
+void lanes_portable(const float* x, std::int64_t inputs, const void* packed, std::int64_t depth, float* lane) {
+  const auto* w = static_cast<const float*>(packed);
+  for (std::int64_t j = 0; j < kPanel; ++j) lane[j] = 0;
+  for (std::int64_t k = 0; k < depth; ++k) lane[k % kPanel] = std::fma(k < inputs ? x[k] : 0.f, w[k], lane[k % kPanel]);
+}
+
+__attribute__((target("avx2,fma"))) void lanes_avx2(const float* x, std::int64_t inputs, const void* packed, std::int64_t depth,
+                                                    float* lane) {
+  const auto* w = static_cast<const float*>(packed);
+  __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();  // lanes 0-7 and 8-15
+  for (std::int64_t k = 0; k < depth; k += kPanel) {
+    alignas(32) float part[kPanel] = {};
+    const float* xk = x + k;
+    if (k + kPanel > inputs) {
+      std::memcpy(part, xk, sizeof(float) * static_cast<std::size_t>(inputs - k));
+      xk = part;
+    }
+    lo = _mm256_fmadd_ps(_mm256_loadu_ps(xk), _mm256_loadu_ps(w + k), lo);
+    hi = _mm256_fmadd_ps(_mm256_loadu_ps(xk + 8), _mm256_loadu_ps(w + k + 8), hi);
+  }
+  _mm256_storeu_ps(lane, lo);
+  _mm256_storeu_ps(lane + 8, hi);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void lanes_avx512(const float* x, std::int64_t inputs, const void* packed,
+                                                                     std::int64_t depth, float* lane) {
+  const auto* w = static_cast<const float*>(packed);
+  __m512 acc = _mm512_setzero_ps();
+  for (std::int64_t k = 0; k < depth; k += kPanel) {
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(columns_mask(inputs - k), x + k), _mm512_loadu_ps(w + k), acc);
+  }
+  _mm512_storeu_ps(lane, acc);
 }
 
 // bf16: lane l sums the pairs (32q + 2l, 32q + 2l + 1), each as vdpbf16ps does.
-void narrow_bf16_portable(const LinearLayer& layer, const Rows& r) {
-  const std::int64_t depth = narrow_depth(layer.inputs, LinearPrecision::kBf16);
-  const auto* w = static_cast<const std::uint16_t*>(layer.packed);
-  for (std::int64_t m = 0; m < r.rows; ++m) {
-    const std::uint16_t* x = r.narrow + m * r.ldn;
-    auto at = [&](std::int64_t k) { return k < r.ldn ? from_bf16(x[k]) : 0.f; };
-    for (std::int64_t n = 0; n < layer.outputs; ++n) {
-      const std::uint16_t* wn = w + n * depth;
-      float lane[kPanel] = {};
-      for (std::int64_t k = 0; k < depth; k += 2) {
-        float& acc = lane[(k / 2) % kPanel];
-        acc = std::fma(at(k + 1), from_bf16(wn[k + 1]), acc);
-        acc = std::fma(at(k), from_bf16(wn[k]), acc);
-      }
-      r.y[m * r.ldy + n] = finish(layer, n, fold_lanes(lane));
-    }
+void lanes_bf16_portable(const std::uint16_t* x, std::int64_t inputs, const void* packed, std::int64_t depth, float* lane) {
+  const auto* w = static_cast<const std::uint16_t*>(packed);
+  auto at = [&](std::int64_t k) { return k < inputs ? from_bf16(x[k]) : 0.f; };
+  for (std::int64_t j = 0; j < kPanel; ++j) lane[j] = 0;
+  for (std::int64_t k = 0; k < depth; k += 2) {
+    float& acc = lane[(k / 2) % kPanel];
+    acc = std::fma(at(k + 1), from_bf16(w[k + 1]), acc);
+    acc = std::fma(at(k), from_bf16(w[k]), acc);
   }
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void narrow_bf16(const LinearLayer& layer, const Rows& r) {
-  const std::int64_t depth = narrow_depth(layer.inputs, LinearPrecision::kBf16);
-  const auto* w = static_cast<const std::uint16_t*>(layer.packed);
-  for (std::int64_t m = 0; m < r.rows; ++m) {
-    const std::uint16_t* x = r.narrow + m * r.ldn;
-    for (std::int64_t n = 0; n < layer.outputs; ++n) {
-      __m512 acc = _mm512_setzero_ps();
-      for (std::int64_t k = 0; k < depth; k += 2 * kPanel) {
-        const std::int64_t left = r.ldn - k;
-        const __mmask32 mask = left >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << left) - 1);
-        const auto xk = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(mask, x + k));
-        acc = _mm512_dpbf16_ps(acc, xk, reinterpret_cast<__m512bh>(_mm512_loadu_si512(w + n * depth + k)));
-      }
-      alignas(64) float lane[kPanel];
-      _mm512_store_ps(lane, acc);
-      r.y[m * r.ldy + n] = finish(layer, n, fold_lanes(lane));
-    }
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void lanes_bf16(const std::uint16_t* x, std::int64_t inputs,
+                                                                              const void* packed, std::int64_t depth, float* lane) {
+  const auto* w = static_cast<const std::uint16_t*>(packed);
+  __m512 acc = _mm512_setzero_ps();
+  for (std::int64_t k = 0; k < depth; k += 2 * kPanel) {
+    const std::int64_t left = inputs - k;
+    const __mmask32 mask = left >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << left) - 1);
+    const auto xk = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(mask, x + k));
+    acc = _mm512_dpbf16_ps(acc, xk, reinterpret_cast<__m512bh>(_mm512_loadu_si512(w + k)));
   }
+  _mm512_storeu_ps(lane, acc);
 }
 
 void layer_bf16(Isa isa, const LinearLayer& layer, Rows r) {
@@ -407,7 +391,8 @@ void layer_bf16(Isa isa, const LinearLayer& layer, Rows r) {
   r.narrow = rounded.data();
   const bool fast = linear_path(isa, LinearPrecision::kBf16) == "avx512_bf16";
   if (narrow(layer.outputs)) {
-    fast ? narrow_bf16(layer, r) : narrow_bf16_portable(layer, r);
+    fast ? narrow_rows<std::uint16_t, lanes_bf16>(layer, r.narrow, r.ldn, r)
+         : narrow_rows<std::uint16_t, lanes_bf16_portable>(layer, r.narrow, r.ldn, r);
   } else if (fast) {
     layer_rows8<Bf16Tile>(layer, r);
   } else {
@@ -419,9 +404,9 @@ void run_layer(Isa isa, const LinearLayer& layer, const Rows& r) {
   if (layer.precision == LinearPrecision::kBf16) return layer_bf16(isa, layer, r);
   if (narrow(layer.outputs)) {
     switch (isa) {
-      case Isa::kAvx512: return narrow_avx512(layer, r);
-      case Isa::kAvx2: return narrow_avx2(layer, r);
-      case Isa::kPortable: return narrow_portable(layer, r);
+      case Isa::kAvx512: return narrow_rows<float, lanes_avx512>(layer, r.x, r.ldx, r);
+      case Isa::kAvx2: return narrow_rows<float, lanes_avx2>(layer, r.x, r.ldx, r);
+      case Isa::kPortable: return narrow_rows<float, lanes_portable>(layer, r.x, r.ldx, r);
     }
   }
   switch (isa) {

@@ -103,6 +103,19 @@ void expect_layer_within_bound(const Layer& l, const std::vector<float>& x, cons
   }
 }
 
+// Each layer of `chain` on `isa`, fed the layer before's output, against the
+// exact product of its inputs.
+void expect_each_layer_within_bound(Isa isa, const Chain& chain, LinearPrecision precision, std::vector<float> x, std::int64_t rows) {
+  for (const auto& layer : chain.layers) {
+    Chain one;
+    one.layers.push_back(layer);
+    const auto y = run(isa, one, precision, x, rows);
+    expect_layer_within_bound(layer, x, y, rows, precision == LinearPrecision::kBf16,
+                              std::string(linear_path(isa, precision)) + " layer " + std::to_string(layer.inputs));
+    x = y;
+  }
+}
+
 class LinearPaths : public ::testing::TestWithParam<Isa> {
  protected:
   void SetUp() override {
@@ -130,16 +143,7 @@ TEST_P(LinearPaths, Fp32EqualsThePortablePathBitForBitAndTheExactProductWithinTh
         ASSERT_EQ(0, std::memcmp(reference.data(), got.data(), sizeof(float) * got.size()))
             << isa_name(GetParam()) << " against portable, widths " << widths.front() << ".., rows " << rows;
       }
-      // Each layer of the portable path against the exact product, on its own inputs.
-      const std::int64_t rows = 9;
-      auto x = random_rows(rng, rows, widths.front());
-      for (const auto& layer : chain.layers) {
-        Chain one;
-        one.layers.push_back(layer);
-        const auto y = run(GetParam(), one, LinearPrecision::kFp32, x, rows);
-        expect_layer_within_bound(layer, x, y, rows, false, std::string(isa_name(GetParam())) + " layer " + std::to_string(layer.inputs));
-        x = y;
-      }
+      expect_each_layer_within_bound(GetParam(), chain, LinearPrecision::kFp32, random_rows(rng, 9, widths.front()), 9);
     }
   }
 }
@@ -174,17 +178,9 @@ TEST_P(LinearPaths, ARowsOutputIsTheSameBitsWhateverRowsRunBesideIt) {
 // within it too (the instruction flushes denormals; the reference does not).
 TEST_P(LinearPaths, Bf16LayersAreTheExactProductOfTheirRoundedInputsWithinTheBound) {
   std::mt19937 rng(3);
-  for (const auto& widths : std::vector<std::vector<std::int64_t>>{{13, 64, 32}, {77, 128, 64, 1}, {3, 17, 15}}) {
+  for (const auto& widths : std::vector<std::vector<std::int64_t>>{{13, 64, 32}, {77, 128, 64, 1}, {3, 17, 15}, {40, 2}, {70, 1}}) {
     const Chain chain = random_chain(rng, widths, true);
-    const std::int64_t rows = 11;
-    auto x = random_rows(rng, rows, widths.front());
-    for (const auto& layer : chain.layers) {
-      Chain one;
-      one.layers.push_back(layer);
-      const auto y = run(GetParam(), one, LinearPrecision::kBf16, x, rows);
-      expect_layer_within_bound(layer, x, y, rows, true, std::string(linear_path(GetParam(), LinearPrecision::kBf16)));
-      x = y;
-    }
+    expect_each_layer_within_bound(GetParam(), chain, LinearPrecision::kBf16, random_rows(rng, 11, widths.front()), 11);
   }
 }
 
