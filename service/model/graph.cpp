@@ -682,7 +682,14 @@ api::GraphRewrite to_bf16(torch::jit::Module& optimized, const Bf16Memory& memor
     }
   }
   std::vector<Node*> chains;
+  // bf16 products need the AVX512_BF16 path (the portable one is its reference).
+  const std::string path = linear_kernels(true);
   nodes_of_kind(graph->block(), c10::Symbol::fromQualString("numaserve::linear_chain"), chains);
+  if (path != "avx512_bf16" && !chains.empty()) {
+    report.not_applied.push_back("the linear chains: the kernels' path here (" + std::string(kernels::isa_name(isa.load())) +
+                                 ") has no bf16 product, kept fp32");
+    chains.clear();
+  }
   for (Node* op : chains) {
     Node* weights = op->input(1)->node();
     std::vector<at::Tensor> fp32;
@@ -758,11 +765,15 @@ Optimized optimize(const torch::jit::Module& module, bool linear_chains) {
   rewrite_embedding_bags(*graph, graph, bags);
   torch::jit::EliminateDeadCode(graph);
   api::GraphRewrite linears{"linear_chains", {}, {}};
-  if (linear_chains) {
+  if (!linear_chains) {
+    linears.not_applied.push_back("turned off: every linear layer runs on LibTorch");
+  } else if (isa.load() == kernels::Isa::kPortable) {
+    // The portable path is the kernels' reference: without FMA in hardware
+    // it is far slower than the BLAS's.
+    linears.not_applied.push_back("the kernels run their portable path here (no AVX2 and FMA): every linear layer runs on LibTorch");
+  } else {
     rewrite_linear_chains(graph->block(), *graph, linears);
     torch::jit::EliminateDeadCode(graph);
-  } else {
-    linears.not_applied.push_back("turned off: every linear layer runs on LibTorch");
   }
   api::GraphRewrite elementwise{"elementwise", {}, {}};
   rewrite_elementwise(graph->block(), *graph, elementwise);

@@ -230,15 +230,16 @@ __attribute__((target("avx2,fma"))) void to_bf16_avx2(const float* in, std::uint
 
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void to_bf16_avx512(const float* in, std::uint16_t* out, std::size_t n) {
   const __m512i bias = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1), quiet_bit = _mm512_set1_epi32(0x40);
-  std::size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512 x = _mm512_loadu_ps(in + i);
+  // The last vector under a mask: a linear layer's rows are converted one
+  // at a time, and their lengths (77 inputs) are rarely whole vectors.
+  for (std::size_t i = 0; i < n; i += 16) {
+    const auto mask = static_cast<__mmask16>(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1);
+    const __m512 x = _mm512_maskz_loadu_ps(mask, in + i);
     const __m512i u = _mm512_castps_si512(x), upper = _mm512_srli_epi32(u, 16);
     __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(upper, one))), 16);
     r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_or_si512(upper, quiet_bit));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm512_cvtepi32_epi16(r));
+    _mm256_mask_storeu_epi16(out + i, mask, _mm512_cvtepi32_epi16(r));
   }
-  for (; i < n; ++i) out[i] = to_bf16(in[i]);
 }
 
 // Bag b holds the same ids (and weights, bit for bit) as bag b - 1: its

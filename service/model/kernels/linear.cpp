@@ -384,9 +384,14 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void lanes_bf16(
 void layer_bf16(Isa isa, const LinearLayer& layer, Rows r) {
   thread_local std::vector<std::uint16_t> rounded;
   r.ldn = 2 * pairs(layer.inputs);
-  rounded.assign(static_cast<std::size_t>(r.rows * r.ldn), 0);  // an odd input count's last pair ends in a zero
-  for (std::int64_t m = 0; m < r.rows; ++m) {
-    to_bf16(isa, r.x + m * r.ldx, rounded.data() + m * r.ldn, static_cast<std::size_t>(layer.inputs));
+  rounded.resize(static_cast<std::size_t>(r.rows * r.ldn));
+  if (r.ldn == r.ldx) {  // rows back to back, as run_chain has them: one call
+    to_bf16(isa, r.x, rounded.data(), static_cast<std::size_t>(r.rows * r.ldn));
+  } else {
+    for (std::int64_t m = 0; m < r.rows; ++m) {
+      to_bf16(isa, r.x + m * r.ldx, rounded.data() + m * r.ldn, static_cast<std::size_t>(layer.inputs));
+      if (layer.inputs % 2 != 0) rounded[static_cast<std::size_t>(m * r.ldn + layer.inputs)] = 0;  // the last pair's second
+    }
   }
   r.narrow = rounded.data();
   const bool fast = linear_path(isa, LinearPrecision::kBf16) == "avx512_bf16";
