@@ -99,7 +99,7 @@ void render_feature_store(std::string& out, const Histogram& latency, const feat
        "Pipelines sent to each Redis Cluster node, all workers together: one per request whose keys it serves, and one per redirect.",
        &feature_store::StoreStats::Node::pipelines},
       {"numaserve_feature_store_node_errors_total",
-       "Pipelines a Redis Cluster node failed (timeout, disconnected, breaker open...) and commands it refused (CLUSTERDOWN, a redirect not followed).",
+       "Pipelines a Redis Cluster node failed (timeout, disconnected, breaker open...), health-check PINGs it failed, and commands it refused (CLUSTERDOWN, a redirect not followed).",
        &feature_store::StoreStats::Node::errors},
       {"numaserve_feature_store_node_map_refreshes_total", "Slot maps (CLUSTER SLOTS) read from each Redis Cluster node.",
        &feature_store::StoreStats::Node::refreshes},

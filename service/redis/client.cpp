@@ -102,6 +102,8 @@ struct Client::Impl : std::enable_shared_from_this<Impl> {
   Clock::time_point progress;
   std::string down_reason;  // logged once per outage, not per attempt
   bool closing = false;
+  // when_up()'s, told by up() or by the attempt's failure (schedule_reconnect).
+  std::vector<std::function<void(bool)>> waiting_up;
 
   void connect();
   void schedule_reconnect(const std::string& reason);
@@ -111,6 +113,7 @@ struct Client::Impl : std::enable_shared_from_this<Impl> {
   void check_stall();
   void up();
   void record(bool ok);
+  void tell_waiting(bool made);
   void finish(const std::shared_ptr<Batch>& batch, std::optional<Failure> failure, std::string message);
   void fail_now(std::function<void(Outcome&&)>& done, Failure failure, const std::string& message) {
     done(Outcome{{}, failure, "feature store " + url.redacted() + ": " + message});
@@ -212,6 +215,14 @@ void Client::Impl::up() {
   owner.connected_.store(true, std::memory_order_relaxed);
   log(LogLevel::kInfo, "feature store connected", {{"store", url.redacted()}});
   down_reason.clear();
+  tell_waiting(true);
+}
+
+// Last in up() and schedule_reconnect(): a waiter may send at once.
+void Client::Impl::tell_waiting(bool made) {
+  std::vector<std::function<void(bool)>> waiting;
+  waiting.swap(waiting_up);
+  for (auto& then : waiting) then(made);
 }
 
 void Client::Impl::schedule_reconnect(const std::string& reason) {
@@ -226,6 +237,7 @@ void Client::Impl::schedule_reconnect(const std::string& reason) {
   retry.async_wait([weak = weak_from_this()](error_code ec) {
     if (auto self = weak.lock(); self && !ec && !self->closing) self->connect();
   });
+  tell_waiting(false);
 }
 
 void Client::Impl::record(bool ok) {
@@ -271,6 +283,17 @@ Client::~Client() {
   impl_->retry.cancel();
   impl_->connecting.cancel();
   if (impl_->context != nullptr) redisAsyncFree(impl_->context);  // pending replies come back null, dropped
+}
+
+void Client::when_up(std::function<void(bool up)> then) {
+  Impl& s = *impl_;
+  if (connected_.load(std::memory_order_relaxed) && s.context != nullptr) {
+    then(true);
+  } else if (s.context == nullptr) {
+    then(false);  // no attempt under way: waiting out a backoff
+  } else {
+    s.waiting_up.push_back(std::move(then));  // dialling, or AUTH and SELECT out
+  }
 }
 
 void Client::pipeline(std::vector<Command> commands, std::function<void(Outcome&&)> done, EachReply /*each*/) {

@@ -141,10 +141,23 @@ class ClusterConnection {
 // for the map again (at most every kRefreshSeconds) and retries on the named
 // node; ASK sends ASKING and the command to the named node, the map
 // unchanged (a few redirects per command at most); a failed or refused (CLUSTERDOWN) master asks for the map
-// again. The request's deadline holds for its retries too.
+// again. A command whose connection is dead (Failure::kDisconnected: closed,
+// reset, refused) waits for that map read and goes to its slot's owner then
+// (a failover's promoted replica), when the read can begin before the
+// deadline; it fails as before otherwise. The request's deadline holds for
+// its retries too. Every kHealthSeconds a master of the map whose connection
+// is down asks for the map, and one quiet for kQuietSeconds is PINGed (a
+// failed PING asks for the map): a master that died or hung while idle is
+// routed around before a request needs it.
 class ClusterClient final : public Endpoint {
  public:
   static constexpr double kRefreshSeconds = 0.1;
+  // The health check's tick, and how long a master may answer nothing
+  // before it is PINGed: the Client's default stall_seconds, so a hung
+  // master's unanswered PINGs reach its stall rule (dropped, dialled again)
+  // within a tick or two, at one PING per idle master per 2 s per worker.
+  static constexpr double kHealthSeconds = 1;
+  static constexpr double kQuietSeconds = 2;
   ClusterClient(boost::asio::io_context& loop, const ClusterStart& start, ClientConfig config, NodeCounters& counters);
   ~ClusterClient() override;
   ClusterClient(const ClusterClient&) = delete;

@@ -1,7 +1,14 @@
 // The asynchronous cluster client: one Client per node on the worker's
-// loop, a request's commands split by master and joined, redirects followed.
+// loop, a request's commands split by master and joined, redirects followed,
+// commands whose connection died sent again to their slot's owner, and the
+// masters' connections checked while idle.
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+
+#include <algorithm>
+#include <iterator>
+#include <limits>
+#include <numeric>
 
 #include "numaserve/common/duration.h"
 #include "numaserve/common/log.h"
@@ -18,7 +25,8 @@ constexpr std::uint16_t kNone = 0xffff;
 // Redirects followed per command, within its deadline. More than one: while
 // a slot's new owner is being told, its two ends can each answer MOVED to
 // the other for a few round trips (redis-cli sets the owner on one master
-// after another), and a reshard under way can move a slot again.
+// after another), and a reshard under way can move a slot again. A retry
+// after a dead connection counts as one.
 constexpr std::uint8_t kMaxRedirects = 8;
 
 // Error replies that are the node's state, not the key's: the slot map is
@@ -37,19 +45,29 @@ struct ClusterClient::Node {
   std::unique_ptr<Client> client;
   NodeCounters::Counts& counts;
   std::atomic<bool> master{false};  // in this worker's slot map
+  // The loop thread's alone: when the node last answered (an error reply
+  // included), and whether the health check's PING is out.
+  Clock::time_point heard = Clock::now();
+  bool pinging = false;
 };
 
 namespace {
 
-// One request's commands while their masters answer.
+// One request's commands while their masters answer. A command waiting to
+// be retried (after a dead connection) is not answered but already holds
+// its failure, which the deadline leaves it.
 struct Gather {
-  explicit Gather(asio::io_context& loop) : deadline(loop) {}
+  Gather(asio::io_context& loop, Clock::time_point at) : until(at), deadline(loop) {}
   std::vector<Reply> replies;
   std::vector<std::uint8_t> answered, redirects;  // per command
-  std::size_t left = 0;  // pipelines out
+  // Pipelines out, and groups waiting for a map read or a connection; held
+  // one more while a callback sends, so a failure inside send() cannot
+  // finish the request before its other groups are sent.
+  std::size_t left = 0;
   bool finished = false;
   std::function<void(Outcome&&)> done;
   EachReply each;
+  Clock::time_point until;  // the request's deadline
   asio::steady_timer deadline;
 };
 
@@ -57,7 +75,7 @@ struct Gather {
 
 struct ClusterClient::Impl : std::enable_shared_from_this<Impl> {
   Impl(ClusterClient& client, asio::io_context& io, const ClusterStart& start, ClientConfig settings, NodeCounters& c)
-      : owner(client), loop(io), url(start.url), config(settings), counters(c), refresh_timer(io) {
+      : owner(client), loop(io), url(start.url), config(settings), counters(c), refresh_timer(io), health_timer(io) {
     owner_of.fill(kNone);
   }
 
@@ -71,6 +89,15 @@ struct ClusterClient::Impl : std::enable_shared_from_this<Impl> {
   bool refresh_waiting = false, refreshing = false;
   Clock::time_point last_refresh{};
   std::size_t next_asked = 0;  // the node the next refresh asks first
+  std::uint64_t reads = 0;     // map reads begun
+  // Told when map read `read` (or a later one) has ended, adopted or not,
+  // or at once when no node can be asked: commands whose connection died.
+  struct MapWaiter {
+    std::uint64_t read;
+    std::function<void()> then;
+  };
+  std::vector<MapWaiter> after_map;
+  asio::steady_timer health_timer;
 
   // The node at `address`, its client made (connecting) the first time;
   // kNone when kMaxNodes are known.
@@ -78,6 +105,12 @@ struct ClusterClient::Impl : std::enable_shared_from_this<Impl> {
   void adopt(const std::vector<SlotRange>& slots);
   void refresh();
   void read_map();
+  void map_read_ended(std::uint64_t read);
+  // Whether a map read that tells a dead connection's commands where to go
+  // can begin before `deadline` (one begins at most every kRefreshSeconds).
+  bool can_retry(Clock::time_point deadline) const;
+  void arm_health();
+  void check_health();
 
   // A request whose keys are all on node `n`: its pipeline's outcome is the
   // request's, unless a reply is a redirect or the node's state: then gather().
@@ -90,7 +123,21 @@ struct ClusterClient::Impl : std::enable_shared_from_this<Impl> {
             std::vector<Command> commands, bool asking);
   void take(const std::shared_ptr<Gather>& g, std::uint16_t node, const std::vector<std::size_t>& indices,
             const std::vector<Command>& commands, Outcome&& outcome, bool asking);
+  // Commands of node `from` whose connection died: they wait for the map
+  // read under way or the next one, then retry().
+  void park(const std::shared_ptr<Gather>& g, std::uint16_t from, std::vector<std::size_t> indices,
+            std::vector<Command> commands, Failure failure, const std::string& message);
+  // Each to its slot's owner now: sent if its connection is up, once it is
+  // up if it is a node being dialled, parked again if the map still names
+  // the dead node (within the deadline and the redirects), failed else.
+  void retry(const std::shared_ptr<Gather>& g, std::uint16_t from, std::vector<std::size_t> indices,
+             std::vector<Command> commands, Failure failure, const std::string& message);
+  void send_once_up(const std::shared_ptr<Gather>& g, std::uint16_t node, std::vector<std::size_t> indices,
+                    std::vector<Command> commands, Failure failure, const std::string& message);
   void fail(Gather& g, std::size_t index, Failure failure, const std::string& message);
+  std::shared_ptr<Gather> make_gather(std::size_t commands, std::function<void(Outcome&&)> done, EachReply each,
+                                      Clock::time_point deadline);
+  void arm(const std::shared_ptr<Gather>& g);  // its deadline, unless it is finished
   void finish(const std::shared_ptr<Gather>& g);
 };
 
@@ -155,24 +202,98 @@ void ClusterClient::Impl::read_map() {
     if (!asked.client->connected() || asked.client->breaker() != BreakerState::kClosed) continue;
     next_asked = i + 1;
     refreshing = true;
+    const std::uint64_t read = ++reads;
     asked.counts.refreshes.fetch_add(1, std::memory_order_relaxed);
-    asked.client->send({{"CLUSTER", "SLOTS"}}, [weak = weak_from_this(), i](Outcome&& outcome) {
+    asked.client->send({{"CLUSTER", "SLOTS"}}, [weak = weak_from_this(), i, read](Outcome&& outcome) {
       auto self = weak.lock();
       if (!self) return;
       self->refreshing = false;
-      const NodeAddress& from = self->owner.nodes_[i].address;
+      Node& answered = self->owner.nodes_[i];
+      if (!outcome.failure) answered.heard = Clock::now();
+      const NodeAddress& from = answered.address;
       auto slots = outcome.failure ? make_error(Error::Code::kIo, outcome.message) : parse_slots(outcome.replies.front(), from);
       if (!slots || slots->empty()) {
         log(LogLevel::kWarning, "feature store cluster: slot map not read",
             {{"store", self->url.redacted()}, {"node", from.text()},
              {"error", slots ? "serves no slot" : slots.error().message}});
-        return;
+      } else {
+        self->adopt(*slots);
       }
-      self->adopt(*slots);
+      self->map_read_ended(read);
     });
     return;
   }
-  // No node is up: the next failure asks again (the clients reconnect by themselves).
+  // No node is up: the next failure asks again (the clients reconnect by
+  // themselves); what waits for a map is told now, with the map it has.
+  map_read_ended(std::numeric_limits<std::uint64_t>::max());
+}
+
+void ClusterClient::Impl::map_read_ended(std::uint64_t read) {
+  // Moved out first: a waiter may park its commands again.
+  const auto later = std::stable_partition(after_map.begin(), after_map.end(),
+                                           [read](const MapWaiter& w) { return w.read > read; });
+  std::vector<MapWaiter> ready;
+  std::move(later, after_map.end(), std::back_inserter(ready));
+  after_map.erase(later, after_map.end());
+  for (auto& waiter : ready) waiter.then();
+  if (!after_map.empty()) refresh();
+}
+
+bool ClusterClient::Impl::can_retry(Clock::time_point deadline) const {
+  const auto now = Clock::now();
+  // A read under way is waited for; else the next begins now or when the
+  // rate allows.
+  const auto begins = refreshing ? now : std::max(now, last_refresh + to_duration(kRefreshSeconds));
+  return begins < deadline;
+}
+
+void ClusterClient::Impl::arm_health() {
+  health_timer.expires_after(to_duration(kHealthSeconds));
+  health_timer.async_wait([weak = weak_from_this()](error_code ec) {
+    auto self = weak.lock();
+    if (ec || !self) return;
+    self->check_health();
+    self->arm_health();
+  });
+}
+
+// A master of the map whose connection is down (its socket closed, reset or
+// refused: a SIGKILL, a crash) asks for the map, once a tick while it lasts:
+// its replica is promoted a few seconds later, and the read after that
+// routes to it. One that has answered nothing for kQuietSeconds is PINGed:
+// a hung or partitioned master sends no FIN, and its unanswered PINGs fail
+// (asking for the map), count in its breaker and, unanswered for the
+// Client's stall_seconds, drop its connection. Map reads keep their rate.
+void ClusterClient::Impl::check_health() {
+  auto& nodes = owner.nodes_;
+  const auto now = Clock::now();
+  bool down = false;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    Node& n = nodes[i];
+    if (!n.master.load(std::memory_order_relaxed)) continue;
+    const BreakerState state = n.client->breaker();
+    if (!n.client->connected() || state == BreakerState::kOpen) {
+      down = true;  // an open breaker refuses a PING at once: its failures said enough
+      continue;
+    }
+    if (n.pinging || state == BreakerState::kHalfOpen || now - n.heard < to_duration(kQuietSeconds)) continue;
+    n.pinging = true;
+    n.client->send({{"PING"}}, [weak = weak_from_this(), i](Outcome&& outcome) {
+      auto self = weak.lock();
+      if (!self) return;
+      Node& pinged = self->owner.nodes_[i];
+      pinged.pinging = false;
+      if (!outcome.failure) {
+        pinged.heard = Clock::now();
+        return;
+      }
+      pinged.counts.errors.fetch_add(1, std::memory_order_relaxed);
+      log(LogLevel::kWarning, "feature store cluster: master failed its health check",
+          {{"store", self->url.redacted()}, {"node", pinged.address.text()}, {"error", outcome.message}});
+      self->refresh();
+    });
+  }
+  if (down) refresh();
 }
 
 void ClusterClient::Impl::fail(Gather& g, std::size_t index, Failure failure, const std::string& message) {
@@ -199,18 +320,120 @@ void ClusterClient::Impl::send(const std::shared_ptr<Gather>& g, std::uint16_t n
   });
 }
 
+void ClusterClient::Impl::park(const std::shared_ptr<Gather>& g, std::uint16_t from, std::vector<std::size_t> indices,
+                               std::vector<Command> commands, Failure failure, const std::string& message) {
+  for (const std::size_t i : indices) {
+    ++g->redirects[i];
+    Reply& reply = g->replies[i];
+    reply = Reply{};
+    reply.error = message;
+    reply.failure = failure;
+  }
+  ++g->left;
+  // The read under way may tell; else the next, which refresh() begins.
+  after_map.push_back({refreshing ? reads : reads + 1,
+                       [weak = weak_from_this(), g, from, indices = std::move(indices), commands = std::move(commands),
+                        failure, message]() mutable {
+                         if (auto self = weak.lock()) self->retry(g, from, std::move(indices), std::move(commands), failure, message);
+                       }});
+  refresh();
+}
+
+void ClusterClient::Impl::retry(const std::shared_ptr<Gather>& g, std::uint16_t from, std::vector<std::size_t> indices,
+                                std::vector<Command> commands, Failure failure, const std::string& message) {
+  if (!g->finished) {
+    struct Group {
+      std::uint16_t node;
+      std::vector<std::size_t> indices;
+      std::vector<Command> commands;
+    };
+    std::vector<Group> groups;
+    std::vector<std::size_t> again;
+    std::vector<Command> again_commands;
+    const bool time_left = can_retry(g->until);
+    for (std::size_t k = 0; k < indices.size(); ++k) {
+      const std::size_t i = indices[k];
+      const std::uint16_t n = owner_of[key_slot(commands[k].at(1))];
+      if (n == kNone) {
+        fail(*g, i, failure, message);
+        continue;
+      }
+      if (n == from && !owner.nodes_[n].client->connected()) {
+        // The map still names the dead node (not promoted yet, or the read
+        // was begun before): the next read may know better.
+        if (time_left && g->redirects[i] < kMaxRedirects) {
+          again.push_back(i);
+          again_commands.push_back(std::move(commands[k]));
+        } else {
+          fail(*g, i, failure, message);
+        }
+        continue;
+      }
+      auto group = std::find_if(groups.begin(), groups.end(), [n](const Group& x) { return x.node == n; });
+      if (group == groups.end()) group = groups.insert(groups.end(), Group{n, {}, {}});
+      group->indices.push_back(i);
+      group->commands.push_back(std::move(commands[k]));
+    }
+    for (auto& group : groups) {
+      if (owner.nodes_[group.node].client->connected()) {
+        for (const std::size_t i : group.indices) g->replies[i] = Reply{};  // sent: a deadline now is a timeout
+        send(g, group.node, std::move(group.indices), std::move(group.commands), false);
+      } else {
+        send_once_up(g, group.node, std::move(group.indices), std::move(group.commands), failure, message);
+      }
+    }
+    if (!again.empty()) park(g, from, std::move(again), std::move(again_commands), failure, message);
+  }
+  if (--g->left == 0) finish(g);  // park()'s count, held until the groups are out
+}
+
+void ClusterClient::Impl::send_once_up(const std::shared_ptr<Gather>& g, std::uint16_t n, std::vector<std::size_t> indices,
+                                       std::vector<Command> commands, Failure failure, const std::string& message) {
+  ++g->left;
+  owner.nodes_[n].client->when_up([weak = weak_from_this(), g, n, indices = std::move(indices),
+                                   commands = std::move(commands), failure, message](bool up) mutable {
+    auto self = weak.lock();
+    if (!self) return;
+    if (!g->finished) {
+      if (up) {
+        for (const std::size_t i : indices) g->replies[i] = Reply{};
+        self->send(g, n, std::move(indices), std::move(commands), false);
+      } else {
+        for (const std::size_t i : indices) self->fail(*g, i, failure, message);
+      }
+    }
+    if (--g->left == 0) self->finish(g);
+  });
+}
+
 void ClusterClient::Impl::take(const std::shared_ptr<Gather>& g, std::uint16_t n, const std::vector<std::size_t>& indices,
                                const std::vector<Command>& commands, Outcome&& outcome, bool asking) {
-  --g->left;
   Node& from = owner.nodes_[n];
-  if (!g->finished) {
-    if (outcome.failure) {
-      from.counts.errors.fetch_add(1, std::memory_order_relaxed);
-      for (const std::size_t i : indices) fail(*g, i, *outcome.failure, outcome.message);
-      refresh();  // a master down: its replica may be promoted
+  if (!outcome.failure) from.heard = Clock::now();
+  const std::size_t skip = asking ? 1 : 0;  // ASKING's own +OK
+  if (!g->finished && outcome.failure) {
+    from.counts.errors.fetch_add(1, std::memory_order_relaxed);
+    // A dead connection (closed, reset, refused): its commands wait for a
+    // map read and go to their slot's owner then, when there is time.
+    const bool dead = *outcome.failure == Failure::kDisconnected && can_retry(g->until);
+    std::vector<std::size_t> again;
+    std::vector<Command> again_commands;
+    for (std::size_t k = 0; k < indices.size(); ++k) {
+      const std::size_t i = indices[k];
+      if (dead && g->redirects[i] < kMaxRedirects) {
+        again.push_back(i);
+        again_commands.push_back(commands[k + skip]);
+      } else {
+        fail(*g, i, *outcome.failure, outcome.message);
+      }
     }
-    const std::size_t skip = asking ? 1 : 0;  // ASKING's own +OK
-    for (std::size_t k = 0; !outcome.failure && k < indices.size(); ++k) {
+    if (again.empty()) {
+      refresh();  // a master down: its replica may be promoted
+    } else {
+      park(g, n, std::move(again), std::move(again_commands), *outcome.failure, outcome.message);
+    }
+  } else if (!g->finished) {
+    for (std::size_t k = 0; k < indices.size(); ++k) {
       const std::size_t i = indices[k];
       Reply& reply = outcome.replies[k + skip];
       const auto redirect = reply.error ? parse_redirect(*reply.error, from.address) : std::nullopt;
@@ -239,7 +462,7 @@ void ClusterClient::Impl::take(const std::shared_ptr<Gather>& g, std::uint16_t n
       if (g->each) g->each(i, g->replies[i]);
     }
   }
-  if (g->left == 0) finish(g);
+  if (--g->left == 0) finish(g);  // held until the redirects and retries are out
 }
 
 void ClusterClient::Impl::finish(const std::shared_ptr<Gather>& g) {
@@ -249,7 +472,9 @@ void ClusterClient::Impl::finish(const std::shared_ptr<Gather>& g) {
   Outcome out;
   std::size_t failed = 0;
   for (std::size_t i = 0; i < g->replies.size(); ++i) {
-    if (!g->answered[i]) fail(*g, i, Failure::kTimeout, "no answer within " + std::to_string(static_cast<int>(config.timeout_seconds * 1000)) + " ms");
+    if (!g->answered[i] && !g->replies[i].failure) {
+      fail(*g, i, Failure::kTimeout, "no answer within " + std::to_string(static_cast<int>(config.timeout_seconds * 1000)) + " ms");
+    }
     const Reply& reply = g->replies[i];
     if (!reply.failure) continue;
     if (failed++ == 0) {
@@ -266,10 +491,12 @@ ClusterClient::ClusterClient(asio::io_context& loop, const ClusterStart& start, 
     : impl_(std::make_shared<Impl>(*this, loop, start, config, counters)) {
   impl_->adopt(start.slots);
   impl_->last_refresh = Clock::now();
+  impl_->arm_health();
 }
 
 ClusterClient::~ClusterClient() {
   impl_->refresh_timer.cancel();
+  impl_->health_timer.cancel();
 }
 
 void ClusterClient::pipeline(std::vector<Command> commands, std::function<void(Outcome&&)> done, EachReply each) {
@@ -296,12 +523,24 @@ void ClusterClient::Impl::direct(std::uint16_t n, std::vector<Command> commands,
                               deadline](Outcome&& outcome) mutable {
     auto self = weak.lock();
     if (!self) return;
+    Node& sent_to = self->owner.nodes_[n];
     if (outcome.failure) {
-      self->owner.nodes_[n].counts.errors.fetch_add(1, std::memory_order_relaxed);
+      sent_to.counts.errors.fetch_add(1, std::memory_order_relaxed);
+      if (*outcome.failure == Failure::kDisconnected && self->can_retry(deadline)) {
+        // Its connection died: every command waits for the map read, as
+        // on the general path, which answers from here on.
+        auto g = self->make_gather(kept->size(), std::move(done), std::move(each), deadline);
+        std::vector<std::size_t> all(kept->size());
+        std::iota(all.begin(), all.end(), std::size_t{0});
+        self->park(g, n, std::move(all), std::move(*kept), *outcome.failure, outcome.message);
+        self->arm(g);
+        return;
+      }
       self->refresh();
       done(std::move(outcome));
       return;
     }
+    sent_to.heard = Clock::now();
     for (const Reply& reply : outcome.replies) {
       if (!reply.error || !(is_redirect(*reply.error) || cluster_state(*reply.error))) continue;
       // A slot moved, is moving or is down: the general path follows it
@@ -313,14 +552,30 @@ void ClusterClient::Impl::direct(std::uint16_t n, std::vector<Command> commands,
   });
 }
 
-void ClusterClient::Impl::gather(std::vector<Command> commands, std::function<void(Outcome&&)> done, EachReply each,
-                                 Clock::time_point deadline) {
-  auto g = std::make_shared<Gather>(loop);
-  g->replies.resize(commands.size());
-  g->answered.assign(commands.size(), 0);
-  g->redirects.assign(commands.size(), 0);
+std::shared_ptr<Gather> ClusterClient::Impl::make_gather(std::size_t commands, std::function<void(Outcome&&)> done,
+                                                         EachReply each, Clock::time_point deadline) {
+  auto g = std::make_shared<Gather>(loop, deadline);
+  g->replies.resize(commands);
+  g->answered.assign(commands, 0);
+  g->redirects.assign(commands, 0);
   g->done = std::move(done);
   g->each = std::move(each);
+  return g;
+}
+
+void ClusterClient::Impl::arm(const std::shared_ptr<Gather>& g) {
+  if (g->finished) return;
+  g->deadline.expires_at(g->until);
+  g->deadline.async_wait([weak = weak_from_this(), g](error_code ec) {
+    auto self = weak.lock();
+    if (ec || !self) return;
+    self->finish(g);
+  });
+}
+
+void ClusterClient::Impl::gather(std::vector<Command> commands, std::function<void(Outcome&&)> done, EachReply each,
+                                 Clock::time_point deadline) {
+  auto g = make_gather(commands.size(), std::move(done), std::move(each), deadline);
   // Group by master, in the order the masters are first met.
   struct Group {
     std::uint16_t node;
@@ -351,12 +606,7 @@ void ClusterClient::Impl::gather(std::vector<Command> commands, std::function<vo
     finish(g);
     return;
   }
-  g->deadline.expires_at(deadline);
-  g->deadline.async_wait([weak = weak_from_this(), g](error_code ec) {
-    auto self = weak.lock();
-    if (ec || !self) return;
-    self->finish(g);
-  });
+  arm(g);
 }
 
 BreakerState ClusterClient::breaker() const {

@@ -125,6 +125,12 @@ class Client final : public Endpoint {
   // The same, for a caller that keeps its commands (a cluster, for its
   // redirects): hiredis copies them into its buffer at once.
   void send(const std::vector<Command>& commands, std::function<void(Outcome&&)> done);
+  // Runs `then(true)` once the connection is up (at once when it is), or
+  // `then(false)` when the attempt under way fails, and at once when none
+  // is (the client waits out its backoff). For a cluster's retry on a node
+  // it has just met, the promoted replica: its first connection is worth
+  // the wait; a redial of a node that just failed is not.
+  void when_up(std::function<void(bool up)> then);
 
   BreakerState breaker() const override { return breaker_.state(); }
   bool connected() const override { return connected_.load(std::memory_order_relaxed); }

@@ -3,8 +3,8 @@
 // cluster-node-timeout 1 s) and the real `numaserve` binary. What a user
 // relies on: each key read from the master that holds its slot (the slot the
 // server itself computes), scores equal to the embedded store's, no failed
-// request while slots move, and a killed master costing only its own keys,
-// within the deadline, until its replica is promoted.
+// request while slots move, a killed master costing only its own keys,
+// within the deadline, until its replica is promoted, and none once it is.
 #include <atomic>
 #include <map>
 #include <random>
@@ -33,7 +33,8 @@ const std::string kTimeout = "200ms";
 constexpr double kAnswerBound = kTimeoutSeconds + 1.0;
 // A killed master's replica is promoted after cluster-node-timeout (1 s)
 // and an election; the service finds it on its next map read (every 0.1 s
-// at most while requests fail). Measured here: 2-3 s.
+// at most while requests fail, every second while a master's connection is
+// down). Measured here: 2-3 s.
 constexpr int kPromotionBoundSeconds = 12;
 
 // A Redis Cluster of our own, every node killed with the test.
@@ -60,20 +61,20 @@ class Cluster {
     const std::string auth = password_.empty() ? "" : " --no-auth-warning -a " + password_;
     return run("redis-cli -p " + std::to_string(port) + auth + " " + args).output;
   }
-  // The masters serving slots now, by their CLUSTER NODES line: id -> port, slot ranges.
+  // The masters serving slots now, by their CLUSTER NODES line: id -> port,
+  // slot ranges. Not asked of `except` (a stopped node would never answer).
   struct Master {
     std::string id;
     int port;
     std::vector<std::pair<int, int>> slots;
   };
-  std::vector<Master> masters() const {
+  std::vector<Master> masters(int except = 0) const {
     std::vector<Master> out;
     for (const int port : ports_) {
+      if (port == except) continue;
       std::istringstream lines(cli(port, "CLUSTER NODES"));
       for (std::string line; std::getline(lines, line);) {
-        std::istringstream words(line);
-        std::vector<std::string> w;
-        for (std::string word; words >> word;) w.push_back(word);
+        const auto w = words(line);
         if (w.size() < 9 || w[2].find("master") == std::string::npos || w[2].find("fail") != std::string::npos) continue;
         Master m{w[0], std::stoi(w[1].substr(w[1].find(':') + 1)), {}};
         for (std::size_t i = 8; i < w.size(); ++i) {
@@ -97,6 +98,19 @@ class Cluster {
     ADD_FAILURE() << "slot " << slot << " has no master";
     return masters.front();
   }
+  // The port of a replica in sync with master `id`; 0 when none is.
+  int replica_of(const std::string& id) const {
+    for (const int port : ports_) {
+      std::istringstream lines(cli(port, "CLUSTER NODES"));
+      for (std::string line; std::getline(lines, line);) {
+        const auto w = words(line);
+        if (w.size() >= 8 && w[2].find("slave") != std::string::npos && w[2].find("fail") == std::string::npos && w[3] == id) {
+          return std::stoi(w[1].substr(w[1].find(':') + 1));
+        }
+      }
+    }
+    return 0;
+  }
   pid_t pid(int port) const {
     const std::string info = cli(port, "INFO server");
     const auto at = info.find("process_id:");
@@ -106,6 +120,12 @@ class Cluster {
 
  private:
   static std::string script() { return std::string(NUMASERVE_SOURCE_DIR) + "/tests/service/redis_cluster.py"; }
+  static std::vector<std::string> words(const std::string& line) {
+    std::istringstream in(line);
+    std::vector<std::string> out;
+    for (std::string word; in >> word;) out.push_back(word);
+    return out;
+  }
   fs::path dir_;
   std::string password_;
   std::vector<int> ports_;
@@ -208,6 +228,61 @@ std::string failures_seen(int port, const std::string& url, const fs::path& log)
     if (line.find("level=warning") != std::string::npos || line.find("level=error") != std::string::npos) out += "\n" + line;
   }
   return out;
+}
+
+// A counter of one node (host 127.0.0.1, `node_port`) in the service's /metrics; -1 while the service has not met the node.
+double node_counter(int port, const std::string& url, const std::string& family, int node_port) {
+  return metric(port, counter(family, url, "node=\"127.0.0.1:" + std::to_string(node_port) + "\""));
+}
+
+// `count` requests, each asking for the user and two items on master
+// `victim` and for six items on the others: a request that meets a dead
+// `victim` has keys to lose, and others to keep.
+std::vector<std::string> touching(const Cluster& cluster, const std::vector<Cluster::Master>& masters,
+                                  const Cluster::Master& victim, int count) {
+  const Keys keys;
+  auto on_victim = [&](const std::string& key) { return cluster.master_of(masters, slot_of(key)).id == victim.id; };
+  std::vector<std::string> users, items, others;
+  for (int u = 0; u < 60; ++u) {
+    if (on_victim(keys.user("u" + std::to_string(u)))) users.push_back("u" + std::to_string(u));
+  }
+  for (int i = 0; i < 200; ++i) (on_victim(keys.item("i" + std::to_string(i))) ? items : others).push_back("i" + std::to_string(i));
+  std::vector<std::string> out;
+  if (users.empty() || items.size() < 2 || others.size() < 6) {
+    ADD_FAILURE() << "the demo store's keys are not spread over the masters";
+    return out;
+  }
+  for (int r = 0; r < count; ++r) {
+    std::vector<std::string> ids = {items[r % items.size()], items[(r + 1) % items.size()]};
+    for (int k = 0; k < 6; ++k) ids.push_back(others[(r * 6 + k) % others.size()]);
+    out.push_back(request(users[r % users.size()], ids));
+  }
+  return out;
+}
+
+// Waits for a master other than `victim` to serve `slot` (its replica
+// promoted), in the view of the nodes but the victim; that master's port,
+// or 0 after kPromotionBoundSeconds.
+int promoted(const Cluster& cluster, int slot, int victim) {
+  for (const auto until = Clock::now() + std::chrono::seconds(kPromotionBoundSeconds); Clock::now() < until;) {
+    for (const auto& m : cluster.masters(victim)) {
+      for (const auto& [first, last] : m.slots) {
+        if (m.port != victim && slot >= first && slot <= last) return m.port;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return 0;
+}
+
+// Waits up to `seconds` for `ready`; whether it came.
+template <class Ready>
+bool within(double seconds, Ready ready) {
+  for (const auto until = Clock::now() + std::chrono::duration<double>(seconds); Clock::now() < until;) {
+    if (ready()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return ready();
 }
 
 double redirects(int port, const std::string& url, const std::vector<Cluster::Master>& masters, const std::string& kind) {
@@ -488,6 +563,199 @@ TEST(RedisCluster, AKilledMasterCostsOnlyItsKeysUntilItsReplicaIsPromoted) {
   EXPECT_EQ(load.late(), 0);
   EXPECT_GE(metric(remote.port, counter("numaserve_feature_store_node_errors_total", cluster.url(),
                                         "node=\"127.0.0.1:" + std::to_string(victim.port) + "\"")), 1);
+}
+
+// A failover's stage, before anything fails: a loaded cluster, a server on
+// it and one on the embedded store, the first master (the victim) and 20
+// requests touching its keys with the embedded store's scores, each
+// answered whole by the cluster's server first. `why` is empty when every
+// step held.
+struct FailoverStage {
+  static std::string loaded(const Cluster& cluster) {
+    if (!cluster.ports().empty()) load(cluster.url());
+    return cluster.url();
+  }
+  Cluster cluster;
+  std::string url = loaded(cluster);
+  Serving embedded = serve((demo_dir() / "store.jsonl").string());
+  Serving remote = serve(url, {"--feature-query-timeout", kTimeout, "--item-cache-ttl", "0"});
+  std::vector<Cluster::Master> masters;
+  std::vector<std::string> bodies;
+  std::vector<json> want;
+  std::string why = "the stage was not set";
+
+  FailoverStage() {
+    if (cluster.ports().empty() || remote.pid <= 0) {
+      why = "no cluster or no server: " + slurp(remote.log);
+      return;
+    }
+    masters = cluster.masters();
+    if (masters.size() != 3) {
+      why = std::to_string(masters.size()) + " masters";
+      return;
+    }
+    bodies = touching(cluster, masters, masters[0], 20);
+    for (const auto& body : bodies) {
+      want.push_back(scores(embedded.port, body));
+      if (!same_scores(scores(remote.port, body), want.back())) {
+        why = "not whole before the failure: " + body;
+        return;
+      }
+    }
+    why = bodies.size() == 20 ? "" : std::to_string(bodies.size()) + " requests touch the victim";
+  }
+  const Cluster::Master& victim() const { return masters[0]; }
+};
+
+// The issue's failover: a master SIGKILLed while no request is in flight,
+// its replica promoted, and only then requests for its keys. The worker
+// must not learn of the failover from them: its health check saw the
+// master's connection go and read the map until the replica was promoted,
+// so the replica is met and connected before any request, and every
+// request is answered whole, with the embedded store's scores.
+TEST(RedisCluster, AMasterKilledWhileIdleCostsNoRequestOnceItsReplicaIsPromoted) {
+  const FailoverStage stage;
+  ASSERT_EQ(stage.why, "");
+  const auto& [cluster, url, embedded, remote, masters, bodies, want, why] = stage;
+  const auto& victim = stage.victim();
+
+  const auto killed_at = Clock::now();
+  ASSERT_EQ(kill(cluster.pid(victim.port), SIGKILL), 0);
+  const int replica = promoted(cluster, victim.slots.front().first, victim.port);
+  ASSERT_GT(replica, 0) << "no replica promoted within " << kPromotionBoundSeconds << " s";
+  // No request yet: the promoted replica met (its counters made) and every
+  // master of the worker's map connected again, by the health check alone.
+  EXPECT_TRUE(within(5, [&] {
+    return node_counter(remote.port, url, "numaserve_feature_store_node_pipelines_total", replica) >= 0 &&
+           metric(remote.port, counter("numaserve_feature_store_connected", url, "worker=\"0\"")) == 1;
+  })) << failures_seen(remote.port, url, remote.log);
+  // As in the issue: the first requests more than 4 s after the kill.
+  std::this_thread::sleep_until(killed_at + std::chrono::seconds(4));
+  int whole = 0;
+  for (std::size_t b = 0; b < bodies.size(); ++b) {
+    const Answer a = post(remote.port, bodies[b]);
+    ASSERT_EQ(a.status, 200) << a.body;
+    const bool same = same_scores(json::parse(a.body)["scores"], want[b]);
+    whole += same;
+    EXPECT_TRUE(same) << bodies[b] << ": " << a.body << " instead of " << want[b].dump();
+  }
+  EXPECT_EQ(whole, 20);
+  EXPECT_EQ(metric(remote.port, counter("numaserve_feature_store_degraded_total", url)), 0)
+      << failures_seen(remote.port, url, remote.log);
+  EXPECT_EQ(metric(remote.port, counter("numaserve_feature_store_errors_total", url, "kind=\"disconnected\"")), 0);
+  EXPECT_GT(node_counter(remote.port, url, "numaserve_feature_store_node_pipelines_total", replica), 0);
+}
+
+// A master that hangs (SIGSTOP: its sockets stay open, no FIN, no reply)
+// while idle: only the PINGs of the health check can tell. They fail, the
+// map is read again, and once the replica is promoted the worker routes to
+// it before a request comes; a request would otherwise wait out its
+// deadline on the hung master and be answered on defaults.
+TEST(RedisCluster, AMasterThatHangsWhileIdleIsFoundByItsHealthCheck) {
+  const FailoverStage stage;
+  ASSERT_EQ(stage.why, "");
+  const auto& [cluster, url, embedded, remote, masters, bodies, want, why] = stage;
+  const auto& victim = stage.victim();
+  const double errors_before = node_counter(remote.port, url, "numaserve_feature_store_node_errors_total", victim.port);
+
+  const pid_t pid = cluster.pid(victim.port);
+  // Killed before the services stop, however the test ends: not left hung
+  // under their shutdown.
+  struct KillAtEnd {
+    pid_t stopped;
+    ~KillAtEnd() { kill(stopped, SIGKILL); }
+  } const kill_at_end{pid};
+  ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  const int replica = promoted(cluster, victim.slots.front().first, victim.port);
+  EXPECT_GT(replica, 0) << "no replica promoted within " << kPromotionBoundSeconds << " s";
+  // The hung master's PINGs failed (its errors) and a map read since met
+  // the replica: no request was sent meanwhile.
+  const bool found = replica > 0 && within(10, [&] {
+    return node_counter(remote.port, url, "numaserve_feature_store_node_errors_total", victim.port) > errors_before &&
+           node_counter(remote.port, url, "numaserve_feature_store_node_pipelines_total", replica) >= 0 &&
+           metric(remote.port, counter("numaserve_feature_store_connected", url, "worker=\"0\"")) == 1;
+  });
+  EXPECT_TRUE(found) << failures_seen(remote.port, url, remote.log);
+  EXPECT_NE(slurp(remote.log).find("master failed its health check"), std::string::npos) << slurp(remote.log);
+  if (found) {
+    for (std::size_t b = 0; b < bodies.size(); ++b) {
+      const Answer a = post(remote.port, bodies[b]);
+      ASSERT_EQ(a.status, 200) << a.body;
+      EXPECT_TRUE(same_scores(json::parse(a.body)["scores"], want[b])) << bodies[b] << ": " << a.body;
+    }
+    EXPECT_EQ(metric(remote.port, counter("numaserve_feature_store_degraded_total", url)), 0)
+        << failures_seen(remote.port, url, remote.log);
+  }
+}
+
+// The request that meets the dead connection itself: the master SIGKILLed
+// and its replica promoted at once (CLUSTER FAILOVER TAKEOVER, no failure
+// detection to wait for), then requests straight away, before the health
+// check's next tick can read the map (it ticks once a second: the few
+// milliseconds between the takeover and the first request rarely hold
+// one). The command that finds the master's connection dead waits for the
+// map read it asks for and is sent to the promoted replica within its
+// deadline: every answer whole.
+TEST(RedisCluster, ACommandOnADeadConnectionIsRetriedOnItsSlotsPromotedReplica) {
+  const FailoverStage stage;
+  ASSERT_EQ(stage.why, "");
+  const auto& [cluster, url, embedded, remote, masters, bodies, want, why] = stage;
+  const auto& victim = stage.victim();
+  const int replica = cluster.replica_of(victim.id);
+  ASSERT_GT(replica, 0);
+
+  ASSERT_EQ(kill(cluster.pid(victim.port), SIGKILL), 0);
+  ASSERT_EQ(cluster.cli(replica, "CLUSTER FAILOVER TAKEOVER"), "OK\n");
+  int late = 0;
+  for (std::size_t b = 0; b < bodies.size(); ++b) {
+    const Answer a = post(remote.port, bodies[b]);
+    late += a.seconds > kAnswerBound;
+    ASSERT_EQ(a.status, 200) << a.body;
+    EXPECT_TRUE(same_scores(json::parse(a.body)["scores"], want[b])) << bodies[b] << ": " << a.body;
+  }
+  EXPECT_EQ(late, 0);
+  EXPECT_EQ(metric(remote.port, counter("numaserve_feature_store_degraded_total", url)), 0)
+      << failures_seen(remote.port, url, remote.log);
+  // Which path saved them: a request meeting the dead connection counts a
+  // node error (the retry), a health-check read first counts none.
+  std::printf("dead master 127.0.0.1:%d: %.0f pipelines failed on it and were retried on 127.0.0.1:%d\n", victim.port,
+              std::max(0.0, node_counter(remote.port, url, "numaserve_feature_store_node_errors_total", victim.port)),
+              replica);
+}
+
+// A master SIGKILLed while 4 connections ask for its keys: its pipelines in
+// flight and the requests that follow wait for map reads (retries) but
+// never past their deadline; until the promotion they are answered on the
+// failure policy, after it whole.
+TEST(RedisCluster, AMasterKilledUnderLoadHoldsNoRequestPastItsDeadline) {
+  const Cluster cluster;
+  ASSERT_FALSE(cluster.ports().empty());
+  load(cluster.url());
+  const std::string url = cluster.url();
+  const Serving remote = serve(url, {"--feature-query-timeout", kTimeout, "--item-cache-ttl", "0"});
+  ASSERT_GT(remote.pid, 0) << slurp(remote.log);
+  const auto masters = cluster.masters();
+  ASSERT_EQ(masters.size(), 3u);
+  const auto& victim = masters[0];
+  const auto bodies = touching(cluster, masters, victim, 8);
+  ASSERT_EQ(bodies.size(), 8u);
+  std::vector<json> healthy;
+  for (const auto& body : bodies) healthy.push_back(scores(remote.port, body));
+
+  Load load(remote.port, bodies, healthy);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_EQ(kill(cluster.pid(victim.port), SIGKILL), 0);
+  const int replica = promoted(cluster, victim.slots.front().first, victim.port);
+  EXPECT_GT(replica, 0) << "no replica promoted within " << kPromotionBoundSeconds << " s";
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  load.stop();
+  EXPECT_GT(load.answered(), 50);
+  EXPECT_EQ(load.failures(), std::vector<std::string>{});  // defaults, never a 5xx
+  EXPECT_EQ(load.late(), 0);
+  for (std::size_t b = 0; b < bodies.size(); ++b) {
+    EXPECT_TRUE(same_scores(scores(remote.port, bodies[b]), healthy[b])) << bodies[b];
+  }
+  EXPECT_GE(node_counter(remote.port, url, "numaserve_feature_store_node_errors_total", victim.port), 1);
 }
 
 }  // namespace
