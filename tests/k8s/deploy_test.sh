@@ -21,7 +21,7 @@ kube apply --server-side -f "$CP_DIR/bin/crds/monitoring.coreos.com_servicemonit
 gateway_api
 # The chart's own CRD (crds/: Helm installs it before the templates).
 kube apply --server-side -f "$CHART/crds/servingpool-crd.yaml" >/dev/null
-kube wait --for condition=Established --timeout 30s crd/servingpools.numaserve.io >/dev/null
+established crd/servingpools.numaserve.io || fail "the ServingPool CRD was not Established in 30 s"
 export NAMESPACE=ranking  # as `helm install -n ranking` (the renders' namespace)
 # The service's namespace as the README has it: Pod Security "restricted",
 # enforced by the API server's own admission (it warns of workloads whose

@@ -54,7 +54,7 @@ export NAMESPACE=numaserve  # the release's; control-plane.sh made the operator'
 
 echo "== the chart's ServingPool, the operator's RBAC"
 kube apply --server-side -f "$CHART/crds/servingpool-crd.yaml" >/dev/null
-kube wait --for condition=Established --timeout 30s crd/servingpools.numaserve.io >/dev/null
+established crd/servingpools.numaserve.io || fail "the ServingPool CRD was not Established in 30 s"
 # The Gateway API's CRDs: the pool asks for an HTTPRoute under a Gateway.
 gateway_api
 "$HELM" template numaserve "$CHART" --namespace numaserve --set operator.enabled=true --set agent.enabled=false \

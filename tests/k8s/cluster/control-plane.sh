@@ -238,7 +238,14 @@ start() {
   # repository's RBAC for the topology-aware scheduler: it refuses to start
   # without either.
   "${k[@]}" apply --server-side -f "$ROOT/charts/numaserve/files/noderesourcetopology-crd.yaml" >/dev/null
-  "${k[@]}" wait --for condition=Established --timeout 30s crd/noderesourcetopologies.topology.node.k8s.io >/dev/null
+  # kubectl wait fails at once while the CRD has no status.conditions yet
+  # (read right after its apply): asked again.
+  local tries
+  for tries in 1 2 3 4 5 6; do
+    "${k[@]}" wait --for condition=Established --timeout 5s crd/noderesourcetopologies.topology.node.k8s.io >/dev/null 2>&1 && break
+    ((tries < 6)) || { echo "control-plane.sh: the NodeResourceTopology CRD was not Established" >&2; return 1; }
+    sleep 1
+  done
   "${k[@]}" apply --server-side -f "$ROOT/manifests/scheduler/rbac.yaml" >/dev/null
   spawn kube-scheduler "$bin/kube-scheduler" --kubeconfig "$dir/scheduler.kubeconfig" \
     --authentication-kubeconfig "$dir/scheduler.kubeconfig" --authorization-kubeconfig "$dir/scheduler.kubeconfig" \

@@ -33,6 +33,13 @@ eventually() {  # seconds command...
   until "$@" >/dev/null 2>&1; do ((SECONDS < deadline)) || return 1; sleep 0.5; done
 }
 
+# A CRD just applied, Established. kubectl wait fails at once, rather than
+# waiting, while the object has no status.conditions yet ("accessor error:
+# <nil> is of the type <nil>"): a read that comes right after the apply.
+established() {  # crd/NAME
+  eventually 30 kube wait --for condition=Established --timeout 5s "$1"
+}
+
 use_control_plane() {
   CP_DIR=$1 KUBE_CONTEXT_NAMESPACE=
   CONTROL_PLANE_OWNER=$$ "$CLUSTER_DIR/control-plane.sh" start "$CP_DIR" >/dev/null
@@ -57,7 +64,7 @@ gateway_api() {
   local files
   files=$("$CLUSTER_DIR/control-plane.sh" gateway-api-crds) || return 1
   for f in $files; do kube apply --server-side -f "$f" >/dev/null || return 1; done
-  kube wait --for condition=Established --timeout 30s crd/httproutes.gateway.networking.k8s.io >/dev/null
+  established crd/httproutes.gateway.networking.k8s.io
 }
 as_agent() { "$CP_DIR/bin/kubectl" --kubeconfig "$CP_DIR/agent.kubeconfig" "$@"; }
 
