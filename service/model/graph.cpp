@@ -535,6 +535,23 @@ std::string step_name(const LinearStep& step) {
          std::to_string(weight.size(0)) + ")" + (step.relu ? " + relu" : "");
 }
 
+// A linear layer's fp32 weight [outputs][inputs] packed for the kernels
+// (kernels/linear.h), as a tensor the graph holds as a constant: fp32, or
+// bf16 pairs. Made by the calling thread: on its NUMA node.
+at::Tensor pack(const at::Tensor& weight, kernels::LinearPrecision precision) {
+  const at::Tensor w = weight.contiguous();
+  const auto inputs = w.size(1), outputs = w.size(0);
+  const bool bf16 = precision == kernels::LinearPrecision::kBf16;
+  at::Tensor out = at::empty({static_cast<std::int64_t>(kernels::packed_elements(inputs, outputs, precision))},
+                             w.options().dtype(bf16 ? at::kBFloat16 : at::kFloat));
+  if (bf16) {
+    kernels::pack_bf16(w.data_ptr<float>(), inputs, outputs, reinterpret_cast<std::uint16_t*>(out.data_ptr<at::BFloat16>()));
+  } else {
+    kernels::pack_fp32(w.data_ptr<float>(), inputs, outputs, out.data_ptr<float>());
+  }
+  return out;
+}
+
 // Replaces one chain with numaserve::linear_chain, its weights packed now:
 // by the loading thread, so on its NUMA node.
 void fuse_chain(torch::jit::Graph& graph, const std::vector<LinearStep>& chain, api::GraphRewrite& report) {
@@ -543,14 +560,9 @@ void fuse_chain(torch::jit::Graph& graph, const std::vector<LinearStep>& chain, 
   std::vector<std::int64_t> relu;
   std::string names;
   for (const auto& step : chain) {
-    const at::Tensor weight = constant_tensor(step.linear->input(1))->contiguous();
-    const auto inputs = weight.size(1), outputs = weight.size(0);
-    at::Tensor pack = at::empty({static_cast<std::int64_t>(kernels::packed_elements(inputs, outputs, kernels::LinearPrecision::kFp32))},
-                                weight.options());
-    kernels::pack_fp32(weight.data_ptr<float>(), inputs, outputs, pack.data_ptr<float>());
     weights.push_back(step.linear->input(1));
     biases.push_back(step.linear->input(2));
-    packed.push_back(graph.insertConstant(pack));
+    packed.push_back(graph.insertConstant(pack(*constant_tensor(step.linear->input(1)), kernels::LinearPrecision::kFp32)));
     relu.push_back(step.relu ? 1 : 0);
     names += (names.empty() ? "" : ", ") + step_name(step);
   }
@@ -707,10 +719,7 @@ api::GraphRewrite to_bf16(torch::jit::Module& optimized, const Bf16Memory& memor
                                      ") reads features, not the model's activations: kept fp32 (the drift bound)");
         continue;
       }
-      at::Tensor pack = at::empty({static_cast<std::int64_t>(kernels::packed_elements(inputs, outputs, kernels::LinearPrecision::kBf16))},
-                                  weight.options().dtype(at::kBFloat16));
-      kernels::pack_bf16(weight.data_ptr<float>(), inputs, outputs, reinterpret_cast<std::uint16_t*>(pack.data_ptr<at::BFloat16>()));
-      packed.push_back(graph->insertConstant(pack));
+      packed.push_back(graph->insertConstant(pack(weight, kernels::LinearPrecision::kBf16)));
       narrow_weights.push_back(graph->insertConstant(memory.narrow(weight)));
       fp32.push_back(*constant_tensor(w));
       shapes += (shapes.empty() ? "" : ", ") + std::to_string(inputs) + " -> " + std::to_string(outputs);
@@ -852,9 +861,7 @@ ChainTiming time_linear_chains(const torch::jit::Module& optimized, std::int64_t
       if (!weight || !packed || !relu || packed->scalar_type() != at::kFloat) return out;
       const at::Tensor w = weight->contiguous();
       const auto inputs = w.size(1), outputs = w.size(0);
-      at::Tensor narrow = at::empty({static_cast<std::int64_t>(kernels::packed_elements(inputs, outputs, kernels::LinearPrecision::kBf16))},
-                                    w.options().dtype(at::kBFloat16));
-      kernels::pack_bf16(w.data_ptr<float>(), inputs, outputs, reinterpret_cast<std::uint16_t*>(narrow.data_ptr<at::BFloat16>()));
+      const at::Tensor narrow = pack(w, kernels::LinearPrecision::kBf16);
       keep.push_back(narrow);
       const float* b = bias ? bias->data_ptr<float>() : nullptr;
       const bool r = (*relu)[l].toInt() != 0;
