@@ -1,5 +1,7 @@
 #include "discover/discover.h"
 
+#include <set>
+
 #include "numaserve/common/text_file.h"
 #include "numaserve/common/topology_json.h"
 
@@ -88,6 +90,26 @@ void keep_on_machine(kubelet::Allocations& allocations, const Topology& topology
                                              std::move(allocations.pods));
 }
 
+// The pods of the state files that the kubelet no longer runs: the kubelet
+// keeps a directory per pod it runs (pods/UID in its root dir) and removes it
+// once the pod is gone, while the Memory Manager's entries stay until its
+// next admission. Without that directory (only the files mounted), none.
+std::set<std::string> ended_pods(const std::filesystem::path& state_dir, const NodeReport& report) {
+  std::set<std::string> ended;
+  std::error_code error;
+  if (!std::filesystem::is_directory(state_dir / "pods", error)) return ended;
+  auto check = [&](const std::string& uid) {
+    if (!std::filesystem::exists(state_dir / "pods" / uid, error)) ended.insert(uid);
+  };
+  if (report.cpu_manager_state) {
+    for (const auto& [uid, cpus] : report.cpu_manager_state->pods) check(uid);
+  }
+  if (report.memory_manager_state) {
+    for (const auto& [uid, bytes] : report.memory_manager_state->pods) check(uid);
+  }
+  return ended;
+}
+
 // What pods hold: the API when its socket is there; the state files otherwise.
 void discover_allocations(const DiscoverConfig& config, NodeReport& report) {
   if (config.podresources && std::filesystem::exists(config.podresources->socket)) {
@@ -123,8 +145,9 @@ void discover_allocations(const DiscoverConfig& config, NodeReport& report) {
   report.memory_manager_state = read_kubelet_file<kubelet::MemoryManagerState>(
       *config.kubelet_state_dir / "memory_manager_state", kubelet::parse_memory_manager_state, report);
   if (report.cpu_manager_state || report.memory_manager_state) {
-    report.allocations = kubelet::allocations_of_state_files(config.kubelet_state_dir->string(),
-                                                             report.cpu_manager_state, report.memory_manager_state);
+    report.allocations =
+        kubelet::allocations_of_state_files(config.kubelet_state_dir->string(), report.cpu_manager_state,
+                                            report.memory_manager_state, ended_pods(*config.kubelet_state_dir, report));
   }
 }
 

@@ -113,6 +113,35 @@ std::optional<unsigned> node_id(const std::string& key) {
   return id;
 }
 
+// A block of `bytes` over `nodes`, charged to each: even shares, the first
+// node takes the remainder (neither the API nor the state file says how a
+// block spread over several nodes divides). Saturating: sizes come off the
+// wire and from files.
+void charge(std::map<unsigned, std::uint64_t>& on_nodes, const NodeSet& nodes, std::uint64_t bytes) {
+  const auto ids = nodes.ids();
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const std::uint64_t share = bytes / ids.size() + (i == 0 ? bytes % ids.size() : 0);
+    on_nodes[ids[i]] = saturating_add(on_nodes[ids[i]], share);
+  }
+}
+
+// Both managers' state files hold `entries`: pod UID -> container name ->
+// what that container was given. Calls visit(pod, member, value) for each
+// container, member naming it for errors; stops at the first error.
+template <typename Visit>
+Status each_container_entry(const nlohmann::json& json, const std::string& file, Visit visit) {
+  auto entries = object_member(json, "entries", file, "entries");
+  if (!entries) return tl::unexpected(entries.error());
+  if (*entries == nullptr) return {};
+  for (const auto& [pod, containers] : (*entries)->items()) {
+    if (!containers.is_object()) return bad_member(file, "entries." + pod, "an object");
+    for (const auto& [container, value] : containers.items()) {
+      if (auto visited = visit(pod, "entries." + pod + "." + container, value); !visited) return visited;
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<KubeletConfig> parse_kubelet_config(std::string_view yaml, const std::string& file) {
@@ -181,17 +210,15 @@ Result<CpuManagerState> parse_cpu_manager_state(std::string_view text, const std
     out.default_cpu_set = *set;
   }
   // entries: pod UID -> container name -> cpuset
-  auto entries = object_member(*json, "entries", file, "entries");
-  if (!entries) return tl::unexpected(entries.error());
-  if (*entries == nullptr) return out;
-  for (const auto& [pod, containers] : (*entries)->items()) {
-    if (!containers.is_object()) return bad_member(file, "entries." + pod, "an object");
-    for (const auto& [container, value] : containers.items()) {
-      auto set = parse_set(value, "entries." + pod + "." + container);
-      if (!set) return tl::unexpected(set.error());
-      out.exclusive_cpus |= *set;
-    }
-  }
+  auto visited = each_container_entry(*json, file, [&](const std::string& pod, const std::string& member,
+                                                       const nlohmann::json& value) -> Status {
+    auto set = parse_set(value, member);
+    if (!set) return tl::unexpected(set.error());
+    out.exclusive_cpus |= *set;
+    out.pods[pod] |= *set;
+    return {};
+  });
+  if (!visited) return tl::unexpected(visited.error());
   return out;
 }
 
@@ -203,8 +230,8 @@ Result<MemoryManagerState> parse_memory_manager_state(std::string_view text, con
   // "reserved" is what containers have been assigned.
   auto machine_state = object_member(*json, "machineState", file, "machineState");
   if (!machine_state) return tl::unexpected(machine_state.error());
-  if (*machine_state == nullptr) return out;
-  for (const auto& [node, state] : (*machine_state)->items()) {
+  const nlohmann::json no_nodes = nlohmann::json::object();
+  for (const auto& [node, state] : (*machine_state ? **machine_state : no_nodes).items()) {
     const std::string member = "machineState." + node;
     const auto id = node_id(node);
     if (!id) return bad_member(file, member, "a NUMA node id (a decimal number) as the key");
@@ -219,7 +246,36 @@ Result<MemoryManagerState> parse_memory_manager_state(std::string_view text, con
     const auto bytes = (*memory)->find("reserved");
     if (bytes == (*memory)->end() || !bytes->is_number_unsigned()) return bad_member(file, reserved, "a number of bytes");
     out.assigned_memory[*id] = bytes->get<std::uint64_t>();
+    if (const auto allocatable = (*memory)->find("allocatable"); allocatable != (*memory)->end()) {
+      if (!allocatable->is_number_unsigned()) return bad_member(file, member + ".memoryMap.memory.allocatable", "a number of bytes");
+      out.allocatable_memory[*id] = allocatable->get<std::uint64_t>();
+    }
   }
+  // entries: pod UID -> container -> [{numaAffinity: [node...], type, size}]
+  auto visited = each_container_entry(*json, file, [&](const std::string& pod, const std::string& member,
+                                                       const nlohmann::json& blocks) -> Status {
+    if (!blocks.is_array()) return bad_member(file, member, "an array of memory blocks");
+    for (const auto& block : blocks) {
+      const auto type = block.find("type");
+      const auto size = block.find("size");
+      const auto affinity = block.find("numaAffinity");
+      if (!block.is_object() || type == block.end() || !type->is_string() || size == block.end() ||
+          !size->is_number_unsigned() || affinity == block.end() || !affinity->is_array()) {
+        return bad_member(file, member, "memory blocks of {numaAffinity, type, size}");
+      }
+      if (*type != "memory") continue;
+      NodeSet nodes;
+      for (const auto& node : *affinity) {
+        if (!node.is_number_unsigned() || node.get<std::uint64_t>() > CpuSet::kMaxId) {
+          return bad_member(file, member + ".numaAffinity", "NUMA node ids");
+        }
+        nodes.insert(node.get<unsigned>());
+      }
+      charge(out.pods[pod], nodes, size->get<std::uint64_t>());
+    }
+    return {};
+  });
+  if (!visited) return tl::unexpected(visited.error());
   return out;
 }
 
@@ -238,14 +294,11 @@ Allocations allocations_of_pods(std::string source, std::optional<Allocatable> a
     for (const auto& container : pod.containers) {
       out.exclusive_cpus |= container.cpus;
       for (const auto& block : container.memory) {
-        const auto nodes = block.nodes.ids();
-        if (nodes.empty()) continue;
-        for (std::size_t i = 0; i < nodes.size(); ++i) {
-          // Even shares; the first node takes the remainder. Saturating:
-          // sizes come off the wire.
-          const std::uint64_t share = block.bytes / nodes.size() + (i == 0 ? block.bytes % nodes.size() : 0);
-          std::uint64_t& total = out.assigned[nodes[i]][block.resource];
-          total = saturating_add(total, share);
+        std::map<unsigned, std::uint64_t> on_nodes;
+        charge(on_nodes, block.nodes, block.bytes);
+        for (const auto& [node, bytes] : on_nodes) {
+          std::uint64_t& total = out.assigned[node][block.resource];
+          total = saturating_add(total, bytes);
         }
       }
     }
@@ -255,12 +308,25 @@ Allocations allocations_of_pods(std::string source, std::optional<Allocatable> a
 }
 
 Allocations allocations_of_state_files(std::string source, const std::optional<CpuManagerState>& cpus,
-                                       const std::optional<MemoryManagerState>& memory) {
+                                       const std::optional<MemoryManagerState>& memory,
+                                       const std::set<std::string>& ended) {
   Allocations out;
   out.source = std::move(source);
-  if (cpus) out.exclusive_cpus = cpus->exclusive_cpus;
+  if (cpus) {
+    for (const auto& [pod, set] : cpus->pods) {
+      if (!ended.contains(pod)) out.exclusive_cpus |= set;
+    }
+  }
   if (memory) {
     for (const auto& [node, bytes] : memory->assigned_memory) out.assigned[node]["memory"] = bytes;
+    for (const auto& [pod, on_nodes] : memory->pods) {
+      if (!ended.contains(pod)) continue;
+      for (const auto& [node, bytes] : on_nodes) {
+        std::uint64_t& total = out.assigned[node]["memory"];
+        total -= std::min(total, bytes);
+      }
+    }
+    out.allocatable_memory = memory->allocatable_memory;
   }
   return out;
 }

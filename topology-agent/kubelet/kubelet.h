@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,6 +39,7 @@ struct CpuManagerState {
   std::string policy;
   CpuSet default_cpu_set;  // shared pool
   CpuSet exclusive_cpus;   // held by Guaranteed containers
+  std::map<std::string, CpuSet> pods;  // pod UID -> its containers' exclusive CPUs
 };
 Result<CpuManagerState> parse_cpu_manager_state(std::string_view json, const std::string& file);
 
@@ -45,7 +47,12 @@ Result<CpuManagerState> parse_cpu_manager_state(std::string_view json, const std
 // assigned on each NUMA node (bytes, ordinary memory only).
 struct MemoryManagerState {
   std::string policy;
-  std::map<unsigned, std::uint64_t> assigned_memory;
+  std::map<unsigned, std::uint64_t> assigned_memory;     // machineState: reserved
+  std::map<unsigned, std::uint64_t> allocatable_memory;  // machineState: allocatable, where written
+  // entries: pod UID -> NUMA node -> bytes of its containers' memory blocks.
+  // The Static policy forgets an ended pod's entries only when it next admits
+  // one (v1.34): until then they stay counted in `assigned_memory`.
+  std::map<std::string, std::map<unsigned, std::uint64_t>> pods;
 };
 Result<MemoryManagerState> parse_memory_manager_state(std::string_view json, const std::string& file);
 
@@ -87,13 +94,19 @@ struct Allocations {
   // NUMA node -> resource -> bytes pinned there. The API does not say how a
   // block spread over several nodes divides, so it is charged evenly.
   std::map<unsigned, std::map<std::string, std::uint64_t>> assigned;
+  // The Memory Manager's allocatable ordinary memory per NUMA node, from its
+  // state file: what the kubelet offers where no API said (`allocatable`).
+  std::map<unsigned, std::uint64_t> allocatable_memory;
   bool stale = false;  // the last good view, kept because the latest query failed
 };
 
 Allocations allocations_of_pods(std::string source, std::optional<Allocatable> allocatable,
                                 std::vector<PodAllocation> pods);
-// The fallback: totals from cpu_manager_state and memory_manager_state.
+// The fallback: totals from cpu_manager_state and memory_manager_state,
+// less what their entries give pods in `ended` (UIDs of pods the kubelet no
+// longer runs: their entries outlive them, see MemoryManagerState).
 Allocations allocations_of_state_files(std::string source, const std::optional<CpuManagerState>& cpus,
-                                       const std::optional<MemoryManagerState>& memory);
+                                       const std::optional<MemoryManagerState>& memory,
+                                       const std::set<std::string>& ended = {});
 
 }  // namespace numaserve::agent::kubelet

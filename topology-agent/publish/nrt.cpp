@@ -59,9 +59,14 @@ nlohmann::json zone_resources(const NumaNode& node, const discover::NodeReport& 
   // A memory-only node's memory is real capacity, but no pod can be aligned
   // with it, so none is allocatable unless the kubelet says otherwise.
   const std::uint64_t memory = node.ordinary_memory();
-  const std::uint64_t memory_allocatable = api_allocatable(allocations, "memory", node.os_index)
-                                               .value_or(room ? room->allocatable_memory
-                                                              : node.memory_only() ? 0 : memory);
+  std::optional<std::uint64_t> kubelet_memory = api_allocatable(allocations, "memory", node.os_index);
+  if (!kubelet_memory && allocations) {
+    if (const auto it = allocations->allocatable_memory.find(node.os_index); it != allocations->allocatable_memory.end()) {
+      kubelet_memory = it->second;
+    }
+  }
+  const std::uint64_t memory_allocatable =
+      kubelet_memory.value_or(room ? room->allocatable_memory : node.memory_only() ? 0 : memory);
   resources.push_back(resource("memory", memory, memory_allocatable,
                                memory_allocatable -
                                    std::min(memory_allocatable, assigned(allocations, node.os_index, "memory"))));

@@ -65,6 +65,18 @@ TEST(Discover, BrokenKubeletFilesAreWarningsAndDiscoveryGoesOn) {
   EXPECT_EQ(report->warnings.size(), 3u) << ::testing::PrintToString(report->warnings);
 }
 
+// The state files alone: a pod whose directory the kubelet has removed no
+// longer holds memory, though the Memory Manager's file still says so; the
+// memory allocatable is the Memory Manager's own figure.
+TEST(Discover, StateFilesLeaveOutEndedPods) {
+  auto report = discover_node(with_kubelet_files("ended-pod"));
+  ASSERT_TRUE(report.has_value()) << report.error().message;
+  ASSERT_TRUE(report->allocations.has_value());
+  EXPECT_EQ(report->allocations->exclusive_cpus, CpuSet{1});
+  EXPECT_EQ(report->allocations->assigned.at(0).at("memory"), 1ull << 30);
+  EXPECT_EQ(report->allocations->allocatable_memory.at(0), 25171337216ull);
+}
+
 TEST(Discover, LiveNodeIncludesTheAgentsOwnPlacement) {
   auto report = discover_node(DiscoverConfig::of(TopologySource::live()));
   ASSERT_TRUE(report.has_value()) << report.error().message;

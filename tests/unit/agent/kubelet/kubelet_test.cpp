@@ -131,5 +131,45 @@ TEST(MemoryManagerState, AssignedMemoryPerNode) {
   EXPECT_NE(broken.error().message.find("machineState.0.memoryMap.memory.reserved"), std::string::npos);
 }
 
+// A real kubelet's files with a pod that ended: the Memory Manager still
+// counts its 64 MiB; the pods the kubelet no longer runs are left out.
+TEST(StateFiles, EntriesOfEndedPodsAreNotCounted) {
+  auto cpus = parse_cpu_manager_state(fixture("ended-pod/cpu_manager_state"), "cpu_manager_state");
+  auto memory = parse_memory_manager_state(fixture("ended-pod/memory_manager_state"), "memory_manager_state");
+  ASSERT_TRUE(cpus.has_value()) << cpus.error().message;
+  ASSERT_TRUE(memory.has_value()) << memory.error().message;
+  const std::string live = "6b1c2e6f0f3d4c8a9e2d7a51c0b8e4f2", ended = "972f5e0bd745608f8e187749d864a713";
+  EXPECT_EQ(cpus->pods.at(live), CpuSet{1});
+  EXPECT_EQ(memory->pods.at(live).at(0), 1ull << 30);
+  EXPECT_EQ(memory->pods.at(ended).at(0), 64ull << 20);
+  EXPECT_EQ(memory->allocatable_memory.at(0), 25171337216ull);
+
+  const std::optional<CpuManagerState> cpu_state = *cpus;
+  const std::optional<MemoryManagerState> memory_state = *memory;
+  const auto all = allocations_of_state_files("dir", cpu_state, memory_state);
+  EXPECT_EQ(all.assigned.at(0).at("memory"), (1ull << 30) + (64ull << 20));
+  const auto running = allocations_of_state_files("dir", cpu_state, memory_state, {ended});
+  EXPECT_EQ(running.assigned.at(0).at("memory"), 1ull << 30);
+  EXPECT_EQ(running.exclusive_cpus, CpuSet{1});
+  EXPECT_EQ(running.allocatable_memory.at(0), 25171337216ull);
+  const auto none = allocations_of_state_files("dir", cpu_state, memory_state, {live, ended});
+  EXPECT_EQ(none.assigned.at(0).at("memory"), 0u);
+  EXPECT_TRUE(none.exclusive_cpus.empty());
+
+  // A block over two nodes is charged evenly; malformed entries name themselves.
+  auto spread = parse_memory_manager_state(
+      R"({"policyName":"Static","entries":{"p":{"c":[{"numaAffinity":[0,1],"type":"memory","size":3}]}}})", "m");
+  ASSERT_TRUE(spread.has_value()) << spread.error().message;
+  EXPECT_EQ(spread->pods.at("p").at(0), 2u);
+  EXPECT_EQ(spread->pods.at("p").at(1), 1u);
+  for (const char* bad : {R"({"policyName":"Static","entries":{"p":{"c":{}}}})",
+                          R"({"policyName":"Static","entries":{"p":{"c":[{"type":"memory","size":1}]}}})",
+                          R"({"policyName":"Static","entries":{"p":{"c":[{"numaAffinity":[-1],"type":"memory","size":1}]}}})"}) {
+    auto s = parse_memory_manager_state(bad, "m");
+    ASSERT_FALSE(s.has_value()) << bad;
+    EXPECT_NE(s.error().message.find("m: entries.p.c"), std::string::npos) << s.error().message;
+  }
+}
+
 }  // namespace
 }  // namespace numaserve::agent::kubelet

@@ -94,6 +94,7 @@ TEST(Nrt, AvailableSubtractsWhatTheKubeletAssignedAndAttributesComeFromItsConfig
       }
       if (r["name"] == "memory") {
         const std::uint64_t assigned = zone["name"] == "node-0" ? 16ull << 30 : 8ull << 30;
+        EXPECT_EQ(r["allocatable"], 33233567744ull);  // the Memory Manager's, from its state file
         EXPECT_EQ(r["available"].get<std::uint64_t>(), r["allocatable"].get<std::uint64_t>() - assigned);
       }
     }
