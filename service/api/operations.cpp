@@ -65,6 +65,7 @@ json versions_json(const ModelTable& table, const CpuSet& nodes) {
                               {"blas", graph.linear.blas}}},
                   {"precision", precision_json(m->precision())}};
     if (auto pages = numa::locate_pages(m->weights())) {
+      entry["pages_method"] = pages->method;
       entry["pages_per_node"] = pages_json(pages->pages_per_node);
       entry["pages_not_resident"] = pages->not_resident;
       entry["local_fraction"] = pages->share_on(nodes);

@@ -9,8 +9,10 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <sstream>
 
+#include "numaserve/common/numa_maps.h"
 #include "numaserve/common/text_file.h"
 
 namespace numaserve::numa {
@@ -101,7 +103,9 @@ Result<PageLocations> locate_pages(const std::vector<MemoryRange>& ranges) {
     const std::size_t n = std::min(kChunk, pages.size() - i);
     // nodes == nullptr: report each page's node, move nothing.
     if (move_pages(0, n, pages.data() + i, nullptr, status.data(), 0) != 0) {
-      return make_error(Error::Code::kUnavailable, std::string("move_pages: ") + std::strerror(errno));
+      const int error = errno;
+      if (error == EPERM || error == ENOSYS) return locate_mappings(ranges);
+      return make_error(Error::Code::kUnavailable, std::string("move_pages: ") + std::strerror(error));
     }
     for (std::size_t k = 0; k < n; ++k) {
       if (status[k] >= 0) {
@@ -110,6 +114,33 @@ Result<PageLocations> locate_pages(const std::vector<MemoryRange>& ranges) {
         ++out.not_resident;
       }
     }
+  }
+  return out;
+}
+
+Result<PageLocations> locate_mappings(const std::vector<MemoryRange>& ranges) {
+  auto text = read_text_file("/proc/self/numa_maps");
+  if (!text) return tl::unexpected(text.error());
+  auto maps = parse_numa_maps(*text);
+  if (!maps) return tl::unexpected(maps.error());
+  std::sort(maps->begin(), maps->end(), [](const NumaMapping& a, const NumaMapping& b) { return a.start < b.start; });
+  // numa_maps names where each mapping starts, not where it ends: a range
+  // lies in the last mapping that starts at or before it, and in any that
+  // start within it.
+  std::set<std::size_t> held;
+  for (const auto& range : ranges) {
+    if (range.bytes == 0) continue;
+    const auto start = reinterpret_cast<std::uintptr_t>(range.start);
+    auto it = std::upper_bound(maps->begin(), maps->end(), start,
+                               [](std::uintptr_t address, const NumaMapping& m) { return address < m.start; });
+    if (it != maps->begin()) held.insert(static_cast<std::size_t>(it - maps->begin()) - 1);
+    for (; it != maps->end() && it->start < start + range.bytes; ++it) held.insert(static_cast<std::size_t>(it - maps->begin()));
+  }
+  const auto page = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+  PageLocations out;
+  out.method = "numa_maps";
+  for (const std::size_t i : held) {
+    for (const auto& [node, pages] : (*maps)[i].pages_per_node) out.pages_per_node[node] += pages * ((*maps)[i].page_bytes / page);
   }
   return out;
 }

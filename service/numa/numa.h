@@ -53,13 +53,22 @@ struct MemoryRange {
 // Where the pages of some memory are, asked of the kernel page by page
 // (move_pages without moving): the proof that the model's weights are local.
 struct PageLocations {
+  // "move_pages", or "numa_maps" (locate_mappings) where that was refused.
+  std::string method = "move_pages";
   std::map<unsigned, std::uint64_t> pages_per_node;
   std::uint64_t not_resident = 0;  // never touched, or swapped out
   std::uint64_t resident() const;
   // Share of the resident pages on `nodes`; 1 when nothing is resident.
   double share_on(const NodeSet& nodes) const;
 };
+// Falls back to locate_mappings where move_pages is refused: the container
+// runtimes' default seccomp profile allows it only with CAP_SYS_NICE, which
+// a "restricted" pod cannot have.
 Result<PageLocations> locate_pages(const std::vector<MemoryRange>& ranges);
+// Coarser, from /proc/self/numa_maps: every page of the mappings that hold
+// the ranges, whatever else they hold (the heap's other allocations),
+// counted in base pages.
+Result<PageLocations> locate_mappings(const std::vector<MemoryRange>& ranges);
 
 // The process's threads as the kernel sees them, for /placement: every
 // worker and every OpenMP thread it started, with the CPUs it may run on.

@@ -77,6 +77,29 @@ TEST(Locate, UntouchedPagesAreNotResident) {
   EXPECT_DOUBLE_EQ(pages->share_on(NodeSet{}), 1.0);  // nothing resident: nothing remote
 }
 
+// What a pod under the runtime's default seccomp profile gets: the pages of
+// the mappings that hold the ranges. A mapping of its own, touched: all of
+// its pages, on an allowed node; untouched: none resident.
+TEST(Locate, MappingsFromNumaMapsWhereMovePagesIsRefused) {
+  constexpr std::size_t kPages = 256;
+  auto* touched = static_cast<char*>(mmap(nullptr, kPages * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  void* fresh = mmap(nullptr, 16 * 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(touched, MAP_FAILED);
+  ASSERT_NE(fresh, MAP_FAILED);
+  for (std::size_t i = 0; i < kPages * 4096; i += 4096) touched[i] = 1;
+  auto pages = locate_mappings({{touched + 4096, 10}});  // inside the mapping, not at its start
+  auto none = locate_mappings({{fresh, 16 * 4096}});
+  munmap(touched, kPages * 4096);
+  munmap(fresh, 16 * 4096);
+  ASSERT_TRUE(pages.has_value()) << pages.error().message;
+  EXPECT_EQ(pages->method, "numa_maps");
+  // The kernel may merge the mapping with a neighbour of the same kind.
+  EXPECT_GE(pages->resident(), kPages);
+  EXPECT_DOUBLE_EQ(pages->share_on(discover_placement("/").value().mems()), 1.0);
+  ASSERT_TRUE(none.has_value()) << none.error().message;
+  EXPECT_EQ(none->resident(), 0u);
+}
+
 TEST(Threads, ListsNamedThreadsWithTheirCpus) {
   const auto cpus = discover_placement("/").value().cpus();
   const CpuSet first = CpuSet::range(cpus.ids().front(), cpus.ids().front());
