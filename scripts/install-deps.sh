@@ -36,6 +36,10 @@ TEST_PACKAGES=(
   openssl curl jq
   yamllint unzip
   podman buildah runc debootstrap
+  # A real node (tests/k8s/node): containerd runs the kubelet's pods with
+  # runc, the CNI plugins give them a network, iptables stands in for
+  # kube-proxy's one rule in the VM.
+  containerd containernetworking-plugins iptables
   # The Redis feature store's tests: a real server, and the Python writer of
   # Feast's format (tests/service/feast_writer.py).
   redis-server redis-tools python3-redis python3-protobuf

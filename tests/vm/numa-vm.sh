@@ -38,6 +38,10 @@ root filesystem read-only; print its output and exit with its status.
       --cpu-props PROPS   appended to -cpu (host under KVM, max under TCG), e.g.
                           vendor=GenuineIntel,family=6,model=207: another CPU
                           model's CPUID with this one's features
+      --net               a virtio NIC on QEMU's user network: the guest's eth0
+                          (set up as 10.0.2.15/24, default route 10.0.2.2) reaches
+                          this machine's loopback at 10.0.2.2 (a real kubelet
+                          in the VM registering with an API server here)
   -v, --verbose           progress and the guest console on stderr
   -h, --help              this text
 
@@ -49,7 +53,7 @@ Tuning: NUMA_VM_CACHE (cache dir for the unpacked kernel), NUMA_VM_BOOT_SECS
 EOF
 }
 
-NODES=2 CPN=2 MEM=512 TIMEOUT=120 ACCEL=auto VERBOSE=0 CPU_PROPS=
+NODES=2 CPN=2 MEM=512 TIMEOUT=120 ACCEL=auto VERBOSE=0 CPU_PROPS= NET=0
 while (($#)); do
   case $1 in
     -n|--nodes) NODES=${2-}; shift 2 || usage_error "$1 needs a value" ;;
@@ -58,6 +62,7 @@ while (($#)); do
     -t|--timeout) TIMEOUT=${2-}; shift 2 || usage_error "$1 needs a value" ;;
     --accel) ACCEL=${2-}; shift 2 || usage_error "$1 needs a value" ;;
     --cpu-props) CPU_PROPS=${2-}; shift 2 || usage_error "$1 needs a value" ;;
+    --net) NET=1; shift ;;
     -v|--verbose) VERBOSE=1; shift ;;
     -h|--help) usage; exit 0 ;;
     --) shift; break ;;
@@ -200,6 +205,12 @@ mkdir -p "$CTL"
   echo 'mount -t cgroup2 cgroup2 /sys/fs/cgroup'
   echo '# Loopback up, as on any booted system: servers under test listen on it.'
   printf '%q ip link set lo up\n' "$BUSYBOX"
+  if ((NET)); then
+    echo 'modprobe virtio_net'
+    echo 'for i in 1 2 3 4 5 6 7 8 9 10; do [ -e /sys/class/net/eth0 ] && break; sleep 0.2; done'
+    printf '%q ip link set eth0 up && %q ip addr add 10.0.2.15/24 dev eth0 && %q ip route add default via 10.0.2.2\n' \
+      "$BUSYBOX" "$BUSYBOX" "$BUSYBOX"
+  fi
   printf '%q --noprofile --norc /run/numa-vm/cmd.sh </dev/null >/run/numa-vm/stdout 2>/run/numa-vm/stderr\n' "$BASH"
   echo 'echo $? > /run/numa-vm/rc'
   echo 'sync; poweroff -f'
@@ -226,6 +237,8 @@ QEMU_ARGS=(
   -virtfs local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap
   -virtfs "local,path=$CTL,mount_tag=ctl,security_model=none"
 )
+# QEMU's user network: 10.0.2.2 is this machine's loopback.
+((NET)) && QEMU_ARGS+=(-netdev user,id=net0 -device virtio-net-pci,netdev=net0)
 if ((NODES > 1)); then
   for ((n = 0; n < NODES; n++)); do
     QEMU_ARGS+=(-object "memory-backend-ram,id=mem$n,size=${MEM}M"

@@ -37,7 +37,7 @@
 # on their node.
 #
 # Binaries (and bin/crds: the Prometheus Operator's ServiceMonitor CRD) are
-# cached by the hash of go.mod, go.sum, the scheduler's and kubelet-admit's main.go, the Go
+# cached by the hash of go.mod, go.sum, the scheduler's, kubelet-admit's and podres' main.go, the Go
 # version and the build flags, in $NUMASERVE_K8S_CACHE (default
 # ~/.cache/numaserve/k8s).
 set -euo pipefail
@@ -69,7 +69,7 @@ ldflags() {
 binaries_dir() {
   command -v go >/dev/null || die "no go command: the Go toolchain builds the control plane"
   local key
-  key=$(cat "$HERE/go.mod" "$HERE/go.sum" "$HERE/nrt-scheduler/main.go" "$HERE/kubelet-admit/main.go" \
+  key=$(cat "$HERE/go.mod" "$HERE/go.sum" "$HERE/nrt-scheduler/main.go" "$HERE/kubelet-admit/main.go" "$HERE/podres/main.go" \
     <(go version; ldflags; echo "$PROMETHEUS_OPERATOR") |
     sha256sum | cut -c1-16)
   echo "${NUMASERVE_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/numaserve/k8s}/$(version)-$key"
@@ -88,7 +88,8 @@ build() {
       tmp=$(mktemp -d "$bin.tmp.XXXXXX")
       local start=$SECONDS
       (cd "$HERE" && go build -trimpath -ldflags="$(ldflags)" -o "$tmp/" k8s.io/kubernetes/cmd/kube-apiserver \
-        k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl ./nrt-scheduler ./kubelet-admit &&
+        k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl \
+        k8s.io/kubernetes/cmd/kubelet ./nrt-scheduler ./kubelet-admit ./podres &&
         go build -trimpath -ldflags=-s -o "$tmp/etcd" go.etcd.io/etcd/server/v3) >&2 ||
         { rm -rf "$tmp"; die "the control plane did not build"; }
       crds "$tmp/crds" || { rm -rf "$tmp"; die "the Prometheus Operator's CRDs could not be fetched"; }
@@ -227,10 +228,11 @@ start() {
   # The controllers a Deployment and a DaemonSet need to become pods, the
   # service accounts pods run as and the garbage collector, each with its
   # own account and RBAC role, as kubeadm runs them; not the node lifecycle
-  # controller.
+  # controller, unless KCM_CONTROLLERS names it (the node tests: a real
+  # kubelet posts the heartbeats it waits for).
   spawn kube-controller-manager "$bin/kube-controller-manager" --kubeconfig "$dir/controller-manager.kubeconfig" \
     --authentication-kubeconfig "$dir/controller-manager.kubeconfig" --authorization-kubeconfig "$dir/controller-manager.kubeconfig" \
-    --controllers deployment,replicaset,daemonset,serviceaccount,garbagecollector --leader-elect=false \
+    --controllers "${KCM_CONTROLLERS:-deployment,replicaset,daemonset,serviceaccount,garbagecollector}" --leader-elect=false \
     --use-service-account-credentials --root-ca-file "$pki/ca.crt" \
     --bind-address 127.0.0.1 --secure-port "$kcm_port" --cert-dir "$dir/pki/controller-manager-generated" --v 1
   local k=("$bin/kubectl" --kubeconfig "$dir/kubeconfig")

@@ -19,6 +19,13 @@
 // memory and are always admitted by these managers), a pod ending (nothing
 // is freed), and the kubelet's other admission handlers (eviction, node
 // resources, the pod's OS and node selectors: kube-scheduler checked those).
+//
+// It stays for the machines no real kubelet here can be: the fixture fleet's
+// 2-socket nodes of 56 to 96 CPUs. A real kubelet with these managers runs
+// in the node tests (tests/k8s/node): on a VM of two NUMA nodes it refuses
+// the pod no node can hold (TopologyAffinityError), admits the chart's
+// replicas one per NUMA node, frees a deleted pod's CPUs and memory, and its
+// PodResources agree with the agent's NodeResourceTopology.
 package main
 
 import (
