@@ -110,7 +110,15 @@ check_replicas() {
       fail "$pod: model pages not on node $mems"
     curl -sf --max-time 30 -X POST "http://$ip:8080/predict" -d '{"user": {"id": "u1"}, "items": [{"id": "i1"}, {"id": "i2"}]}' |
       jq -e '.scores | length == 2' >/dev/null || fail "$pod: /predict"
-  done < <(kube get pods -l app.kubernetes.io/component=service -o jsonpath='{range .items[*]}{.metadata.name} {.status.podIP}{"\n"}{end}')
+  done < <(kube get pods -l app.kubernetes.io/component=service --field-selector status.phase=Running \
+    -o jsonpath='{range .items[*]}{.metadata.name} {.status.podIP}{"\n"}{end}')
+}
+# The running replicas the kubelet put on NUMA node $1 (PodResources).
+replicas_on() {
+  local p
+  for p in $(kube get pods -l app.kubernetes.io/component=service --field-selector status.phase=Running -o jsonpath='{.items[*].metadata.name}'); do
+    [[ $(kubelet_placement ranking "$p" numaserve | cut -d' ' -f2) == "$1" ]] && echo "$p"
+  done
 }
 check_replicas
 step "replicas checked"
@@ -179,9 +187,12 @@ step "topology-aware scheduler"
 
 # 6. A replica's pod deleted, with the node cordoned so that its
 # replacement waits: the kubelet frees the pod's CPUs and memory, the agent
-# publishes them again; uncordoned, the replacement lands on the freed NUMA node.
+# publishes them again; uncordoned, the replacement lands on the freed NUMA
+# node. The replica on NUMA node 0, whose only allocatable CPU it holds (CPU
+# 0 is reserved): with it gone, one CPU is free on each node.
 NAMESPACE=ranking
-victim=$(kube get pods -l app.kubernetes.io/component=service -o jsonpath='{.items[0].metadata.name}')
+victim=$(replicas_on 0 | head -1)
+[[ -n $victim ]] || fail "no replica on NUMA node 0: $(podres | jq -c '.list')"
 read -r victim_cpus victim_node < <(kubelet_placement ranking "$victim" numaserve)
 kube cordon "$NODE_NAME" >/dev/null
 kube delete pod "$victim" --wait=true --timeout 120s >/dev/null
@@ -208,8 +219,7 @@ kube delete pod aligned-none --wait=true --timeout 60s >/dev/null
 NAMESPACE=ranking
 kube uncordon "$NODE_NAME" >/dev/null
 eventually 600 yields "$replicas" ready_replicas || fail "the replacement of $victim did not become ready"
-replacement=$(kube get pods -l app.kubernetes.io/component=service -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}' | grep -vx "$victim" |
-  while read -r p; do [[ $(kubelet_placement ranking "$p" numaserve | cut -d' ' -f2) == "$victim_node" ]] && echo "$p"; done)
+replacement=$(replicas_on "$victim_node" | grep -vx "$victim")
 [[ -n $replacement ]] && ok "the replacement $replacement runs on NUMA node $victim_node, as $victim did" ||
   fail "no replica on NUMA node $victim_node after $victim was replaced"
 check_replicas
@@ -259,6 +269,10 @@ else
 fi
 [[ $(pool_field '{.status.classes[*].readyReplicas}') == "$replicas" ]] ||
   fail "the operator's replicas: $(pool_field '{.status.classes[*].readyReplicas}'), the plan's: $replicas"
+# Pods the kubelet refused on the way (bound as their predecessors went):
+# the operator deletes them, the ReplicaSet makes others; said, not failed.
+echo "the operator's pods refused by the kubelet on the way: $(kube get pods -l numaserve.io/pool=numaserve --field-selector status.phase=Failed \
+  -o jsonpath='{range .items[*]}{.status.reason}: {.status.message}{"\n"}{end}' | sort | uniq -c | paste -sd ';')"
 check_replicas
 step "the operator's ServingPool"
 
