@@ -29,7 +29,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       if (!state) {
         names_file(state.error(), "cpu_manager_state");
       } else {
-        for (unsigned cpu : (state->default_cpu_set | state->exclusive_cpus).ids()) {
+        for (unsigned cpu : (state->default_cpu_set | state->exclusive_cpus()).ids()) {
           FUZZ_CHECK(cpu <= CpuSet::kMaxId, "CPU %u", cpu);
         }
       }

@@ -248,7 +248,7 @@ void to_json(nlohmann::json& j, const NodeReport& report) {
   }
   if (const auto& c = report.cpu_manager_state) {
     kubelet_json["cpu_manager_state"] = {
-        {"policy", c->policy}, {"default_cpu_set", c->default_cpu_set}, {"exclusive_cpus", c->exclusive_cpus}};
+        {"policy", c->policy}, {"default_cpu_set", c->default_cpu_set}, {"exclusive_cpus", c->exclusive_cpus()}};
   }
   if (const auto& m = report.memory_manager_state) {
     nlohmann::json assigned = nlohmann::json::object();

@@ -214,7 +214,6 @@ Result<CpuManagerState> parse_cpu_manager_state(std::string_view text, const std
                                                        const nlohmann::json& value) -> Status {
     auto set = parse_set(value, member);
     if (!set) return tl::unexpected(set.error());
-    out.exclusive_cpus |= *set;
     out.pods[pod] |= *set;
     return {};
   });
@@ -276,6 +275,12 @@ Result<MemoryManagerState> parse_memory_manager_state(std::string_view text, con
     return {};
   });
   if (!visited) return tl::unexpected(visited.error());
+  return out;
+}
+
+CpuSet CpuManagerState::exclusive_cpus() const {
+  CpuSet out;
+  for (const auto& [pod, cpus] : pods) out |= cpus;
   return out;
 }
 

@@ -38,8 +38,8 @@ Result<KubeletConfig> parse_kubelet_config(std::string_view yaml, const std::str
 struct CpuManagerState {
   std::string policy;
   CpuSet default_cpu_set;  // shared pool
-  CpuSet exclusive_cpus;   // held by Guaranteed containers
   std::map<std::string, CpuSet> pods;  // pod UID -> its containers' exclusive CPUs
+  CpuSet exclusive_cpus() const;       // held by Guaranteed containers: every pod's
 };
 Result<CpuManagerState> parse_cpu_manager_state(std::string_view json, const std::string& file);
 

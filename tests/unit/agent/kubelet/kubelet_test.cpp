@@ -58,11 +58,11 @@ TEST(CpuManagerState, CollectsExclusiveCpus) {
   auto s = parse_cpu_manager_state(fixture("numa-ready/cpu_manager_state"), "cpu_manager_state");
   ASSERT_TRUE(s.has_value()) << s.error().message;
   EXPECT_EQ(s->policy, "static");
-  EXPECT_EQ(s->exclusive_cpus.to_list(), "1-5,9-13,17-21,25-29");
+  EXPECT_EQ(s->exclusive_cpus().to_list(), "1-5,9-13,17-21,25-29");
   EXPECT_EQ(s->default_cpu_set.to_list(), "0,6-8,14-16,22-24,30-31");
   auto none = parse_cpu_manager_state(fixture("defaults/cpu_manager_state"), "cpu_manager_state");
   ASSERT_TRUE(none.has_value()) << none.error().message;
-  EXPECT_TRUE(none->exclusive_cpus.empty());
+  EXPECT_TRUE(none->exclusive_cpus().empty());
 }
 
 TEST(CpuManagerState, TruncatedOrMalformedIsAClearError) {
