@@ -9,6 +9,8 @@
 //            stage costs beside the forward, and the items/s no transport
 //            can exceed
 //   bodies   the /predict bodies `load` sends, one per line (for wrk)
+//   bags     the embedding-bag kernel alone on a float table and its bf16,
+//            int8 and int4 copies, every path (bags.cpp)
 // Each prints one JSON object on stdout, but bodies. forward is in
 // forward.cpp; what they all measure with in measure.cpp.
 #include <CLI/CLI.hpp>
@@ -16,6 +18,8 @@
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -294,16 +298,29 @@ CLI::App* add_forward(CLI::App& app, ForwardOptions& f) {
       ->capture_default_str();
   forward->add_flag("--bag-reuse-both", f.bag_reuse_both,
                     "Also run the optimized forward pooling every bag, even one repeating the row before's ids");
-  forward->add_flag("--bf16-beside", f.bf16_beside,
-                    "Also run the optimized forward in bf16 (where the CPU has bf16 instructions; else says why not)");
+  std::vector<std::string> narrowings;
+  for (const auto& n : kNarrowings) narrowings.emplace_back(n.name);
+  forward->add_option("--beside", f.beside,
+                      "Also run the optimized forward narrowed, each beside fp32 in the same rounds (comma-separated): "
+                      "bf16 (linear layers and tables), int8 (int8 linear layers and rowwise int8 tables), int8-tables, "
+                      "int4-tables (rowwise tables, fp32 linear layers); where the load refuses (no bf16 or VNNI "
+                      "instructions, the drift bound) the results say why")
+      ->delimiter(',')
+      ->check(CLI::IsMember(narrowings));
   forward->add_option("--linear", f.linear,
                       "The optimized forward's linear layers on numaserve's kernels (own), on LibTorch and its BLAS "
                       "(libtorch), or both side by side in alternating rounds")
       ->check(CLI::IsMember({"own", "libtorch", "both"}))
       ->capture_default_str();
-  forward->add_option("--precision", f.precision, "The optimized forward's precision (bf16: where the CPU has bf16 instructions)")
-      ->check(CLI::IsMember({"fp32", "bf16"}))
+  forward->add_option("--precision", f.precision,
+                      "The optimized forward's linear layers, as serve's option (bf16, int8: where the CPU has bf16 or "
+                      "VNNI instructions)")
+      ->check(CLI::IsMember({"fp32", "bf16", "int8"}))
       ->capture_default_str();
+  forward->add_option("--embedding-precision", f.embedding_precision,
+                      "The optimized forward's embedding tables, as serve's option (int8, int4: rowwise); default: as "
+                      "--precision")
+      ->check(CLI::IsMember({"fp32", "bf16", "int8", "int4"}));
 
   return forward;
 }
@@ -367,9 +384,9 @@ CLI::App* add_bodies(CLI::App& app, BodiesOptions& b) {
 }
 
 CLI::App* add_bags(CLI::App& app, BagsOptions& o) {
-  auto* bags = app.add_subcommand("bags", "The embedding-bag kernel on a float table and its bf16 copy, every path");
+  auto* bags = app.add_subcommand("bags", "The embedding-bag kernel on a float table and its bf16, int8 and int4 copies, every path");
   bags->add_option("--cpus", o.cpus, "Pin to these CPUs (list form)");
-  bags->add_option("--table-mb", o.table_mb, "The float table's size (the bf16 copy is half)")->capture_default_str();
+  bags->add_option("--table-mb", o.table_mb, "The float table's size (the bf16 copy is half; rowwise int8 and int4 copies beside it)")->capture_default_str();
   bags->add_option("--dim", o.dim)->capture_default_str();
   bags->add_option("--bags", o.bags, "Bags per call (a request's rows)")->capture_default_str();
   bags->add_option("--ids", o.ids, "Ids per bag in the second run (the first has one)")->capture_default_str();

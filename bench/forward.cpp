@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -22,13 +24,19 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
-// One side of `forward`: a model loaded with or without graph rewrites, and
-// what its calls measured.
+// One side of `forward`: a model loaded with or without graph rewrites, in
+// some precision, and what its calls measured.
 struct ForwardSide {
+  // Where its results go: "" the first side's (the top level), else the key
+  // naming what sets it apart from the first ("off", "libtorch_linear",
+  // "no_bag_reuse", or a narrowing's: "int8").
+  std::string key;
+  // Its ratio to the first side's items/s: a narrowing's is it over the
+  // first (its speedup over fp32), every other one's the first over it.
+  std::string speedup_key;
+  bool narrowed = false;
   bool optimized = true;
   bool bag_reuse = true;
-  bool bf16 = false;
-  bool linear_own = true;  // the linear layers on numaserve's kernels
   std::shared_ptr<model::TorchModel> model;
   std::vector<double> ms;
   double seconds = 0;
@@ -44,31 +52,54 @@ struct ForwardInput {
   std::size_t items_per_call = 0;
 };
 
-Result<ForwardSide> load_side(const ForwardOptions& o, bool optimized, bool linear_own, bool bf16) {
+// What each load is given: precision set even where fp32 (model.yaml's is
+// not what a side measures); the optimized forward's is --precision's.
+model::LoadOptions load_options(const ForwardOptions& o, bool optimized, bool linear_own) {
   model::LoadOptions load;
   load.graph_optimizations = optimized;
   load.huge_pages = o.huge_pages;
   load.linear_kernels = linear_own;
-  load.precision = bf16 ? features::Precision::kBf16 : features::Precision::kFp32;
+  load.precision = features::Precision::kFp32;
+  return load;
+}
+
+Result<ForwardSide> load_side(const ForwardOptions& o, const model::LoadOptions& load, std::string key, std::string speedup_key) {
   auto loaded = model::TorchModel::load(o.model_dir, load);
   if (!loaded) return tl::unexpected(loaded.error());
   ForwardSide side;
-  side.optimized = optimized;
-  side.bf16 = bf16;
-  side.linear_own = linear_own;
+  side.key = std::move(key);
+  side.speedup_key = std::move(speedup_key);
+  side.optimized = load.graph_optimizations;
   side.model = std::move(*loaded);
   return side;
 }
 
 // The optimized sides first (--linear: own, libtorch or both), then the
-// model as written; --precision applies to the optimized ones.
+// model as written; --precision and --embedding-precision apply to the
+// optimized ones.
 Result<std::vector<ForwardSide>> load_sides(const ForwardOptions& o) {
+  const auto precision = features::kPrecisionNames.parse(o.precision);
+  if (!precision) return make_error(Error::Code::kInvalidArgument, "--precision " + o.precision + ": not a precision");
+  std::optional<features::TablePrecision> tables;
+  if (!o.embedding_precision.empty()) {
+    tables = features::kTablePrecisionNames.parse(o.embedding_precision);
+    if (!tables) {
+      return make_error(Error::Code::kInvalidArgument, "--embedding-precision " + o.embedding_precision + ": not a table precision");
+    }
+  }
   std::vector<ForwardSide> sides;
   for (bool optimized : {true, false}) {
     if (o.graph_optimizations != "both" && (o.graph_optimizations == "on") != optimized) continue;
     for (bool own : {true, false}) {
       if (optimized ? o.linear != "both" && (o.linear == "own") != own : own) continue;
-      auto side = load_side(o, optimized, own, optimized && o.precision == "bf16");
+      auto load = load_options(o, optimized, own);
+      if (optimized) {
+        load.precision = *precision;
+        load.embedding_precision = tables;
+      }
+      const bool first = sides.empty();
+      auto side = load_side(o, load, first ? "" : optimized ? "libtorch_linear" : "off",
+                            first ? "" : optimized ? "linear_speedup" : "speedup");
       if (!side) return tl::unexpected(side.error());
       sides.push_back(std::move(*side));
     }
@@ -77,10 +108,45 @@ Result<std::vector<ForwardSide>> load_sides(const ForwardOptions& o) {
   // another copy of the tables may meet other pages (huge or not).
   if (o.bag_reuse_both && sides.front().optimized) {
     ForwardSide every_bag = sides.front();
+    every_bag.key = "no_bag_reuse";
+    every_bag.speedup_key = "bag_reuse_speedup";
     every_bag.bag_reuse = false;
     sides.push_back(std::move(every_bag));
   }
   return sides;
+}
+
+// --beside: each narrowing of the optimized forward (its linear layers as
+// the first side's), appended to `sides`; {key + "_error": why} for each
+// the load refused (no bf16 or VNNI instructions, the drift bound).
+Result<json> load_narrowed(const ForwardOptions& o, std::vector<ForwardSide>& sides) {
+  json refused = json::object();
+  if (o.beside.empty()) return refused;
+  if (o.precision != "fp32" || (!o.embedding_precision.empty() && o.embedding_precision != "fp32") || !sides.front().optimized) {
+    return make_error(Error::Code::kInvalidArgument,
+                      "--beside measures narrowed forwards beside the fp32 optimized one: not with --precision " + o.precision +
+                          (o.embedding_precision.empty() ? "" : " --embedding-precision " + o.embedding_precision) +
+                          " --graph-optimizations " + o.graph_optimizations);
+  }
+  for (const auto& name : o.beside) {
+    const auto n = std::find_if(kNarrowings.begin(), kNarrowings.end(), [&](const Narrowing& x) { return x.name == name; });
+    if (n == kNarrowings.end()) return make_error(Error::Code::kInvalidArgument, "--beside " + name + ": not a narrowing");
+    const std::string key(n->key);
+    if (std::any_of(sides.begin(), sides.end(), [&](const ForwardSide& s) { return s.key == key; }) || refused.contains(key + "_error")) {
+      continue;
+    }
+    auto load = load_options(o, true, o.linear != "libtorch");
+    load.precision = n->precision;
+    load.embedding_precision = n->tables;
+    auto side = load_side(o, load, key, key + "_speedup");
+    if (!side) {
+      refused[key + "_error"] = side.error().message;
+      continue;
+    }
+    side->narrowed = true;
+    sides.push_back(std::move(*side));
+  }
+  return refused;
 }
 
 // A call joins `requests` requests of `per_request` items, as a worker
@@ -171,6 +237,7 @@ json side_stats(ForwardSide& side, std::size_t items_per_call, double roofline_i
   json out = {{"graph_optimizations", side.optimized ? "on" : "off"},
               {"graph", side.model->graph_report().state},
               {"precision", side.model->precision().served},
+              {"tables", side.model->precision().tables},
               {"linear", {{"own_layers", linear.own}, {"kernels", linear.kernels}, {"libtorch_layers", linear.libtorch}}},
               {"weight_bytes", side.model->weight_bytes()},
               {"calls", ms.size()},
@@ -202,7 +269,7 @@ json joined_scores(model::TorchModel& m, const std::vector<features::Batch>& bat
 
 json measure_sides(const ForwardOptions& o, const ForwardInput& in, std::vector<ForwardSide>& sides) {
   model::set_intra_op_threads(o.threads);
-  // Side by side: alternating rounds, so drift on a noisy machine falls on both.
+  // Side by side: alternating rounds, so drift on a noisy machine falls on every side.
   const int rounds = sides.size() > 1 ? 5 : 1;
   for (auto& side : sides) measure(o, in, side, o.warmup, 0);
   for (int r = 0; r < rounds; ++r) {
@@ -228,26 +295,23 @@ json measure_sides(const ForwardOptions& o, const ForwardInput& in, std::vector<
                   {"runtime", model::runtime_summary()}});
   if (!line.is_null()) out["roofline"] = line;
   out["rows_share"] = o.rows_share;
-  const ForwardSide& first = sides.front();
-  for (std::size_t i = 1; i < sides.size(); ++i) {
-    const ForwardSide& side = sides[i];
-    // Each other side named by what sets it apart from the first.
-    const bool off = !side.optimized, bf16 = !off && side.bf16 != first.bf16;
-    const bool libtorch = !off && !bf16 && side.linear_own != first.linear_own;
-    const char* name = off ? "off" : bf16 ? "bf16" : libtorch ? "libtorch_linear" : "no_bag_reuse";
-    out[name] = side_stats(sides[i], in.items_per_call, roofline_items_per_s);
-    const double ratio = out["items_per_s"].get<double>() / out[name]["items_per_s"].get<double>();
-    // bf16 over fp32; the first side over each other one.
-    out[off ? "speedup" : bf16 ? "bf16_speedup" : libtorch ? "linear_speedup" : "bag_reuse_speedup"] = bf16 ? 1 / ratio : ratio;
-  }
-  for (const auto& side : sides) {
-    if (!side.bf16) continue;
-    // What the bf16 load found: its instructions, drift and timing of the linear layers.
+  const double first_items_per_s = out["items_per_s"].get<double>();
+  for (auto& side : sides) {
+    json& where = side.key.empty() ? out : out[side.key];
+    if (!side.key.empty()) {
+      where = side_stats(side, in.items_per_call, roofline_items_per_s);
+      const double ratio = first_items_per_s / where["items_per_s"].get<double>();
+      out[side.speedup_key] = side.narrowed ? 1 / ratio : ratio;
+    }
+    // What a narrowed load found: its instructions, its drift from fp32 on
+    // the load's random rows, and (-if-available) the linear layers' timing.
     const auto p = side.model->precision();
-    json& where = &side == &first ? out : out["bf16"];
+    if (!p.narrowed()) continue;
     where["instructions"] = p.instructions;
     where["max_drift_random_rows"] = p.max_drift;
-    where["linear_us_at_load"] = {{"fp32", p.fp32_us}, {"bf16", p.bf16_us}};
+    where["drift_bound"] = p.drift_bound;
+    if (!p.reason.empty()) where["reason"] = p.reason;  // why the linear layers stayed fp32
+    if (p.fp32_us > 0) where["linear_us_at_load"] = {{"fp32", p.fp32_us}, {p.served, p.candidate_us}};
   }
   model::set_bag_reuse(true);
   return out;
@@ -261,20 +325,13 @@ int run_forward(const ForwardOptions& o) {
   }
   auto sides = load_sides(o);
   if (!sides) return fail(sides.error().message);
-  std::string no_bf16;
-  if (o.bf16_beside && o.precision != "bf16") {
-    auto side = load_side(o, true, o.linear != "libtorch", true);
-    if (side) {
-      sides->push_back(std::move(*side));
-    } else {
-      no_bf16 = side.error().message;
-    }
-  }
+  auto refused = load_narrowed(o, *sides);
+  if (!refused) return fail(refused.error().message);
   auto in = forward_input(o, sides->front().model->spec());
   if (!in) return fail(in.error().message);
   return print(on_pinned_thread(o.cpus, [&]() -> json {
     json out = measure_sides(o, *in, *sides);
-    if (!no_bf16.empty()) out["bf16_error"] = no_bf16;
+    out.update(*refused);
     return out;
   }));
 }

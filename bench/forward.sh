@@ -10,12 +10,16 @@
 # (AVX2, portable), what a machine without AVX-512 gets; each also with the
 # fused forward pooling every bag (no reuse of a bag that repeats the row
 # before's: a request's user bags), and at 200 rows that share nothing
-# (every row another user's); each also in bf16 beside fp32 where the CPU
-# has bf16 instructions (precision bf16: tables and larger layers in bf16),
-# with the embedding-bag kernel alone on a float table and its bf16 copy on
-# every path (`numaserve-bench bags`: what bf16 tables cost or gain on a CPU
-# without bf16 products), and bf16's drift from fp32 on 1,000 generated
-# requests (`numaserve check-model --precision bf16 --requests`); each
+# (every row another user's); each also narrowed beside fp32 in the same
+# rounds (--beside): in bf16 where the CPU has bf16 instructions (precision
+# bf16: tables and linear layers), in int8 where it has VNNI (precision
+# int8: int8 linear layers and rowwise int8 tables), and with rowwise int8
+# and int4 tables under fp32 linear layers (embedding_precision int8, int4);
+# with the embedding-bag kernel alone on a float table and its bf16, int8
+# and int4 copies on every path (`numaserve-bench bags`: what narrower
+# tables cost or gain in the bags alone), and each narrowing's drift from
+# fp32 on 1,000 generated requests (`numaserve check-model --precision ...
+# --requests`); each
 # also with the linear layers on LibTorch and its BLAS beside numaserve's
 # kernels (--linear both), and LibTorch's linear layers with the BLAS as
 # numaserve leaves it against OPENBLAS_CORETYPE forced to the CPU's best
@@ -48,14 +52,24 @@ prepare_models
 out=${out:-bench/results/forward-$(date -u +%Y%m%dT%H%M%SZ).json}
 mkdir -p "$(dirname "$out")"
 
+# The narrowings beside fp32 (forward --beside), and check-model's flags for each.
+narrowings=(bf16 int8 int8-tables int4-tables)
+narrowing_flags() {
+  case $1 in
+    bf16 | int8) echo --precision "$1" ;;
+    *-tables) echo --precision fp32 --embedding-precision "${1%-tables}" ;;
+  esac
+}
+
 runs=()
 measure() {  # model items [forward flags...]
   local model=$1 items=$2
   shift 2
   echo "forward: $model, $items rows $* ..." >&2
-  runs+=("$(timeout $((seconds * 3 + 120)) "$bench" forward --model-dir "$models/$model" \
+  # Eight sides of $seconds each, their warm-ups and loads.
+  runs+=("$(timeout $((seconds * 10 + 180)) "$bench" forward --model-dir "$models/$model" \
     --feature-store "$models/store.jsonl" --items "$items" --cpus "$cpus" --seconds "$seconds" --warmup 2 \
-    --graph-optimizations both --bag-reuse-both --bf16-beside --linear both --roofline "$@")")
+    --graph-optimizations both --bag-reuse-both --beside "$(IFS=,; echo "${narrowings[*]}")" --linear both --roofline "$@")")
 }
 for model in ranker_a ranker_b dlrm; do
   for items in 200 1000; do measure "$model" "$items"; done
@@ -88,27 +102,44 @@ if [[ -n $best_core ]]; then
     done
   done
 fi
-echo "bags: fp32 and bf16 tables, every path ..." >&2
+echo "bags: fp32, bf16, int8 and int4 tables, every path ..." >&2
 bags=$("$bench" bags --cpus "$cpus" --seconds "$((seconds * 2))")
 drift="{}"
 bodies=$(mktemp)
 trap 'rm -f "$bodies"' EXIT
 "$bench" bodies --feature-store "$models/store.jsonl" --items 200 --requests 1000 > "$bodies"
 for model in ranker_a dlrm; do
-  echo "drift: $model in bf16 against fp32 on 1,000 requests ..." >&2
-  report=$("$numaserve" check-model "$models/$model" --precision bf16 --requests "$bodies" \
-    --feature-store "$models/store.jsonl" 2>&1 | sed -n '/bf16 against fp32/,$p' || true)
-  drift=$(jq --arg m "$model" --arg r "${report:-no bf16 on this CPU}" '. + {($m): $r}' <<< "$drift")
+  for narrowing in "${narrowings[@]}"; do
+    echo "drift: $model, $narrowing against fp32 on 1,000 requests ..." >&2
+    text=$("$numaserve" check-model "$models/$model" $(narrowing_flags "$narrowing") --requests "$bodies" \
+      --feature-store "$models/store.jsonl" 2>&1 || true)
+    # Its report, or why the load refused (no bf16 or VNNI on this CPU, the drift bound: the last line).
+    if grep -q 'against fp32 on' <<< "$text"; then
+      report=$(sed -n '/against fp32 on/,$p' <<< "$text")
+    else
+      report="  not served: $(tail -1 <<< "$text")"
+    fi
+    drift=$(jq --arg m "$model" --arg n "$narrowing" --arg r "$report" '.[$m] += {($n): $r}' <<< "$drift")
+  done
 done
 printf '%s\n' "${runs[@]}" | jq -s --arg machine "$(lscpu | sed -n 's/^Model name: *//p')" \
   --argjson bags "$bags" --argjson drift "$drift" --argjson blas "$blas" \
-  '{machine: $machine, runs: ., bags: $bags, drift: $drift, blas_fallback: $blas}' > "$out"
+  --argjson narrowings "$(printf '%s\n' "${narrowings[@]}" | jq -R . | jq -s .)" \
+  '{machine: $machine, runs: ., narrowings: $narrowings, bags: $bags, drift: $drift, blas_fallback: $blas}' > "$out"
 jq -r '"machine: \(.machine); BLAS \(.runs[0].blas); sgemm \(.runs[0].roofline.sgemm_gflops | floor) GFLOP/s, gather \(.runs[0].roofline.gather_gb_per_s * 10 | floor / 10) GB/s",
   "model     kernels   rows  share    off items/s  on, no reuse  on items/s  on/off  reuse  p50 off/on ms   roofline items/s  off/on of roofline",
   (.runs[] | "\(.model | .+"        " | .[0:9]) \(.kernels | .+"         " | .[0:9]) \(.items_per_call | tostring | .+"     " | .[0:5]) \(.rows_share | .+"        " | .[0:8]) \(.off.items_per_s | floor | tostring | .+"            " | .[0:12]) \(.no_bag_reuse.items_per_s | floor | tostring | .+"             " | .[0:13]) \(.items_per_s | floor | tostring | .+"           " | .[0:11]) \(.speedup * 100 | round / 100 | tostring | .+"       " | .[0:7]) \(.bag_reuse_speedup * 100 | round / 100 | tostring | .+"      " | .[0:6]) \(.off.p50_ms * 1000 | round / 1000)/\(.p50_ms * 1000 | round / 1000)     \(.roofline.items_per_s | floor | tostring | .+"                 " | .[0:17]) \(.off.of_roofline * 100 | round)%/\(.of_roofline * 100 | round)%")' "$out"
-jq -r '"\nprecision bf16 beside fp32 (the optimized forward; \(.runs[0].bf16.instructions // "no bf16 on this CPU"))",
-  "model     kernels   rows  share    fp32 items/s  bf16 items/s  bf16/fp32  weights fp32/bf16 MiB  max drift (random rows)",
-  (.runs[] | "\(.model | .+"        " | .[0:9]) \(.kernels | .+"         " | .[0:9]) \(.items_per_call | tostring | .+"     " | .[0:5]) \(.rows_share | .+"        " | .[0:8]) \(.items_per_s | floor | tostring | .+"             " | .[0:13]) \(.bf16.items_per_s // 0 | floor | tostring | .+"             " | .[0:13]) \(.bf16_speedup // 0 | . * 100 | round / 100 | tostring | .+"          " | .[0:10]) \(.weight_bytes / 1048576 | round)/\(.bf16.weight_bytes // 0 | . / 1048576 | round)                \(.bf16.max_drift_random_rows // "-")"),
+jq -r 'def pad($n): tostring | (. + " " * $n) | .[0:$n];
+  def size: if . >= 1048576 then "\(. / 1048576 | round) MiB" else "\(. / 1024 | round) KiB" end;
+  "\nnarrowed beside fp32 (the optimized forward, same rounds; served: linear layers/tables, and their instructions)",
+  "model     kernels   rows  share    side         served                  fp32 items/s  side items/s  side/fp32  weights fp32/side      max drift (random rows)",
+  (.narrowings as $narrowings | .runs[] as $r | $narrowings[] | . as $name | gsub("-"; "_") as $k |
+   "\($r.model | pad(9)) \($r.kernels | pad(9)) \($r.items_per_call | pad(5)) \($r.rows_share | pad(8)) \($name | pad(12)) " +
+   if $r[$k] == null then "not served: \($r[$k + "_error"] // "not run")" else
+     ($r[$k] | "\("\(.precision)/\(.tables)\(if .instructions != "" then " (\(.instructions))" else "" end)" | pad(23)) ") +
+     "\($r.items_per_s | floor | pad(13)) \($r[$k].items_per_s | floor | pad(13)) \($r[$k + "_speedup"] * 100 | round / 100 | pad(10)) " +
+     "\("\($r.weight_bytes | size)/\($r[$k].weight_bytes | size)" | pad(22)) \($r[$k].max_drift_random_rows * 1e6 | round / 1e6)" +
+     (if $r[$k].reason then " (linear layers fp32: \($r[$k].reason))" else "" end) end),
   "\nlinear layers on numaserve'"'"'s kernels (own) against LibTorch and its BLAS (libtorch), fp32",
   "model     kernels   rows  share    own items/s   libtorch items/s  own/libtorch  own path",
   (.runs[] | "\(.model | .+"        " | .[0:9]) \(.kernels | .+"         " | .[0:9]) \(.items_per_call | tostring | .+"     " | .[0:5]) \(.rows_share | .+"        " | .[0:8]) \(.items_per_s | floor | tostring | .+"             " | .[0:13]) \(.libtorch_linear.items_per_s // 0 | floor | tostring | .+"                 " | .[0:17]) \(.linear_speedup // 0 | . * 100 | round / 100 | tostring | .+"             " | .[0:13]) \(.linear.kernels)"),
@@ -118,9 +149,10 @@ jq -r '"\nprecision bf16 beside fp32 (the optimized forward; \(.runs[0].bf16.ins
      (.blas_fallback | map(select(.env == "forced") | .items_per_s) | sort | .[length / 2 | floor]) as $f |
      "default \($d | floor) items/s (\(.blas_fallback[0].blas)), forced \($f | floor) items/s: default/forced \($d / $f * 100 | round / 100)"
    else "no OpenBLAS core to force" end),
-  "\nembedding bags alone, \(.bags.table_mb) MiB float table and its bf16 copy, \(.bags.bags_per_call) bags per call",
-  "kernels   ids/bag  fp32 bags/s   bf16 bags/s   bf16/fp32",
-  (.bags.runs[] | "\(.kernels | .+"         " | .[0:9]) \(.ids_per_bag | tostring | .+"        " | .[0:8]) \(.fp32_bags_per_s | floor | tostring | .+"             " | .[0:13]) \(.bf16_bags_per_s | floor | tostring | .+"             " | .[0:13]) \(.bf16_speedup * 100 | round / 100)"),
-  "\nbf16 against fp32 on 1,000 generated requests of 200 items (check-model --precision bf16 --requests)",
-  (.drift | to_entries[] | "\(.key):\n\(.value)")' "$out"
+  "\nembedding bags alone, \(.bags.table_mb) MiB float table and its copies (\(.bags.tables_mb as $mb | ["bf16", "int8", "int4"] | map("\(.) \($mb[.] | round) MiB") | join(", "))), \(.bags.bags_per_call) bags per call",
+  "kernels   ids/bag  fp32 bags/s   bf16 bags/s   bf16/fp32  int8 bags/s   int8/fp32  int4 bags/s   int4/fp32",
+  (.bags.runs[] | "\(.kernels | pad(9)) \(.ids_per_bag | pad(8)) \(.fp32_bags_per_s | floor | pad(13)) " +
+     (. as $run | ["bf16", "int8", "int4"] | map("\($run[. + "_bags_per_s"] | floor | pad(13)) \($run[. + "_speedup"] * 100 | round / 100 | pad(10))") | join(" "))),
+  "\neach narrowing against fp32 on 1,000 generated requests of 200 items (check-model --precision ... --requests)",
+  (.drift | to_entries[] | .key as $model | .value | to_entries[] | "\($model), \(.key):\n\(.value)")' "$out"
 echo "results: $out" >&2

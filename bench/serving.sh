@@ -22,6 +22,8 @@
 #   (bf)  (b) against a second server on the same CPU serving ranker_a
 #         with --precision bf16 (where the CPU has bf16 instructions): items/s
 #         beside (b)'s, p99, and the server's CPU per request
+#   (i8)  the same with --precision int8 (int8 linear layers where the CPU
+#         has VNNI, rowwise int8 tables), where check-model says it loads
 #   (r)   (b) with the features in Redis (Feast's online format, a
 #         redis-server on --client-cpus, loaded by `feature-store load`):
 #         warm, the item cache holding every item (a request asks Redis for
@@ -129,15 +131,19 @@ else
   start_server "$port" "$server_cpus" "$models/ranker_a" "$models/store.jsonl"
 fi
 
-# (bf)'s server, where this CPU serves bf16.
-bf16_port="" bf16_pid=""
-if "$numaserve" check-model "$models/ranker_a" --precision bf16 > /dev/null 2>&1; then
-  bf16_port=$(free_port)
-  start_server "$bf16_port" "$server_cpus" "$models/ranker_a" "$models/store.jsonl" --precision bf16
-  bf16_pid=$server_pid
-else
-  echo "(bf): no bf16 on this CPU: $("$numaserve" check-model "$models/ranker_a" --precision bf16 2>&1 | tail -1)" >&2
-fi
+# (bf) and (i8)'s servers: ranker_a in bf16 and in int8, each where this
+# CPU (and this build) serves it.
+narrowed=(bf16 int8)
+declare -A narrowed_port=() narrowed_pid=() narrowed_runs=()
+for precision in "${narrowed[@]}"; do
+  if "$numaserve" check-model "$models/ranker_a" --precision "$precision" > /dev/null 2>&1; then
+    narrowed_port[$precision]=$(free_port)
+    start_server "${narrowed_port[$precision]}" "$server_cpus" "$models/ranker_a" "$models/store.jsonl" --precision "$precision"
+    narrowed_pid[$precision]=$server_pid
+  else
+    echo "($precision): not served here: $("$numaserve" check-model "$models/ranker_a" --precision "$precision" 2>&1 | tail -1)" >&2
+  fi
+done
 
 # (r)'s Redis and the two servers that read it, when this build has the
 # Redis store. The servers read it over loopback TCP, not its unix socket: a
@@ -253,7 +259,7 @@ wrk_load() {
 }
 
 limit=$((seconds * 3 + 60))
-forward=() served=() batched=() stages=() wrks=() redis_warm=() redis_cold=() grpcs=() v2_json=() v2_binary=() bf16s=()
+forward=() served=() batched=() stages=() wrks=() redis_warm=() redis_cold=() grpcs=() v2_json=() v2_binary=()
 cluster_warm=() cluster_cold=()
 binary_tensors=0  # (v): a server that takes Triton's binary tensor data says so in its metadata
 curl -sf "http://127.0.0.1:$port/v2" | jq -e '.extensions | index("binary_tensor_data")' > /dev/null && binary_tensors=1
@@ -271,10 +277,12 @@ for ((r = 1; r <= repeats; r++)); do
     grpcs+=("$(load "$connections" 0 "$port" "$server_pid" --grpc "$grpc_port")")
     echo "round $r: Ranking.Predict over gRPC $(jq .items_per_s <<< "${grpcs[-1]}") items/s" >&2
   fi
-  if [[ -n $bf16_port ]]; then
-    bf16s+=("$(load "$connections" 0 "$bf16_port" "$bf16_pid")")
-    echo "round $r: /predict in bf16 $(jq .items_per_s <<< "${bf16s[-1]}") items/s" >&2
-  fi
+  for precision in "${narrowed[@]}"; do
+    [[ -n ${narrowed_port[$precision]:-} ]] || continue
+    run=$(load "$connections" 0 "${narrowed_port[$precision]}" "${narrowed_pid[$precision]}")
+    narrowed_runs[$precision]+=$run$'\n'
+    echo "round $r: /predict in $precision $(jq .items_per_s <<< "$run") items/s" >&2
+  done
   if ((binary_tensors)); then
     v2_json+=("$(load "$connections" 0 "$port" "$server_pid" --v2-infer json)")
     v2_binary+=("$(load "$connections" 0 "$port" "$server_pid" --v2-infer binary)")
@@ -335,7 +343,9 @@ jq -n --argjson forward "$(printf '%s\n' "${forward[@]}" | jq -s .)" \
   --argjson cluster_warm "$(printf '%s\n' "${cluster_warm[@]}" | jq -s .)" \
   --argjson cluster_cold "$(printf '%s\n' "${cluster_cold[@]}" | jq -s .)" \
   --argjson grpcs "$(printf '%s\n' "${grpcs[@]}" | jq -s .)" \
-  --argjson bf16s "$(printf '%s\n' "${bf16s[@]}" | jq -s .)" \
+  --argjson narrowed "$(for precision in "${narrowed[@]}"; do
+      printf '%s' "${narrowed_runs[$precision]:-}" | jq -sc --arg p "$precision" '{($p): .}'
+    done | jq -s add)" \
   --argjson v2_json "$(printf '%s\n' "${v2_json[@]}" | jq -s .)" \
   --argjson v2_binary "$(printf '%s\n' "${v2_binary[@]}" | jq -s .)" \
   --argjson sweep "$(printf '%s\n' "${swept[@]}" | jq -s .)" \
@@ -352,6 +362,7 @@ jq -n --argjson forward "$(printf '%s\n' "${forward[@]}" | jq -s .)" \
     stages_us: ($runs[0].stages_us | keys | map({key: ., value: ([$runs[].stages_us[.]] | median)}) | from_entries),
     transport_us: ([$runs[].transport_us] | median),
     redis_cpu_us_per_request: ([$runs[].redis_cpu_us_per_request] | median)};
+  def narrowed($runs): if ($runs | length) == 0 then null else summary($runs) + {vs_predict: per_round_ratio($runs; $served)} end;
   def redis($runs): if ($runs | length) == 0 then null else summary($runs) + {
     vs_embedded: per_round_ratio($runs; $served),
     p99_added_ms: ([range(0; $runs | length) as $i | $runs[$i].p99_ms - $served[$i].p99_ms] | median)} end;
@@ -369,7 +380,8 @@ jq -n --argjson forward "$(printf '%s\n' "${forward[@]}" | jq -s .)" \
    redis_transport: (if ($redis_warm | length) == 0 then null else "tcp loopback" end),
    redis_cluster_warm: cluster($cluster_warm; $redis_warm; 0.95),
    redis_cluster_cold: cluster($cluster_cold; $redis_cold; 0.85),
-   bf16: (if ($bf16s | length) == 0 then null else summary($bf16s) + {vs_predict: per_round_ratio($bf16s; $served)} end),
+   # (bf), (i8): beside (b) in the same rounds.
+   bf16: narrowed($narrowed.bf16), int8: narrowed($narrowed.int8),
    grpc: (if ($grpcs | length) == 0 then null else summary($grpcs) + {vs_predict: per_round_ratio($grpcs; $served),
      transport_vs_predict_us: ([range(0; $grpcs | length) as $i | $grpcs[$i].transport_us - $served[$i].transport_us] | median)} end),
    v2_infer: (if ($v2_json | length) == 0 then null else {json: summary($v2_json),
@@ -383,7 +395,7 @@ jq -n --argjson forward "$(printf '%s\n' "${forward[@]}" | jq -s .)" \
    sweep: $sweep,
    rounds: {forward: $forward, predict: $served, batched: $batched, stages: $stages, wrk: $wrks,
             redis_warm: $redis_warm, redis_cold: $redis_cold,
-            redis_cluster_warm: $cluster_warm, redis_cluster_cold: $cluster_cold, grpc: $grpcs, bf16: $bf16s, v2_json: $v2_json, v2_binary: $v2_binary}}' > "$out"
+            redis_cluster_warm: $cluster_warm, redis_cluster_cold: $cluster_cold, grpc: $grpcs, bf16: $narrowed.bf16, int8: $narrowed.int8, v2_json: $v2_json, v2_binary: $v2_binary}}' > "$out"
 
 jq -r '
   . as $root |
@@ -397,8 +409,8 @@ jq -r '
   "(b16) POST /predict, \(.connections * 4) conn: \(.batched.items_per_s | floor) items/s, p50 \(.batched.p50_ms | r2) ms, p99 \(.batched.p99_ms | r2) ms, errors \(.batched.errors), mean batch \(.batched.mean_batch_requests // "n/a" | tostring | .[0:4]) requests",
   "(w)   wrk, \(.connections) conn:       \(.wrk.items_per_s | floor) items/s, non-200 \(.wrk.non_200)",
   "(p)   pipeline, no HTTP:   \(.pipeline.items_per_s | floor) items/s",
-  (.bf16 | select(. != null) |
-    "(bf)  POST /predict, precision bf16, \($root.connections) conn: \(.items_per_s | floor) items/s = \(.vs_predict | r3) x (b), p50 \(.p50_ms | r2) ms, p99 \(.p99_ms | r2) ms, errors \(.errors); server CPU \(breakdown) us"),
+  ((["bf", "bf16"], ["i8", "int8"]) as [$tag, $precision] | $root[$precision] | select(. != null) |
+    "(\($tag))  POST /predict, precision \($precision), \($root.connections) conn: \(.items_per_s | floor) items/s = \(.vs_predict | r3) x (b), p50 \(.p50_ms | r2) ms, p99 \(.p99_ms | r2) ms, errors \(.errors); server CPU \(breakdown) us"),
   (.grpc | select(. != null) |
     "(g)   Ranking.Predict, gRPC, \($root.connections) conn: \(.items_per_s | floor) items/s = \(.vs_predict | r3) x (b), p50 \(.p50_ms | r2) ms, p99 \(.p99_ms | r2) ms, errors \(.errors); server CPU \(breakdown) us, outside the stages \(.transport_vs_predict_us | r2) us over (b)"),
   (.v2_infer | select(. != null) |

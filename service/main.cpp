@@ -82,14 +82,16 @@ int report_error(const numaserve::Error& e) {
 
 std::string precision_line(const numaserve::api::PrecisionReport& p) {
   using numaserve::format_number;
-  const std::string timing = p.fp32_us > 0 ? "; linear layers " + format_number(p.bf16_us) + " us in bf16, " +
+  const std::string asked = p.requested.substr(0, 4);
+  const std::string timing = p.fp32_us > 0 ? "; linear layers " + format_number(p.candidate_us) + " us in " + asked + ", " +
                                                  format_number(p.fp32_us) + " us in fp32 on " +
-                                                 std::to_string(numaserve::model::kBf16TimingRows) + " rows"
+                                                 std::to_string(numaserve::model::kTimingRows) + " rows"
                                            : "";
-  if (p.served == "bf16") {
-    return "  precision: bf16 (" + p.instructions + "); scores within " + format_number(p.max_drift) + " of fp32's on " +
-           std::to_string(numaserve::model::kBf16CheckRows) + " random rows (bound " + format_number(p.drift_bound) + ")" +
-           timing + "\n";
+  if (p.narrowed()) {
+    return "  precision: linear layers " + p.served + (p.instructions.empty() ? "" : " (" + p.instructions + ")") + ", tables " +
+           p.tables + "; scores within " + format_number(p.max_drift) + " of fp32's on " +
+           std::to_string(numaserve::model::kDriftCheckRows) + " random rows (bound " + format_number(p.drift_bound) + ")" +
+           timing + (p.reason.empty() ? "" : " (" + p.requested + ": " + p.reason + ")") + "\n";
   }
   return "  precision: fp32" + (p.reason.empty() ? std::string() : " (" + p.requested + ": " + p.reason + ")") + "\n";
 }
@@ -108,7 +110,12 @@ int report_drift(const std::string& dir, const numaserve::serve::CheckModelOptio
   auto drift = numaserve::model::precision_drift(dir, options, *requests, labels);
   if (!drift) return report_error(drift.error());
   const auto& d = *drift;
-  std::cout << "  bf16 against fp32 on " << d.requests << " requests (" << d.items << " items) of " << o.requests.string()
+  const std::string candidate =
+      std::string(numaserve::features::kPrecisionNames.name(options.precision.value_or(numaserve::features::Precision::kFp32))) +
+      (options.embedding_precision
+           ? " with " + std::string(numaserve::features::kTablePrecisionNames.name(*options.embedding_precision)) + " tables"
+           : "");
+  std::cout << "  " << candidate << " against fp32 on " << d.requests << " requests (" << d.items << " items) of " << o.requests.string()
             << ":\n    |score difference|: max " << d.max_abs << ", mean " << d.mean_abs
             << "\n    Spearman per request: min " << d.min_spearman << ", mean " << d.mean_spearman
             << "\n    top-10 overlap per request: min " << d.min_top10 << ", mean " << d.mean_top10 << "\n";
@@ -118,7 +125,7 @@ int report_drift(const std::string& dir, const numaserve::serve::CheckModelOptio
            (q->log_loss ? ", log-loss " + std::to_string(*q->log_loss) : std::string(", log-loss n/a (scores not in [0, 1])"));
   };
   if (!labels.empty()) {
-    std::cout << "    fp32: " << quality(d.reference_quality) << "\n    bf16: " << quality(d.candidate_quality) << "\n";
+    std::cout << "    fp32: " << quality(d.reference_quality) << "\n    " << candidate << ": " << quality(d.candidate_quality) << "\n";
   }
   return 0;
 }
@@ -128,9 +135,14 @@ int check_model(const std::string& dir, const numaserve::serve::CheckModelOption
   numaserve::model::LoadOptions options;
   options.graph_optimizations = o.graph_optimizations;
   options.precision = o.precision;
-  const bool bf16 = o.precision && *o.precision == numaserve::features::Precision::kBf16;
-  if (!o.requests.empty() && !bf16) {
-    std::cerr << kProgram << ": --requests reports bf16's drift from fp32: give --precision bf16\n";
+  options.embedding_precision = o.embedding_precision;
+  using numaserve::features::Precision;
+  using numaserve::features::TablePrecision;
+  const bool narrowed = o.precision.value_or(Precision::kFp32) != Precision::kFp32 ||
+                        o.embedding_precision.value_or(TablePrecision::kFp32) != TablePrecision::kFp32;
+  if (!o.requests.empty() && !narrowed) {
+    std::cerr << kProgram << ": --requests reports a narrower precision's drift from fp32: give --precision bf16 or int8 "
+                 "(or --embedding-precision)\n";
     return 2;
   }
   const auto checked = numaserve::model::check_model(dir, options);
@@ -148,7 +160,8 @@ int check_model(const std::string& dir, const numaserve::serve::CheckModelOption
 int serve(const numaserve::serve::ServeOptions& options) {
   namespace model = numaserve::model;
   numaserve::startup::Runtime runtime;
-  runtime.load = [graph = options.graph_optimizations, huge = options.huge_pages, precision = options.precision](
+  runtime.load = [graph = options.graph_optimizations, huge = options.huge_pages, precision = options.precision,
+                  tables = options.embedding_precision](
                      const std::filesystem::path& dir, const std::string& version,
                      double cpu_share) -> numaserve::Result<std::unique_ptr<numaserve::api::Model>> {
     model::LoadOptions load;
@@ -157,6 +170,7 @@ int serve(const numaserve::serve::ServeOptions& options) {
     load.cpu_share = cpu_share;
     load.huge_pages = huge;
     load.precision = precision;
+    load.embedding_precision = tables;
     auto loaded = model::TorchModel::load(dir, load);
     if (!loaded) return tl::unexpected(loaded.error());
     // What a request would otherwise find: the signature, and a forward on
@@ -194,7 +208,7 @@ struct Cli {
   CLI::App* check_cmd = app.add_subcommand(
       "check-model",
       "Load DIR as serve would, run one forward on default rows, report what is wrong and what it costs (and, with "
-      "--precision bf16 --requests, how far bf16 scores stray from fp32 on real requests)");
+      "--precision bf16|int8 --requests, how far its scores stray from fp32 on real requests)");
   CLI::App* extract_cmd = app.add_subcommand(
       "extract", "Print the tensors /predict would feed the model for each request on stdin (one JSON body per line)");
   CLI::App* options_cmd =

@@ -21,8 +21,11 @@ without /predict's limits, numaserve.collate(batches) to join batches as
 the service's batcher does, numaserve.RequestDataset over JSON Lines of
 requests with labels, numaserve.LocalServer(model_dir, feature_store) to
 serve an exported directory on loopback and compare its scores,
-numaserve.drift.compare(fp32, bf16, labels) for how far bf16 scores stray
-from fp32's (as `numaserve check-model --precision bf16` reports it). Refusals
+numaserve.drift.compare(fp32, bf16, labels) for how far a bf16 or int8
+serving's scores stray from fp32's (as `numaserve check-model --precision
+bf16` reports it; model.yaml's precision may be bf16 or int8, and its
+embedding_precision bf16, int8 or int4: spec.precision and
+spec.embedding_precision). Refusals
 raise RequestError (SpecError, StoreError for model.yaml and the store)
 with the service's .field and .message.
 """

@@ -1,7 +1,7 @@
 """How far a model's scores in one precision stray from another's, by the
 definitions the service's `numaserve check-model --precision bf16 --requests`
 uses (service/model/drift/drift.cpp): the training team's own check of a
-bf16 (or any other) serving change, on scores it has from both sides.
+bf16 or int8 (or any other) serving change, on scores it has from both sides.
 
     import numaserve
     report = numaserve.drift.compare(fp32_scores, bf16_scores, labels)
@@ -107,7 +107,7 @@ def log_loss(scores: Sequence[float], labels: Sequence[float]) -> Optional[float
 
 def compare(reference: Sequence[Sequence[float]], candidate: Sequence[Sequence[float]],
             labels: Optional[Sequence[Sequence[float]]] = None) -> Report:
-    """reference (fp32) against candidate (bf16), request by request; a
+    """reference (fp32) against candidate (bf16, int8, ...), request by request; a
     request whose two lists differ in length is skipped."""
     out = Report()
     abs_sum = spearman_sum = top_sum = 0.0

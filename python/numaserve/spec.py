@@ -190,8 +190,13 @@ class StoreMapping:
 _FEATURE_KEYS = {"name", "source", "kind", "table", "max_len", "transform", "mean", "std", "clip", "default",
                  "view", "store_name"}
 _ROOT_KEYS = {"name", "version", "hash_seed", "tables", "features", "output", "feature_store", "precision",
-              "precision_max_drift"}
-PRECISIONS = ("fp32", "bf16", "bf16-if-available")
+              "embedding_precision", "precision_max_drift"}
+# In the service's table order: a refusal lists them in this order.
+PRECISIONS = ("fp32", "bf16", "bf16-if-available", "int8", "int8-if-available")  # the linear layers
+EMBEDDING_PRECISIONS = ("fp32", "bf16", "int8", "int4")  # the tables; int8/int4 rowwise, a scale and bias per row
+# embedding_precision when model.yaml leaves it out: the tables follow precision.
+EMBEDDING_PRECISION_FOR = {"fp32": "fp32", "bf16": "bf16", "bf16-if-available": "bf16",
+                           "int8": "int8", "int8-if-available": "int8"}
 DEFAULT_MAX_DRIFT = 5e-3
 
 
@@ -328,8 +333,15 @@ class ModelSpec:
         self._by_key = {(f.name, f.source): f for f in features}
         self._checked_stores = weakref.WeakSet()  # stores check_store() passed
         # How the service runs the forward; the training side's check
-        # (numaserve.drift) compares a bf16 run with fp32 as its load does.
+        # (numaserve.drift) compares a bf16 or int8 run with fp32 as its load
+        # does. precision: the linear layers (one of PRECISIONS);
+        # embedding_precision: the tables' storage (one of
+        # EMBEDDING_PRECISIONS), always resolved: when model.yaml leaves it
+        # out it follows precision (EMBEDDING_PRECISION_FOR), and
+        # embedding_precision_explicit says whether model.yaml wrote it.
         self.precision: str = "fp32"
+        self.embedding_precision: str = "fp32"
+        self.embedding_precision_explicit: bool = False
         self.precision_max_drift: float = DEFAULT_MAX_DRIFT
 
     @classmethod
@@ -386,6 +398,12 @@ class ModelSpec:
         spec = cls(name_version[0], name_version[1], seed, tables, features, store, text, file)
         if root["precision"]:
             spec.precision = _one_of(root["precision"], file, "precision", PRECISIONS)
+        if root["embedding_precision"]:
+            spec.embedding_precision = _one_of(root["embedding_precision"], file, "embedding_precision",
+                                               EMBEDDING_PRECISIONS)
+            spec.embedding_precision_explicit = True
+        else:
+            spec.embedding_precision = EMBEDDING_PRECISION_FOR[spec.precision]
         if root["precision_max_drift"]:
             spec.precision_max_drift = _number(root["precision_max_drift"], file, "precision_max_drift")
             if spec.precision_max_drift <= 0:

@@ -14,6 +14,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "python"))
 import numaserve  # noqa: E402
 from numaserve import RequestError, SpecError, StoreError  # noqa: E402
+import numaserve.spec as spec_module  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "features"
 
@@ -177,6 +178,72 @@ def test_model_yaml_refusals(text, field, message):
         parse(text)
     assert e.value.field == field
     assert e.value.message == message if message else e.value.message.startswith("m/model.yaml line ")
+
+
+# --- model.yaml: precision and embedding_precision --------------------------
+
+PRECISION_BASE = "name: a\nversion: b\nfeatures: [{name: x, source: item, kind: numeric}]\n"
+
+
+def test_precision_defaults_to_fp32_tables_and_layers():
+    s = parse(PRECISION_BASE)
+    assert (s.precision, s.embedding_precision, s.embedding_precision_explicit) == ("fp32", "fp32", False)
+
+
+@pytest.mark.parametrize("precision, tables", [
+    ("fp32", "fp32"), ("bf16", "bf16"), ("bf16-if-available", "bf16"), ("int8", "int8"), ("int8-if-available", "int8"),
+])
+def test_embedding_precision_follows_precision_when_left_out(precision, tables):
+    s = parse(PRECISION_BASE + f"precision: {precision}\n")
+    assert (s.precision, s.embedding_precision, s.embedding_precision_explicit) == (precision, tables, False)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "bf16-if-available", "int8", "int8-if-available"])
+@pytest.mark.parametrize("tables", ["fp32", "bf16", "int8", "int4"])
+def test_embedding_precision_written_is_kept_with_any_precision(precision, tables):
+    for text in (f"precision: {precision}\nembedding_precision: {tables}\n",
+                 f"embedding_precision: {tables}\nprecision: {precision}\n"):  # either order
+        s = parse(PRECISION_BASE + text)
+        assert (s.precision, s.embedding_precision, s.embedding_precision_explicit) == (precision, tables, True)
+
+
+def test_embedding_precision_without_precision():
+    s = parse(PRECISION_BASE + "embedding_precision: int4\n")
+    assert (s.precision, s.embedding_precision, s.embedding_precision_explicit) == ("fp32", "int4", True)
+
+
+def test_precision_names_in_the_services_order():
+    assert spec_module.PRECISIONS == ("fp32", "bf16", "bf16-if-available", "int8", "int8-if-available")
+    assert spec_module.EMBEDDING_PRECISIONS == ("fp32", "bf16", "int8", "int4")
+    assert set(spec_module.EMBEDDING_PRECISION_FOR) == set(spec_module.PRECISIONS)
+    assert set(spec_module.EMBEDDING_PRECISION_FOR.values()) <= set(spec_module.EMBEDDING_PRECISIONS)
+
+
+PRECISION_WANT = "want one of fp32, bf16, bf16-if-available, int8, int8-if-available"
+EMBEDDING_WANT = "want one of fp32, bf16, int8, int4"
+
+
+@pytest.mark.parametrize("text, field, message", [
+    ("precision: fp16\n", "precision", f"m/model.yaml line 4: precision: {PRECISION_WANT}"),
+    ("precision: int4\n", "precision", f"m/model.yaml line 4: precision: {PRECISION_WANT}"),
+    ("precision: INT8\n", "precision", f"m/model.yaml line 4: precision: {PRECISION_WANT}"),
+    ("precision: [int8]\n", "precision", f"m/model.yaml line 4: precision: {PRECISION_WANT}"),
+    ("embedding_precision: fp16\n", "embedding_precision", f"m/model.yaml line 4: embedding_precision: {EMBEDDING_WANT}"),
+    ("precision: int8\n\nembedding_precision: int8-if-available\n", "embedding_precision",
+     f"m/model.yaml line 6: embedding_precision: {EMBEDDING_WANT}"),
+    ("embedding_precision: bf16-if-available\n", "embedding_precision",
+     f"m/model.yaml line 4: embedding_precision: {EMBEDDING_WANT}"),
+    ("embedding_precision: ~\n", "embedding_precision", f"m/model.yaml line 4: embedding_precision: {EMBEDDING_WANT}"),
+    ("embedding_precision: {int: 4}\n", "embedding_precision",
+     f"m/model.yaml line 4: embedding_precision: {EMBEDDING_WANT}"),
+    ("embedding_precisions: int8\n", "embedding_precisions", "m/model.yaml line 4: embedding_precisions: unknown key"),
+    # precision is read (and refused) before embedding_precision, as the service does.
+    ("embedding_precision: int3\nprecision: int3\n", "precision", f"m/model.yaml line 5: precision: {PRECISION_WANT}"),
+])
+def test_precision_refusals_name_the_field_and_line(text, field, message):
+    with pytest.raises(SpecError) as e:
+        parse(PRECISION_BASE + text)
+    assert (e.value.field, e.value.message) == (field, message)
 
 
 # --- the store -------------------------------------------------------------

@@ -44,20 +44,22 @@ struct GraphReport {
   LinearReport linear;
 };
 
-// What the load did with a model's precision (model.yaml's `precision`, or
-// serve --precision): what was asked, what runs, and for bf16 how far its
-// scores strayed from fp32's on the load's check rows.
+// What the load did with a model's precision (model.yaml's `precision` and
+// `embedding_precision`, or serve's options): what was asked, what runs,
+// and how far its scores strayed from fp32's on the load's check rows.
 struct PrecisionReport {
-  std::string requested = "fp32";  // fp32, bf16, bf16-if-available
-  std::string served = "fp32";     // fp32 or bf16
-  std::string reason;              // why bf16 was asked and fp32 runs; empty otherwise
-  std::string instructions;        // bf16: the CPU's bf16 instructions ("avx512_bf16", "amx_bf16 avx512_bf16")
-  double max_drift = 0;            // bf16: max |score - fp32 score| on the check rows
-  double drift_bound = 0;          // bf16: the bound it was held to
-  // bf16-if-available: the linear chains' time per forward of the load's
-  // timing rows in each precision, measured at load (0: not measured); bf16
-  // is served only where it is the faster.
-  double fp32_us = 0, bf16_us = 0;
+  std::string requested = "fp32";  // the linear layers': fp32, bf16, int8, bf16-if-available, int8-if-available
+  std::string served = "fp32";     // the linear layers run in: fp32, bf16 or int8
+  std::string tables = "fp32";     // the embedding tables are held in: fp32, bf16, int8 or int4
+  std::string reason;              // why a narrower precision was asked and fp32 runs; empty otherwise
+  std::string instructions;        // bf16 / int8 layers: the CPU's instructions ("avx512_bf16", "avx512_vnni")
+  double max_drift = 0;            // narrowed: max |score - fp32 score| on the check rows
+  double drift_bound = 0;          // narrowed: the bound it was held to
+  // -if-available: the linear chains' time per forward of the load's timing
+  // rows in fp32 and in the precision asked, measured at load (0: not
+  // measured); that precision is served only where it is the faster.
+  double fp32_us = 0, candidate_us = 0;
+  bool narrowed() const { return served != "fp32" || tables != "fp32"; }
 };
 
 class Model {

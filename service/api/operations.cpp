@@ -29,11 +29,12 @@ json pages_json(const std::map<unsigned, std::uint64_t>& per_node) {
 }
 
 json precision_json(const PrecisionReport& p) {
-  json out = {{"requested", p.requested}, {"served", p.served}};
+  json out = {{"requested", p.requested}, {"served", p.served}, {"tables", p.tables}};
   if (!p.reason.empty()) out["reason"] = p.reason;
-  if (p.fp32_us > 0) out["linear_us"] = {{"fp32", p.fp32_us}, {"bf16", p.bf16_us}};  // the load's timing
-  if (p.served == "bf16") {
-    out["instructions"] = p.instructions;
+  // The load's timing, by the precision asked ("bf16-if-available" -> "bf16").
+  if (p.fp32_us > 0) out["linear_us"] = {{"fp32", p.fp32_us}, {p.requested.substr(0, 4), p.candidate_us}};
+  if (p.narrowed()) {
+    if (!p.instructions.empty()) out["instructions"] = p.instructions;
     out["max_drift"] = p.max_drift;  // on the load's random rows
     out["drift_bound"] = p.drift_bound;
   }
@@ -130,7 +131,8 @@ metrics::Gauges Service::gauges() const {
     const auto precision = v->model->precision();
     const auto linear = v->model->graph_report().linear;
     metrics::VersionGauges version{v->name,      v->version, models_.default_version(v->name) == v, v->model->weight_bytes(), {},
-                                   precision.requested, precision.served, linear.kernels, linear.own, linear.libtorch};
+                                   precision.requested, precision.served, precision.tables, linear.kernels, linear.own,
+                                   linear.libtorch};
     if (auto pages = numa::locate_pages(v->model->weights())) {
       // locate_pages counts pages of the kernel's page size, not always 4 KiB.
       for (const auto& [node, n] : pages->pages_per_node) version.bytes_per_node[node] = n * page_bytes;

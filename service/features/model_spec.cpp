@@ -241,13 +241,24 @@ Status same_feature_contract(const ModelSpec& served, const ModelSpec& candidate
                     differs.substr(0, differs.find(' ')));
 }
 
+TablePrecision tables_following(Precision precision) {
+  switch (precision) {
+    case Precision::kBf16:
+    case Precision::kBf16IfAvailable: return TablePrecision::kBf16;
+    case Precision::kInt8:
+    case Precision::kInt8IfAvailable: return TablePrecision::kInt8;
+    case Precision::kFp32: break;
+  }
+  return TablePrecision::kFp32;
+}
+
 Result<ModelSpec> parse_model_spec(const std::string& yaml, const std::string& file) {
   auto parsed = parse_yaml(yaml, file);
   if (!parsed) return tl::unexpected(parsed.error());
   const YamlNode& root = *parsed;
   if (!root.is_map()) return make_error(Error::Code::kInvalidArgument, file + ": want a map", file);
   static const std::set<std::string> kKeys = {"name",   "version",       "hash_seed", "tables",
-                                              "features", "output",      "feature_store", "precision", "precision_max_drift"};
+                                              "features", "output",      "feature_store", "precision", "embedding_precision", "precision_max_drift"};
   for (const auto& entry : root.entries()) {
     auto key = yaml_key(file, entry.first);
     if (!key) return tl::unexpected(key.error());
@@ -299,6 +310,11 @@ Result<ModelSpec> parse_model_spec(const std::string& yaml, const std::string& f
     auto precision = one_of<Precision>(root["precision"], file, "precision", kPrecisionNames);
     if (!precision) return tl::unexpected(precision.error());
     model.precision = *precision;
+  }
+  if (root["embedding_precision"]) {
+    auto embedding = one_of<TablePrecision>(root["embedding_precision"], file, "embedding_precision", kTablePrecisionNames);
+    if (!embedding) return tl::unexpected(embedding.error());
+    model.embedding_precision = *embedding;
   }
   if (root["precision_max_drift"]) {
     auto drift = number(root["precision_max_drift"], file, "precision_max_drift");

@@ -29,10 +29,10 @@
 // A feature's `view` overrides its entity's; `store_name` is its name in the
 // view (default: its own name).
 //
-// The forward's precision (service/model/: bf16 tables and matrix products
-// where the CPU has bf16 instructions; docs/reference/model-contract.md):
-//   precision: fp32              # or bf16, bf16-if-available
-//   precision_max_drift: 0.005   # bf16: the largest |score - fp32 score| the load accepts
+// The forward's precision (service/model/; docs/reference/model-contract.md):
+//   precision: fp32              # the linear layers: or bf16, int8, bf16-if-available, int8-if-available
+//   embedding_precision: int8    # the tables: fp32, bf16, int8 or int4 (rowwise); default: as precision
+//   precision_max_drift: 0.005   # the largest |score - fp32 score| the load accepts
 
 #include <cstddef>
 #include <cstdint>
@@ -60,9 +60,20 @@ inline constexpr auto kSourceNames =
     make_names<Source>({{Source::kUser, "user"}, {Source::kContext, "context"}, {Source::kItem, "item"}});
 inline constexpr auto kKindNames =
     make_names<Kind>({{Kind::kId, "id"}, {Kind::kIdList, "id_list"}, {Kind::kNumeric, "numeric"}});
-enum class Precision { kFp32, kBf16, kBf16IfAvailable };
-inline constexpr auto kPrecisionNames = make_names<Precision>(
-    {{Precision::kFp32, "fp32"}, {Precision::kBf16, "bf16"}, {Precision::kBf16IfAvailable, "bf16-if-available"}});
+enum class Precision { kFp32, kBf16, kBf16IfAvailable, kInt8, kInt8IfAvailable };
+inline constexpr auto kPrecisionNames = make_names<Precision>({{Precision::kFp32, "fp32"},
+                                                               {Precision::kBf16, "bf16"},
+                                                               {Precision::kBf16IfAvailable, "bf16-if-available"},
+                                                               {Precision::kInt8, "int8"},
+                                                               {Precision::kInt8IfAvailable, "int8-if-available"}});
+// How the embedding tables are stored: int8 and int4 are rowwise (codes, a
+// scale and a bias per row), and need no particular instruction.
+enum class TablePrecision { kFp32, kBf16, kInt8, kInt4 };
+inline constexpr auto kTablePrecisionNames = make_names<TablePrecision>(
+    {{TablePrecision::kFp32, "fp32"}, {TablePrecision::kBf16, "bf16"}, {TablePrecision::kInt8, "int8"}, {TablePrecision::kInt4, "int4"}});
+// The tables' precision where none is written: the linear layers' (an int8
+// model is int8 throughout; bf16 tables came with bf16 before the key existed).
+TablePrecision tables_following(Precision precision);
 inline constexpr double kDefaultMaxDrift = 5e-3;
 inline constexpr auto kTransformNames = make_names<Transform>(
     {{Transform::kNone, "none"}, {Transform::kLog1p, "log1p"}, {Transform::kStandardize, "standardize"}});
@@ -105,6 +116,7 @@ struct ModelSpec {
   std::vector<FeatureSpec> features;            // model input order
   StoreMapping store;                           // where a networked store keeps them
   Precision precision = Precision::kFp32;
+  std::optional<TablePrecision> embedding_precision;  // unset: tables_following(precision)
   double precision_max_drift = kDefaultMaxDrift;
 
   // Numeric features in order: the columns of the dense input.

@@ -174,12 +174,14 @@ void render_versions(std::string& out, const Gauges& gauges) {
                  prometheus::label("default", v.is_default ? "true" : "false"));
   }
   w.family("numaserve_model_version_precision", "gauge",
-           "1 for each version served now, labelled with the precision its model asked for and the one it runs in "
-           "(requested=\"bf16-if-available\", served=\"fp32\": this CPU has no bf16 instructions).");
+           "1 for each version served now, labelled with the precision its model asked for, the one its linear layers "
+           "run in and the one its embedding tables are held in (requested=\"int8-if-available\", served=\"fp32\": this "
+           "CPU has no int8 instructions).");
   for (const auto& v : gauges.versions) {
     w.sample("numaserve_model_version_precision", 1,
              prometheus::label("model", v.model) + "," + prometheus::label("version", v.version) + "," +
-                 prometheus::label("requested", v.precision_requested) + "," + prometheus::label("served", v.precision_served));
+                 prometheus::label("requested", v.precision_requested) + "," + prometheus::label("served", v.precision_served) + "," +
+                 prometheus::label("tables", v.precision_tables));
   }
   w.family("numaserve_model_version_linear_layers", "gauge",
            "A version's linear layers by where they run: path=\"avx512\", \"avx2\", \"portable\" or \"avx512_bf16\" on "

@@ -70,7 +70,7 @@ struct VersionGauges {
   bool is_default = false;  // what a request naming no version gets
   std::size_t weight_bytes = 0;
   std::map<unsigned, std::uint64_t> bytes_per_node;  // its weights' resident pages
-  std::string precision_requested = "fp32", precision_served = "fp32";  // api::PrecisionReport's
+  std::string precision_requested = "fp32", precision_served = "fp32", precision_tables = "fp32";  // api::PrecisionReport's
   // api::LinearReport's: its linear layers on numaserve's kernels (their path) and on LibTorch.
   std::string linear_kernels;
   int linear_own = 0, linear_libtorch = 0;

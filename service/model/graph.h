@@ -23,7 +23,7 @@
 //                    last elements of a tensor another way: a row's score
 //                    would depend on where its batch ends);
 //
-// and, for a model served in bf16, to_bf16 below on the rewritten forward.
+// and, for a model served below fp32, narrow() below on the rewritten forward.
 //
 // Each rewrite checks the constants and shapes it needs and leaves anything
 // else alone, saying why in the report. The fused ops compute exactly what
@@ -39,6 +39,8 @@
 #include <string>
 
 #include "api/model.h"
+#include "features/model_spec.h"
+#include "kernels/linear.h"
 
 namespace numaserve::model {
 
@@ -53,54 +55,63 @@ struct Optimized {
 // comes back unset, with the reason.
 Optimized optimize(const torch::jit::Module& module, bool linear_chains = true);
 
-// bf16 (a model served with precision bf16), in place in an optimized
-// module that has not run yet (a run keeps the plan it compiled): the
-// embedding tables that only numaserve::embedding_bags reads, and every
-// numaserve::linear_chain's weights (packed for vdpbf16ps; the kernels have
-// no per-call cost, so no layer is too small), become bf16 constants made
-// by `narrow`; a chain takes and gives fp32, so the interaction, the other
-// ops and the scores stay fp32. Once no constant of the graph reads an fp32
-// weight's memory any more, `unread` is told, one weight at a time: freeing
-// it there keeps the load's peak near the fp32 size rather than 1.5 times it.
-struct Bf16Memory {
-  std::function<at::Tensor(const at::Tensor& fp32)> narrow;
+// Serving below fp32 (model.yaml's precision and embedding_precision), in
+// place in an optimized module that has not run yet (a run keeps the plan
+// it compiled):
+//   tables  the embedding tables that only numaserve::embedding_bags reads
+//           become bf16, or rowwise int8 / int4 (kernels.h quantize_rows:
+//           an int4 table of an odd dim becomes int8; one holding values
+//           beyond fp16's range stays fp32), one table at a time, each
+//           table's fp32 memory released before the next is converted;
+//   chains  every numaserve::linear_chain's layers are packed in bf16 or
+//           int8 (kernels/linear.h), except an int8 chain's narrow layers
+//           (a score's last), which stay fp32. A chain takes and gives
+//           fp32: the interaction, the other ops and the scores stay fp32.
+// `allocate` gives the copies' memory, uninitialized (a large one in memory
+// that asked for huge pages), written by the calling thread: on its node.
+// Once no constant of the graph reads an fp32 weight's memory any more,
+// `unread` is told, one weight at a time: freeing it there keeps the load's
+// peak near the fp32 size rather than that plus the copies.
+struct NarrowMemory {
+  std::function<at::Tensor(at::IntArrayRef sizes, at::ScalarType type)> allocate;
   std::function<void(const at::Tensor& fp32)> unread;
 };
-// What becomes bf16: the tables (false: only the chains, to try a chain
-// policy before any table is released) and each chain's first layer
-// (false: it stays fp32; it reads features or the interaction, not the
-// model's own activations, and rounding those moved some models' scores
-// past their drift bound).
-struct Bf16Parts {
-  bool tables = true;
+struct Narrowing {
+  features::TablePrecision tables = features::TablePrecision::kFp32;
+  kernels::LinearPrecision chains = kernels::LinearPrecision::kFp32;
+  // Each chain's first layer too (false: it stays fp32; it reads features
+  // or the interaction, not the model's own activations, and rounding those
+  // moved some models' scores past their drift bound).
   bool first_layers = true;
 };
-api::GraphRewrite to_bf16(torch::jit::Module& optimized, const Bf16Memory& memory, const Bf16Parts& parts = {});
+api::GraphRewrite narrow(torch::jit::Module& optimized, const Narrowing& to, const NarrowMemory& memory);
 
 // The forward graph's numaserve:: nodes by kind ("numaserve::dot_interaction"
 // -> 1), for the report's tests.
 std::map<std::string, int> fused_ops(const torch::jit::Module& module);
 
-// A forward's linear layers: on numaserve::linear_chain (own; bf16 when its
-// chains are), and left to LibTorch (aten::linear, addmm, mm, matmul).
+// A forward's linear layers: on numaserve::linear_chain (own; `precision`
+// the narrowest its chains run in), and left to LibTorch (aten::linear,
+// addmm, mm, matmul).
 // `module` as written is frozen first (a copy sharing its weights), so that
 // its submodules' layers count; an optimized one is frozen already.
 struct LinearLayers {
   int own = 0, libtorch = 0;
-  bool bf16 = false;
+  kernels::LinearPrecision precision = kernels::LinearPrecision::kFp32;
 };
 LinearLayers linear_layers(const torch::jit::Module& module, bool frozen);
 // The path the linear chains run on now (kernels/linear.h linear_path).
-std::string linear_kernels(bool bf16);
+std::string linear_kernels(kernels::LinearPrecision precision);
 
 // The linear chains of an fp32 optimized forward run on `rows` random rows,
-// in fp32 and in bf16 (packed here, then dropped), on the calling thread:
-// microseconds per run of all chains, medians of alternating rounds. What
-// bf16-if-available decides by: the model's own shapes on this CPU.
+// in fp32 and in `candidate` (packed here, then dropped; narrow layers as
+// narrow() leaves them), on the calling thread: microseconds per run of all
+// chains, medians of alternating rounds. What -if-available decides by: the
+// model's own shapes on this CPU.
 struct ChainTiming {
   int chains = 0;
-  double fp32_us = 0, bf16_us = 0;
+  double fp32_us = 0, candidate_us = 0;
 };
-ChainTiming time_linear_chains(const torch::jit::Module& optimized, std::int64_t rows);
+ChainTiming time_linear_chains(const torch::jit::Module& optimized, std::int64_t rows, kernels::LinearPrecision candidate);
 
 }  // namespace numaserve::model

@@ -19,15 +19,16 @@
 // is used only after it gave the original's scores on random rows
 // (kScoreTolerance), and the report says what was rewritten and what not.
 //
-// Precision bf16 (model.yaml's `precision`, or LoadOptions::precision):
-// the optimized forward's embedding tables and larger linear layers become
-// bf16 (graph.h to_bf16), where the CPU multiplies bf16 in hardware
-// (kernels::bf16_support); elsewhere the load is refused naming what the CPU
-// lacks, or under bf16-if-available runs fp32 and says so (precision()).
-// The bf16 forward serves only if its scores stay within the model's
-// precision_max_drift of fp32's on random rows (kBf16CheckRows); then the
-// fp32 copies of what became bf16 are released: a bf16 table holds half the
-// memory.
+// Below fp32 (model.yaml's `precision` and `embedding_precision`, or
+// LoadOptions'): the optimized forward's linear layers become bf16 or int8
+// where the CPU multiplies them in hardware (kernels::bf16_support,
+// int8_support; elsewhere the load is refused naming what the CPU lacks, or
+// under -if-available runs fp32 and says so: precision()), and its
+// embedding tables bf16 or rowwise int8 / int4 (graph.h narrow; any CPU).
+// The narrowed forward serves only if its scores stay within the model's
+// precision_max_drift of fp32's on random rows (kDriftCheckRows); the fp32
+// copies of what was narrowed are released as it goes: an int8 table holds
+// about a quarter of the memory, and the load's peak stays the fp32 size.
 
 #include <cstddef>
 #include <filesystem>
@@ -59,8 +60,10 @@ struct LoadOptions {
   // the kernel for transparent huge pages (madvise mode): an embedding
   // table read at random then costs a TLB miss per 2 MiB, not per 4 KiB.
   bool huge_pages = true;
-  // serve --precision / check-model --precision; unset: model.yaml's.
+  // serve --precision / check-model --precision; unset: model.yaml's. Set,
+  // it stands for embedding_precision too unless that is set as well.
   std::optional<features::Precision> precision;
+  std::optional<features::TablePrecision> embedding_precision;
   // The linear layers on numaserve's kernels (graph.h linear_chains); false
   // leaves them to LibTorch and its BLAS, for the benchmark's comparison.
   bool linear_kernels = true;
@@ -75,11 +78,11 @@ inline constexpr std::size_t kHugePageWeightBytes = 4u << 20;
 // TorchModel::rounding_bound.)
 constexpr double kScoreTolerance = 1e-5;
 
-// The rows of random requests a bf16 forward is compared with fp32 on at load.
-inline constexpr std::size_t kBf16CheckRows = 1024;
+// The rows of random requests a narrowed forward is compared with fp32 on at load.
+inline constexpr std::size_t kDriftCheckRows = 1024;
 // The rows the linear chains are timed on in each precision at load
-// (bf16-if-available serves bf16 only where it is the faster).
-inline constexpr std::int64_t kBf16TimingRows = 256;
+// (-if-available serves bf16 or int8 only where it is the faster).
+inline constexpr std::int64_t kTimingRows = 256;
 
 class TorchModel final : public api::Model {
  public:
@@ -161,8 +164,8 @@ struct ModelCheck {
 };
 Result<ModelCheck> check_model(const std::filesystem::path& dir, const LoadOptions& options = {}, std::size_t rows = 16);
 
-// `numaserve check-model --precision bf16 --requests FILE`: the model loaded
-// in fp32 and in bf16 (`options`' other settings), each request's rows
+// `numaserve check-model --precision int8 --requests FILE`: the model loaded
+// in fp32 and as `options` ask, each request's rows
 // scored by both; `labels` (empty, or one list per request) add AUC and
 // log-loss. A request whose labels do not match its rows is an error.
 Result<drift::Report> precision_drift(const std::filesystem::path& dir, LoadOptions options,
@@ -186,7 +189,7 @@ void set_bag_reuse(bool reuse);
 
 // What LibTorch was built with and what the CPU gives it, for the startup
 // summary: "LibTorch 1.13.0 (OpenMP), BLAS openblas-openmp core Cooperlake,
-// fused kernels avx512, bf16 avx512_bf16".
+// fused kernels avx512, bf16 avx512_bf16, int8 avx512_vnni".
 std::string runtime_summary();
 // The process's BLAS and its core: "openblas-openmp core SkylakeX (corrected from Prescott)".
 std::string blas_summary();

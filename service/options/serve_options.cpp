@@ -192,6 +192,7 @@ std::vector<OptionSpec> serve_options(ServeOptions& o) {
                   o.model_dirs),
       graph_optimizations_option(o.graph_optimizations),
       precision_option(o.precision),
+      embedding_precision_option(o.embedding_precision),
       switch_option("huge_pages",
                     "Move each model's weights of 4 MiB and more into memory that asks for transparent huge pages "
                     "(THP mode madvise or always): embedding tables read at random miss the TLB far less",
@@ -232,28 +233,50 @@ OptionSpec graph_optimizations_option(bool& target) {
                        target);
 }
 
+namespace {
+
+// A row whose value is one of `names` (model.yaml's words for it).
+template <typename E, std::size_t N>
+OptionSpec named_option(std::string name, const Names<E, N>& names, std::string help, std::optional<E>& target) {
+  std::string metavar;
+  for (const auto& row : names.table) metavar += (metavar.empty() ? "" : "|") + std::string(row.second);
+  return without_default({name, metavar, std::move(help), "", [&target, &names, name](const std::string& text) {
+                            const auto parsed = names.parse(text);
+                            if (!parsed) {
+                              return Status(make_error(Error::Code::kInvalidArgument,
+                                                       name + ": '" + text + "' is not " + names.choices(), name));
+                            }
+                            target = *parsed;
+                            return Status();
+                          }});
+}
+
+}  // namespace
+
 OptionSpec precision_option(std::optional<features::Precision>& target) {
-  return without_default({"precision", "fp32|bf16|bf16-if-available",
-          "Every model's precision, over its model.yaml's (default: model.yaml's, else fp32): bf16 serves its embedding tables and larger linear layers in "
-          "bf16 where the CPU has AVX512_BF16 or AMX (refused elsewhere; bf16-if-available serves fp32 there), if its "
-          "scores stay within precision_max_drift of fp32's",
-          "", [&target](const std::string& text) {
-            const auto precision = features::kPrecisionNames.parse(text);
-            if (!precision) {
-              return Status(make_error(Error::Code::kInvalidArgument,
-                                       "precision: '" + text + "' is not fp32, bf16 or bf16-if-available", "precision"));
-            }
-            target = *precision;
-            return Status();
-          }});
+  return named_option("precision", features::kPrecisionNames,
+                      "Every model's linear layers' precision, over its model.yaml's (default: model.yaml's, else fp32), and "
+                      "its tables' unless --embedding-precision is given: bf16 where the CPU has AVX512_BF16 or AMX, int8 "
+                      "where it has AVX512_VNNI (refused elsewhere; -if-available serves fp32 there), if its scores stay "
+                      "within precision_max_drift of fp32's",
+                      target);
+}
+
+OptionSpec embedding_precision_option(std::optional<features::TablePrecision>& target) {
+  return named_option("embedding_precision", features::kTablePrecisionNames,
+                      "Every model's embedding tables' precision, over its model.yaml's (default: model.yaml's, else as "
+                      "the precision): int8 and int4 hold each row as codes with a scale and a bias, on any CPU",
+                      target);
 }
 
 std::vector<OptionSpec> check_model_options(CheckModelOptions& o) {
   return command_line_only({
       graph_optimizations_option(o.graph_optimizations),
       precision_option(o.precision),
+      embedding_precision_option(o.embedding_precision),
       path_option("requests", "FILE",
-                  "With --precision bf16: /predict bodies, one per line, scored in fp32 and bf16 to report the drift "
+                  "With --precision bf16|int8 (or --embedding-precision): /predict bodies, one per line, scored in fp32 "
+                  "and as asked to report the drift "
                   "(max and mean |score difference|, per-request Spearman, top-10 overlap)",
                   o.requests),
       path_option("feature_store", "FILE", "The JSON Lines store the requests' ids are looked up in", o.feature_store),

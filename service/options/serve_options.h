@@ -38,6 +38,7 @@ struct ServeOptions {
   bool graph_optimizations = true;
   bool huge_pages = true;  // model/'s LoadOptions::huge_pages
   std::optional<features::Precision> precision;  // model/'s LoadOptions::precision: unset, model.yaml's
+  std::optional<features::TablePrecision> embedding_precision;  // LoadOptions::embedding_precision
   // Start-up's own: the memory policy, and the shutdown's timing.
   bool memory_bind = true;
   double shutdown_delay = 0;   // seconds serving not-ready after SIGTERM
@@ -52,12 +53,14 @@ std::vector<OptionSpec> serve_options(ServeOptions& o);
 // Rows in serve's table and check-model's.
 OptionSpec graph_optimizations_option(bool& target);
 OptionSpec precision_option(std::optional<features::Precision>& target);
+OptionSpec embedding_precision_option(std::optional<features::TablePrecision>& target);
 
 // `numaserve check-model DIR`.
 struct CheckModelOptions {
   bool graph_optimizations = true;
   std::optional<features::Precision> precision;
-  // With bf16: the drift on real requests (JSON Lines of /predict bodies),
+  std::optional<features::TablePrecision> embedding_precision;
+  // With a precision below fp32: the drift on real requests (JSON Lines of /predict bodies),
   // their ids looked up in a JSON Lines store, and optionally each
   // request's labels (a JSON array of 0/1 per line, one per item).
   std::filesystem::path requests, feature_store, labels;

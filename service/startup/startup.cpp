@@ -100,13 +100,14 @@ void log_graph_report(const api::Model& model) {
   if (const auto applied = join(true); !applied.empty()) fields.emplace_back("applied", applied);
   if (const auto left = join(false); !left.empty()) fields.emplace_back("not_applied", left);
   log(report.state == "failed" ? LogLevel::kWarning : LogLevel::kInfo, "graph optimizations", fields);
-  // bf16 asked for and fp32 served: the fleet's machines differ, say which ran what.
+  // bf16 or int8 asked for and fp32 served: the fleet's machines differ, say which ran what.
   const auto precision = model.precision();
-  if (precision.requested != "fp32") {
-    LogFields p = {{"model", model.spec().name}, {"requested", precision.requested}, {"served", precision.served}};
+  if (precision.requested != "fp32" || precision.narrowed()) {
+    LogFields p = {{"model", model.spec().name}, {"requested", precision.requested}, {"served", precision.served},
+                   {"tables", precision.tables}};
     if (!precision.reason.empty()) p.emplace_back("reason", precision.reason);
-    if (precision.served == "bf16") {
-      p.emplace_back("instructions", precision.instructions);
+    if (precision.narrowed()) {
+      if (!precision.instructions.empty()) p.emplace_back("instructions", precision.instructions);
       p.emplace_back("max_drift", format_number(precision.max_drift));
     }
     log(precision.reason.empty() ? LogLevel::kInfo : LogLevel::kWarning, "precision", p);

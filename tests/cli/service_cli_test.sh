@@ -30,7 +30,10 @@ check "check-model says where the linear layers run and on which BLAS core" 0 \
   "linear layers: 5 on numaserve's kernels \((avx512|avx2|portable)\), 0 on LibTorch \(BLAS [^)]* core " check-model "$tmp/demo/ranker_a"
 check "check-model --graph-optimizations off: every layer on LibTorch" 0 \
   "linear layers: 0 on numaserve's kernels, 5 on LibTorch" check-model "$tmp/demo/ranker_a" --graph-optimizations off
-check "a bad precision names the option" 2 "precision: 'half' is not fp32, bf16 or bf16-if-available" check-model "$tmp/demo/ranker_a" --precision half
+check "a bad precision names the option" 2 "precision: 'half' is not fp32, bf16, bf16-if-available, int8 or int8-if-available" check-model "$tmp/demo/ranker_a" --precision half
+check "a bad embedding precision names the option" 2 "embedding_precision: 'int2' is not fp32, bf16, int8 or int4" check-model "$tmp/demo/ranker_a" --embedding-precision int2
+check "check-model --embedding-precision int8: the served tables and their drift" 0 \
+  "precision: linear layers fp32, tables int8; scores within [0-9.e-]+ of fp32's on 1024 random rows" check-model "$tmp/demo/ranker_a" --embedding-precision int8
 check "check-model --requests asks for bf16" 2 "give --precision bf16" check-model "$tmp/demo/ranker_a" --requests x.jsonl
 NUMASERVE_CPU_BF16=off check "bf16 on a CPU without it is refused naming why" 1 \
   "precision bf16: bf16 turned off by NUMASERVE_CPU_BF16=off" check-model "$tmp/demo/ranker_a" --precision bf16

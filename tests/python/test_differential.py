@@ -540,6 +540,18 @@ BAD_MODELS = {
     "precision": GOOD + "precision: fp16\n", "precision_list": GOOD + "precision: [bf16]\n",
     "max_drift_zero": GOOD + "precision_max_drift: 0\n", "max_drift_nan": GOOD + "precision_max_drift: .nan\n",
     "max_drift_text": GOOD + "precision_max_drift: small\n",
+    "precision_int4": GOOD + "precision: int4\n",
+    "embedding_precision": GOOD + "embedding_precision: fp16\n",
+    "embedding_precision_if": GOOD + "precision: int8\nembedding_precision: int8-if-available\n",
+    "embedding_precision_list": GOOD + "embedding_precision: [int8]\n",
+    "embedding_precision_null": GOOD + "embedding_precision: ~\n",
+    "embedding_precision_key": GOOD + "embedding_precisions: int8\n",
+    "both_precisions_bad": GOOD + "embedding_precision: int3\nprecision: int3\n",  # precision is read first
+    # Accepted (the service starts and extracts as the package does):
+    "precision_int8": GOOD + "precision: int8\n", "precision_int8_if": GOOD + "precision: int8-if-available\n",
+    "embedding_int4": GOOD + "precision: bf16-if-available\nembedding_precision: int4\n",
+    "embedding_int8": GOOD + "embedding_precision: int8\n",
+    "embedding_bf16_int8": GOOD + "precision: int8\nembedding_precision: bf16\n",
 }
 GOOD_STORE = FIXTURES.joinpath("store.jsonl").read_text()
 BAD_STORES = {

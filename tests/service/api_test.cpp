@@ -235,7 +235,7 @@ TEST(Routes, HealthReadinessMetadataMetricsPlacement) {
                            "numaserve_stage_seconds_count{model=\"ranker_a\",stage=\"query\"}",
                            "numaserve_batch_items_count", "numaserve_queue_depth 0", "numaserve_placement_info{",
                            "numaserve_threads{kind=\"inference\"}", "numaserve_model_weights_local_ratio{model=\"ranker_a\"} 1",
-                           "numaserve_model_version_precision{model=\"ranker_a\",version=\"1\",requested=\"fp32\",served=\"fp32\"} 1",
+                           "numaserve_model_version_precision{model=\"ranker_a\",version=\"1\",requested=\"fp32\",served=\"fp32\",tables=\"fp32\"} 1",
                            "numaserve_model_version_linear_layers{model=\"ranker_a\",version=\"1\",path=\"libtorch\"} 0",
                            "numaserve_blas_info{best=\""}) {
     EXPECT_NE(metrics.find(line), std::string::npos) << line;
@@ -260,7 +260,7 @@ TEST(Routes, HealthReadinessMetadataMetricsPlacement) {
   for (const auto& m : placement["models"]) {
     EXPECT_DOUBLE_EQ(m["local_fraction"].get<double>(), 1.0) << m.dump();  // one node here: all local
     EXPECT_GT(m["weight_bytes"].get<std::size_t>(), 0u);
-    EXPECT_EQ(m["precision"], json({{"requested", "fp32"}, {"served", "fp32"}})) << m.dump();  // the default
+    EXPECT_EQ(m["precision"], json({{"requested", "fp32"}, {"served", "fp32"}, {"tables", "fp32"}})) << m.dump();  // the default
     // What --graph-optimizations did, per model: both demo models have
     // embedding bags to fuse, an MLP (ranker_a two: bottom and top) and a
     // sigmoid, and ranker_a its dot interaction.

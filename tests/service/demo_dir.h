@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
 
 #include "model/demo_models.h"
 #include "served.h"
@@ -28,6 +31,17 @@ inline const std::filesystem::path& demo_dir() {
     if (!made) ADD_FAILURE() << made.error().message;
     return d;
   }();
+  return dir;
+}
+
+// A copy of the demo's ranker_a whose model.yaml ends with `lines`.
+inline std::filesystem::path ranker_a_with(const std::string& lines) {
+  const auto dir = make_temp_dir("numaserve-ranker");
+  std::filesystem::copy(demo_dir() / "ranker_a", dir, std::filesystem::copy_options::recursive);
+  std::ifstream in(dir / "model.yaml");
+  std::stringstream yaml;
+  yaml << in.rdbuf();
+  std::ofstream(dir / "model.yaml") << yaml.str() << lines;
   return dir;
 }
 

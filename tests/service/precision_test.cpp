@@ -9,8 +9,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 #include "demo_dir.h"
 #include "dlrm_dir.h"
@@ -125,7 +123,7 @@ TEST(Bf16, TablesTakeHalfTheMemoryAndEveryLinearLayerRunsInBf16) {
   EXPECT_GT(static_cast<double>(bf16.weight_bytes()), 0.45 * static_cast<double>(m.fp32->weight_bytes()));
   std::string applied, kept;
   for (const auto& rewrite : bf16.graph_report().rewrites) {
-    if (rewrite.name != "bf16") continue;
+    if (rewrite.name != "precision") continue;
     for (const auto& line : rewrite.applied) applied += line + "\n";
     for (const auto& line : rewrite.not_applied) kept += line + "\n";
   }
@@ -150,7 +148,7 @@ TEST(Bf16, ATableAnotherOpReadsStaysFp32) {
   ASSERT_TRUE(m.bf16 && m.fp32);
   std::string applied, kept;
   for (const auto& rewrite : m.bf16->graph_report().rewrites) {
-    if (rewrite.name != "bf16") continue;
+    if (rewrite.name != "precision") continue;
     for (const auto& line : rewrite.applied) applied += line + "\n";
     for (const auto& line : rewrite.not_applied) kept += line + "\n";
   }
@@ -189,12 +187,7 @@ TEST(Bf16, AModelWhoseScoresDriftIsRefusedNamingTheBound) {
 
 TEST(Bf16, ModelYamlSetsThePrecisionAndTheBound) {
   SKIP_WITHOUT_BF16();
-  const auto dir = numaserve::testing::make_temp_dir("numaserve-precision");
-  std::filesystem::copy(demo_dir() / "ranker_a", dir, std::filesystem::copy_options::recursive);
-  std::ifstream in(dir / "model.yaml");
-  std::stringstream yaml;
-  yaml << in.rdbuf();
-  std::ofstream(dir / "model.yaml") << yaml.str() << "precision: bf16\nprecision_max_drift: 1e-7\n";
+  const auto dir = numaserve::testing::ranker_a_with("precision: bf16\nprecision_max_drift: 1e-7\n");
   LoadOptions options;  // no override: model.yaml's
   auto strict = TorchModel::load(dir, options);
   ASSERT_FALSE(strict);
@@ -204,23 +197,6 @@ TEST(Bf16, ModelYamlSetsThePrecisionAndTheBound) {
   ASSERT_TRUE(fp32) << fp32.error().message;
   EXPECT_EQ((*fp32)->precision().served, "fp32");
   EXPECT_EQ((*fp32)->precision().requested, "fp32");
-}
-
-// bf16-if-available serves bf16 only where it is the faster: the load times
-// the model's linear chains in both precisions and says what it measured.
-TEST(Bf16, Bf16IfAvailableServesBf16OnlyWhereItIsFaster) {
-  SKIP_WITHOUT_BF16();
-  auto model = load(demo_dir() / "ranker_a", features::Precision::kBf16IfAvailable);
-  ASSERT_TRUE(model) << model.error().message;
-  const auto report = (*model)->precision();
-  ASSERT_GT(report.fp32_us, 0);
-  ASSERT_GT(report.bf16_us, 0);
-  if (report.bf16_us < report.fp32_us) {
-    EXPECT_EQ(report.served, "bf16") << report.bf16_us << " us in bf16, " << report.fp32_us << " in fp32";
-  } else {
-    EXPECT_EQ(report.served, "fp32");
-    EXPECT_NE(report.reason.find("bf16 is not faster on this CPU"), std::string::npos) << report.reason;
-  }
 }
 
 TEST(Bf16, ACpuWithoutBf16RefusesBf16NamingWhatItLacks) {
@@ -272,7 +248,9 @@ TEST(Bf16, TheDriftOnRequestsIsReportedInRankingTerms) {
     for (std::size_t i = 0; i < 50; ++i) l.push_back(static_cast<float>((i * seed) % 3 == 0));
     labels.push_back(std::move(l));
   }
-  auto drift = precision_drift(demo_dir() / "ranker_a", {}, requests, labels);
+  LoadOptions bf16;
+  bf16.precision = features::Precision::kBf16;
+  auto drift = precision_drift(demo_dir() / "ranker_a", bf16, requests, labels);
   ASSERT_TRUE(drift) << drift.error().message;
   EXPECT_EQ(drift->requests, 20u);
   EXPECT_EQ(drift->items, 1000u);
@@ -285,7 +263,7 @@ TEST(Bf16, TheDriftOnRequestsIsReportedInRankingTerms) {
   EXPECT_NEAR(drift->reference_quality->auc, drift->candidate_quality->auc, 0.01);
   // Labels that do not fit the requests are refused, naming them.
   labels[3].pop_back();
-  auto refused = precision_drift(demo_dir() / "ranker_a", {}, requests, labels);
+  auto refused = precision_drift(demo_dir() / "ranker_a", bf16, requests, labels);
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().field, "labels");
 }

@@ -13,7 +13,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <type_traits>
 
 // GCC 12's AVX-512 headers initialize their "undefined" vectors from
 // themselves (`__m512 __Y = __Y;`) and warn about it wherever one inlines.
@@ -29,28 +28,85 @@ std::int64_t bag_end(const Bag& bag, std::int64_t b) { return b + 1 < bag.bags ?
 // DRAM miss behind a few rows' adds, near enough to stay in L1.
 constexpr std::int64_t kPrefetch = 4;
 
-void prefetch_row(const Bag& bag, std::int64_t i, std::int64_t stop) {
+std::int64_t rowwise_code_bytes(std::int64_t dim, int bits) { return bits == 4 ? (dim + 1) / 2 : dim; }
+
+// The prefetch helpers are always inlined: GCC's ipa-pure-const takes
+// __builtin_prefetch for a const builtin, so a function that only
+// prefetches is found const, and its calls (a const void) are deleted.
+[[gnu::always_inline]] inline void prefetch_row(const Bag& bag, std::int64_t i, std::int64_t stop) {
   if (i < stop) {
-    const std::int64_t bytes = bag.dim * (bag.table_bf16 != nullptr ? 2 : 4);
-    const char* table = bag.table_bf16 != nullptr ? reinterpret_cast<const char*>(bag.table_bf16)
-                                                  : reinterpret_cast<const char*>(bag.table);
-    const char* row = table + bag.indices[i] * bytes;
-    for (std::int64_t byte = 0; byte < bytes; byte += 64) __builtin_prefetch(row + byte);
+    const char* table = bag.table_rowwise != nullptr ? reinterpret_cast<const char*>(bag.table_rowwise)
+                        : bag.table_bf16 != nullptr  ? reinterpret_cast<const char*>(bag.table_bf16)
+                                                     : reinterpret_cast<const char*>(bag.table);
+    const std::int64_t bytes = bag.table_rowwise != nullptr ? rowwise_row_bytes(bag.dim, bag.row_bits)
+                                                            : bag.dim * (bag.table_bf16 != nullptr ? 2 : 4);
+    // Every line the row touches: a quantized row (codes and 4 bytes) seldom starts one.
+    const auto first = reinterpret_cast<std::uintptr_t>(table + bag.indices[i] * bytes);
+    for (std::uintptr_t line = first & ~std::uintptr_t{63}; line < first + static_cast<std::uintptr_t>(bytes); line += 64) {
+      __builtin_prefetch(reinterpret_cast<const void*>(line));
+    }
   }
 }
 
-// The bag kernels are written once for both row types: T is float (a
-// float table) or std::uint16_t (a bf16 table, widened as read).
-template <typename T>
-const T* rows_of(const Bag& bag) {
-  if constexpr (std::is_same_v<T, float>) {
-    return bag.table;
-  } else {
-    return bag.table_bf16;
+// The bag kernels are written once for every row type: a Row is one table
+// row, read as floats — at(d) its element d, and load8 / load16 (each
+// path's, below) 8 or 16 elements from d.
+struct FloatRow {
+  const float* p;
+  FloatRow(const Bag& bag, std::int64_t id) : p(bag.table + id * bag.dim) {}
+  float at(std::int64_t d) const { return p[d]; }
+};
+// A bf16 row, widened exactly as read.
+struct Bf16Row {
+  const std::uint16_t* p;
+  Bf16Row(const Bag& bag, std::int64_t id) : p(bag.table_bf16 + id * bag.dim) {}
+  float at(std::int64_t d) const { return from_bf16(p[d]); }
+};
+// from_fp16, inlined where a row's scale and bias are read.
+inline float widen_fp16(std::uint16_t x) {
+  const std::uint32_t sign = (x & 0x8000u) << 16, exponent = (x >> 10) & 0x1Fu, mantissa = x & 0x3FFu;
+  if (exponent == 0) {
+    // Zero or subnormal: mantissa * 2^-24, a product of normal floats (exact, and no denormal for DAZ to flush).
+    const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
+    return sign != 0 ? -magnitude : magnitude;
+  }
+  const std::uint32_t u = sign | (exponent == 0x1F ? 0x7F800000u : (exponent + 112) << 23) | mantissa << 13;
+  float f = 0;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// A rowwise-quantized row: its codes, and the scale and bias of its tail.
+template <int kBits>
+struct RowwiseRow {
+  const std::uint8_t* codes;
+  float scale, bias;
+  RowwiseRow(const std::uint8_t* row, std::int64_t dim) : codes(row) {
+    const std::uint8_t* tail = row + rowwise_code_bytes(dim, kBits);
+    scale = widen_fp16(static_cast<std::uint16_t>(tail[0] | tail[1] << 8));
+    bias = widen_fp16(static_cast<std::uint16_t>(tail[2] | tail[3] << 8));
+  }
+  RowwiseRow(const Bag& bag, std::int64_t id) : RowwiseRow(bag.table_rowwise + id * rowwise_row_bytes(bag.dim, kBits), bag.dim) {}
+  int code(std::int64_t d) const {
+    if constexpr (kBits == 4) {
+      return (codes[d / 2] >> (4 * (d % 2))) & 0xF;
+    } else {
+      return codes[d];
+    }
+  }
+  // std::fma(code, scale, bias) without a call into libm where the path
+  // has no fma instruction (the portable one): a code (8 bits) times a scale
+  // (an fp16's 11) is exact in float, so only the add rounds, as in the fma.
+  float at(std::int64_t d) const { return static_cast<float>(code(d)) * scale + bias; }
+};
+
+template <int kBits>
+void dequantize(const std::uint8_t* rows, std::int64_t count, std::int64_t dim, float* out) {
+  for (std::int64_t r = 0; r < count; ++r) {
+    const RowwiseRow<kBits> row(rows + r * rowwise_row_bytes(dim, kBits), dim);
+    for (std::int64_t d = 0; d < dim; ++d) out[r * dim + d] = row.at(d);
   }
 }
-inline float widen(float x) { return x; }
-inline float widen(std::uint16_t x) { return from_bf16(x); }
 
 void dot_pairs_portable(const DotPairs& job, std::int64_t begin, std::int64_t end) {
   for (std::int64_t n = begin; n < end; ++n) {
@@ -65,18 +121,18 @@ void dot_pairs_portable(const DotPairs& job, std::int64_t begin, std::int64_t en
   }
 }
 
-template <typename T>
+template <typename Row>
 void bag_portable(const Bag& bag, std::int64_t b) {
   float* out = bag.out + b * bag.dim;
   for (std::int64_t d = 0; d < bag.dim; ++d) out[d] = 0;
   const std::int64_t start = bag.offsets[b], stop = bag_end(bag, b);
   for (std::int64_t i = start; i < stop; ++i) {
     prefetch_row(bag, i + kPrefetch, stop);
-    const T* row = rows_of<T>(bag) + bag.indices[i] * bag.dim;
+    const Row row(bag, bag.indices[i]);
     if (bag.weights != nullptr) {
-      for (std::int64_t d = 0; d < bag.dim; ++d) out[d] += bag.weights[i] * widen(row[d]);
+      for (std::int64_t d = 0; d < bag.dim; ++d) out[d] += bag.weights[i] * row.at(d);
     } else {
-      for (std::int64_t d = 0; d < bag.dim; ++d) out[d] += widen(row[d]);
+      for (std::int64_t d = 0; d < bag.dim; ++d) out[d] += row.at(d);
     }
   }
   if (bag.mode == Bag::Mode::kMean && stop > start) {
@@ -110,12 +166,28 @@ __attribute__((target("avx2,fma"))) void dot_pairs_avx2(const DotPairs& job, std
   }
 }
 
-__attribute__((target("avx2,fma"))) inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-__attribute__((target("avx2,fma"))) inline __m256 load8(const std::uint16_t* p) {
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+__attribute__((target("avx2,fma"))) inline __m256 load8(const FloatRow& row, std::int64_t d) { return _mm256_loadu_ps(row.p + d); }
+__attribute__((target("avx2,fma"))) inline __m256 load8(const Bf16Row& row, std::int64_t d) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row.p + d))), 16));
+}
+// A quantized row's 8 codes in 32-bit lanes; int4: its 4 bytes each twice
+// (b0 b0 b1 b1 ...), then the even lanes keep the low nibble, the odd the high.
+__attribute__((target("avx2,fma"))) inline __m256i codes8(const RowwiseRow<8>& row, std::int64_t d) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row.codes + d)));
+}
+__attribute__((target("avx2,fma"))) inline __m256i codes8(const RowwiseRow<4>& row, std::int64_t d) {
+  std::int32_t four = 0;
+  std::memcpy(&four, row.codes + d / 2, sizeof four);
+  const __m128i bytes = _mm_cvtsi32_si128(four);
+  const __m256i lanes = _mm256_cvtepu8_epi32(_mm_unpacklo_epi8(bytes, bytes));
+  return _mm256_and_si256(_mm256_srlv_epi32(lanes, _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4)), _mm256_set1_epi32(0xF));
+}
+template <int kBits>
+__attribute__((target("avx2,fma"))) inline __m256 load8(const RowwiseRow<kBits>& row, std::int64_t d) {
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(codes8(row, d)), _mm256_set1_ps(row.scale), _mm256_set1_ps(row.bias));
 }
 
-template <typename T>
+template <typename Row>
 __attribute__((target("avx2,fma"))) void bag_avx2(const Bag& bag, std::int64_t b) {
   const std::int64_t dim = bag.dim, body = dim - dim % 8;
   const std::int64_t start = bag.offsets[b], stop = bag_end(bag, b);
@@ -128,12 +200,12 @@ __attribute__((target("avx2,fma"))) void bag_avx2(const Bag& bag, std::int64_t b
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     for (std::int64_t i = start; i < stop; ++i) {
       if (d0 == 0) prefetch_row(bag, i + kPrefetch, stop);
-      const T* row = rows_of<T>(bag) + bag.indices[i] * dim + d0;
+      const Row row(bag, bag.indices[i]);
       if (bag.weights != nullptr) {
         const __m256 w = _mm256_set1_ps(bag.weights[i]);
-        for (std::int64_t j = 0; j < lanes; ++j) acc[j] = _mm256_fmadd_ps(w, load8(row + 8 * j), acc[j]);
+        for (std::int64_t j = 0; j < lanes; ++j) acc[j] = _mm256_fmadd_ps(w, load8(row, d0 + 8 * j), acc[j]);
       } else {
-        for (std::int64_t j = 0; j < lanes; ++j) acc[j] = _mm256_add_ps(acc[j], load8(row + 8 * j));
+        for (std::int64_t j = 0; j < lanes; ++j) acc[j] = _mm256_add_ps(acc[j], load8(row, d0 + 8 * j));
       }
     }
     for (std::int64_t j = 0; j < lanes; ++j) {
@@ -143,7 +215,7 @@ __attribute__((target("avx2,fma"))) void bag_avx2(const Bag& bag, std::int64_t b
   for (std::int64_t d = body; d < dim; ++d) {
     float sum = 0;
     for (std::int64_t i = start; i < stop; ++i) {
-      const float x = widen(rows_of<T>(bag)[bag.indices[i] * dim + d]);
+      const float x = Row(bag, bag.indices[i]).at(d);
       sum = bag.weights != nullptr ? __builtin_fmaf(bag.weights[i], x, sum) : sum + x;
     }
     out[d] = mean ? sum / static_cast<float>(stop - start) : sum;
@@ -169,12 +241,29 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void dot_pairs_avx512(const
   }
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512 load16(__mmask16 mask, const float* p) { return _mm512_maskz_loadu_ps(mask, p); }
-__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512 load16(__mmask16 mask, const std::uint16_t* p) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, p)), 16));
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512 load16(__mmask16 mask, const FloatRow& row, std::int64_t d) {
+  return _mm512_maskz_loadu_ps(mask, row.p + d);
+}
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512 load16(__mmask16 mask, const Bf16Row& row, std::int64_t d) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, row.p + d)), 16));
+}
+// As codes8, 16 lanes; the mask (lanes 0 .. n-1) reads only the bytes holding them.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512i codes16(__mmask16 mask, const RowwiseRow<8>& row, std::int64_t d) {
+  return _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask, row.codes + d));
+}
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512i codes16(__mmask16 mask, const RowwiseRow<4>& row, std::int64_t d) {
+  const unsigned n = static_cast<unsigned>(__builtin_ctz(mask + 1u));
+  const __m128i bytes = _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << ((n + 1) / 2)) - 1), row.codes + d / 2);
+  const __m512i lanes = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(bytes, bytes));
+  const __m512i shift = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+  return _mm512_and_si512(_mm512_srlv_epi32(lanes, shift), _mm512_set1_epi32(0xF));
+}
+template <int kBits>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512 load16(__mmask16 mask, const RowwiseRow<kBits>& row, std::int64_t d) {
+  return _mm512_maskz_fmadd_ps(mask, _mm512_cvtepi32_ps(codes16(mask, row, d)), _mm512_set1_ps(row.scale), _mm512_set1_ps(row.bias));
 }
 
-template <typename T>
+template <typename Row>
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void bag_avx512(const Bag& bag, std::int64_t b) {
   const std::int64_t dim = bag.dim;
   const std::int64_t start = bag.offsets[b], stop = bag_end(bag, b);
@@ -193,12 +282,12 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void bag_avx512(const Bag& 
     __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
     for (std::int64_t i = start; i < stop; ++i) {
       if (d0 == 0) prefetch_row(bag, i + kPrefetch, stop);
-      const T* row = rows_of<T>(bag) + bag.indices[i] * dim + d0;
+      const Row row(bag, bag.indices[i]);
       if (bag.weights != nullptr) {
         const __m512 w = _mm512_set1_ps(bag.weights[i]);
-        for (std::int64_t j = 0; j < lanes; ++j) acc[j] = _mm512_fmadd_ps(w, load16(mask[j], row + 16 * j), acc[j]);
+        for (std::int64_t j = 0; j < lanes; ++j) acc[j] = _mm512_fmadd_ps(w, load16(mask[j], row, d0 + 16 * j), acc[j]);
       } else {
-        for (std::int64_t j = 0; j < lanes; ++j) acc[j] = _mm512_add_ps(acc[j], load16(mask[j], row + 16 * j));
+        for (std::int64_t j = 0; j < lanes; ++j) acc[j] = _mm512_add_ps(acc[j], load16(mask[j], row, d0 + 16 * j));
       }
     }
     for (std::int64_t j = 0; j < lanes; ++j) {
@@ -263,14 +352,26 @@ bool repeats_previous(const Bag& bag, std::int64_t b) {
 constexpr std::int64_t kPrefetchBags = 4;
 constexpr std::int64_t kPrefetchIdsPerBag = 8;
 
-void prefetch_bag(const Bag& bag, std::int64_t b) {
+[[gnu::always_inline]] inline void prefetch_bag(const Bag& bag, std::int64_t b) {
   if (b >= bag.bags) return;
   const std::int64_t start = bag.offsets[b];
   const std::int64_t stop = std::min(bag_end(bag, b), start + kPrefetchIdsPerBag);
   for (std::int64_t i = start; i < stop; ++i) prefetch_row(bag, i, stop);
 }
 
-template <void (*one_float)(const Bag&, std::int64_t), void (*one_bf16)(const Bag&, std::int64_t)>
+// Bag b of a table of Row rows, on path kIsa.
+template <Isa kIsa, typename Row>
+void pool(const Bag& bag, std::int64_t b) {
+  if constexpr (kIsa == Isa::kAvx512) {
+    bag_avx512<Row>(bag, b);
+  } else if constexpr (kIsa == Isa::kAvx2) {
+    bag_avx2<Row>(bag, b);
+  } else {
+    bag_portable<Row>(bag, b);
+  }
+}
+
+template <Isa kIsa>
 void bags_rows(const Bag* bags, std::size_t count, std::int64_t begin, std::int64_t end, bool reuse) {
   for (std::int64_t b = begin; b < end; ++b) {
     for (std::size_t k = 0; k < count; ++k) {
@@ -280,10 +381,12 @@ void bags_rows(const Bag* bags, std::size_t count, std::int64_t begin, std::int6
       // Only within [begin, end): the bag before `begin` may be another thread's, not yet written.
       if (reuse && b > begin && repeats_previous(bag, b)) {
         std::memcpy(bag.out + b * bag.dim, bag.out + (b - 1) * bag.dim, sizeof(float) * bag.dim);
+      } else if (bag.table_rowwise != nullptr) {
+        (bag.row_bits == 4 ? pool<kIsa, RowwiseRow<4>> : pool<kIsa, RowwiseRow<8>>)(bag, b);
       } else if (bag.table_bf16 != nullptr) {
-        one_bf16(bag, b);
+        pool<kIsa, Bf16Row>(bag, b);
       } else {
-        one_float(bag, b);
+        pool<kIsa, FloatRow>(bag, b);
       }
     }
   }
@@ -303,6 +406,70 @@ float from_bf16(std::uint16_t x) {
   float f = 0;
   std::memcpy(&f, &u, sizeof f);
   return f;
+}
+
+std::uint16_t to_fp16(float x) {
+  std::uint32_t u = 0;
+  std::memcpy(&u, &x, sizeof u);
+  const auto sign = static_cast<std::uint16_t>((u >> 16) & 0x8000u);
+  const std::uint32_t a = u & 0x7FFFFFFFu;
+  // A NaN keeps its payload's upper bits, quiet; from 65520 (65504 and half an ulp, a tie to even) up, infinity.
+  if (a > 0x7F800000u) return static_cast<std::uint16_t>(sign | 0x7E00u | ((a >> 13) & 0x3FFu));
+  if (a >= 0x477FF000u) return static_cast<std::uint16_t>(sign | 0x7C00u);
+  // Normal halves (from 2^-14): round at bit 13, a carry moving up the exponent; then rebias 127 -> 15.
+  if (a >= 0x38800000u) return static_cast<std::uint16_t>(sign | ((a + 0xFFFu + ((a >> 13) & 1u) - 0x38000000u) >> 13));
+  // Subnormal halves: the value in units of 2^-24, rounded; 2^-25 and below (exponent < 102) is zero or a tie to it.
+  const std::uint32_t exponent = a >> 23;
+  if (exponent < 102) return sign;
+  const std::uint32_t mantissa = (a & 0x7FFFFFu) | 0x800000u, shift = 126 - exponent;
+  const std::uint32_t kept = mantissa >> shift, rest = mantissa & ((1u << shift) - 1), half = 1u << (shift - 1);
+  return static_cast<std::uint16_t>(sign | (kept + (rest > half || (rest == half && (kept & 1u)) ? 1u : 0u)));
+}
+
+float from_fp16(std::uint16_t x) { return widen_fp16(x); }
+
+std::int64_t rowwise_row_bytes(std::int64_t dim, int bits) { return rowwise_code_bytes(dim, bits) + kRowwiseTail; }
+
+bool quantize_rows(const float* table, std::int64_t rows, std::int64_t dim, int bits, std::uint8_t* out) {
+  if (bits != 8 && bits != 4) return false;
+  const std::int64_t code_bytes = rowwise_code_bytes(dim, bits), row_bytes = code_bytes + kRowwiseTail;
+  const int top = (1 << bits) - 1;
+  std::vector<std::uint8_t> codes(static_cast<std::size_t>(dim));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* x = table + r * dim;
+    std::uint8_t* row = out + r * row_bytes;
+    float lo = dim > 0 ? x[0] : 0.f, hi = lo;
+    bool in_range = true;
+    for (std::int64_t d = 0; d < dim; ++d) {
+      lo = std::min(lo, x[d]);
+      hi = std::max(hi, x[d]);
+      in_range &= std::abs(x[d]) <= 65504.f;  // false for a NaN too
+    }
+    const std::uint16_t bias16 = to_fp16(lo), scale16 = to_fp16((hi - lo) / static_cast<float>(top));
+    if (!in_range || (bias16 & 0x7C00u) == 0x7C00u || (scale16 & 0x7C00u) == 0x7C00u) return false;
+    const double bias = from_fp16(bias16), scale = from_fp16(scale16);
+    for (std::int64_t d = 0; d < dim; ++d) {
+      // Clamped, then rounded to nearest, ties to even, by adding and taking away 2^52.
+      const double v = scale == 0 ? 0 : std::clamp((x[d] - bias) / scale, 0.0, static_cast<double>(top));
+      codes[static_cast<std::size_t>(d)] = static_cast<std::uint8_t>((v + 0x1p52) - 0x1p52);
+    }
+    if (bits == 8) {
+      std::copy(codes.begin(), codes.end(), row);
+    } else {
+      for (std::int64_t k = 0; k < code_bytes; ++k) {
+        const std::int64_t high = 2 * k + 1;
+        row[k] = static_cast<std::uint8_t>(codes[static_cast<std::size_t>(2 * k)] | (high < dim ? codes[static_cast<std::size_t>(high)] << 4 : 0));
+      }
+    }
+    const std::uint8_t tail[kRowwiseTail] = {static_cast<std::uint8_t>(scale16), static_cast<std::uint8_t>(scale16 >> 8),
+                                             static_cast<std::uint8_t>(bias16), static_cast<std::uint8_t>(bias16 >> 8)};
+    std::memcpy(row + code_bytes, tail, sizeof tail);
+  }
+  return true;
+}
+
+void dequantize_rows(const std::uint8_t* rows, std::int64_t count, std::int64_t dim, int bits, float* out) {
+  (bits == 4 ? dequantize<4> : dequantize<8>)(rows, count, dim, out);
 }
 
 void to_bf16(Isa isa, const float* in, std::uint16_t* out, std::size_t n) {
@@ -397,11 +564,11 @@ void tanh(const float* in, float* out, std::size_t n) {
 
 void embedding_bags(Isa isa, const Bag* bags, std::size_t count, std::int64_t begin, std::int64_t end, bool reuse) {
   switch (isa) {
-    case Isa::kAvx512: return bags_rows<bag_avx512<float>, bag_avx512<std::uint16_t>>(bags, count, begin, end, reuse);
-    case Isa::kAvx2: return bags_rows<bag_avx2<float>, bag_avx2<std::uint16_t>>(bags, count, begin, end, reuse);
+    case Isa::kAvx512: return bags_rows<Isa::kAvx512>(bags, count, begin, end, reuse);
+    case Isa::kAvx2: return bags_rows<Isa::kAvx2>(bags, count, begin, end, reuse);
     case Isa::kPortable: break;
   }
-  bags_rows<bag_portable<float>, bag_portable<std::uint16_t>>(bags, count, begin, end, reuse);
+  bags_rows<Isa::kPortable>(bags, count, begin, end, reuse);
 }
 
 }  // namespace numaserve::kernels

@@ -22,6 +22,14 @@
 // bit for bit, the same bag of its float widening. Conversion to bf16
 // rounds to nearest even on every path, bit for bit the scalar to_bf16:
 // no path uses AVX512_BF16's own convert, which flushes denormals to zero.
+//
+// Rowwise-quantized tables (int8 / int4, below): a bag computes each row's
+// values as dequantize_rows does, fma(code, scale, bias) (the product is
+// exact, so a path without fma that multiplies and adds gets the same
+// bits), then adds them as it adds a float table's: a bag of a quantized
+// table equals, bit for bit, the same path's bag of its dequantize_rows. A
+// row is about a quarter (int8) or an eighth (int4) of a float row's bytes,
+// which is what a bag gathering rows from DRAM waits on.
 
 #include <cstddef>
 #include <cstdint>
@@ -45,6 +53,33 @@ std::uint16_t to_bf16(float x);
 float from_bf16(std::uint16_t x);
 // to_bf16 of n floats, on `isa`'s path.
 void to_bf16(Isa isa, const float* in, std::uint16_t* out, std::size_t n);
+
+// Rowwise-quantized tables (a model's embedding_precision int8 / int4, FBGEMM's
+// "fused rowwise" idea): each row is its codes, then its scale and its bias as
+// fp16 (2 bytes each, little-endian, scale first). int8: one unsigned code per
+// element (dim bytes); int4: two per byte, element 2i in the low nibble and
+// 2i+1 in the high one ((dim + 1) / 2 bytes, an odd dim's last high nibble 0).
+// An element's value is std::fma(float(code), scale, bias) with scale and bias
+// widened from fp16 — on every path.
+inline constexpr std::int64_t kRowwiseTail = 4;
+std::int64_t rowwise_row_bytes(std::int64_t dim, int bits);   // bits 8 or 4
+std::uint16_t to_fp16(float x);     // round to nearest even; overflow -> inf; NaN stays NaN
+float from_fp16(std::uint16_t x);   // exact, subnormals included
+// Quantizes table [rows][dim] (row-major floats) into out (rows * rowwise_row_bytes).
+// Per row: bias = fp16(min), scale = fp16((max - min) / (2^bits - 1)); each code
+// round-to-nearest of (x - bias) / scale computed with the stored (fp16-widened)
+// scale and bias, clamped to [0, 2^bits - 1]; scale 0 (a constant row) gives codes 0.
+// The quotient is taken in double and rounded to nearest, ties to even (by
+// arithmetic, not the FPU's mode or libm), so the codes are the same on every
+// machine, and an element is off by at most half a step plus what rounding
+// bias and scale to fp16 moved the row's ends (about 2^-11 of |min| and of
+// max - min: small beside a step for embedding rows, |min| near their range).
+// Returns false (and what it wrote is garbage) when a row holds a non-finite value or
+// one beyond fp16's range (|value| > 65504, where its bias or scale need not be finite
+// in fp16): the caller keeps the table in fp32. Also false for bits other than 8 and 4.
+bool quantize_rows(const float* table, std::int64_t rows, std::int64_t dim, int bits, std::uint8_t* out);
+// The values the kernels read: out [count][dim] floats, from `count` quantized rows.
+void dequantize_rows(const std::uint8_t* rows, std::int64_t count, std::int64_t dim, int bits, float* out);
 
 // Whether this CPU multiplies bf16 matrices in hardware, which a bf16 model
 // needs to be worth serving: AVX512_BF16, or AMX-BF16 with its tile state
@@ -83,6 +118,8 @@ struct Bag {
   enum class Mode { kSum, kMean };
   const float* table = nullptr;  // [rows][dim], row-major
   const std::uint16_t* table_bf16 = nullptr;  // instead of table: bf16 rows
+  const std::uint8_t* table_rowwise = nullptr;  // instead of table: rowwise-quantized rows (row_bits 8 or 4)
+  int row_bits = 0;
   std::int64_t dim = 0;
   const std::int64_t* indices = nullptr;
   const std::int64_t* offsets = nullptr;

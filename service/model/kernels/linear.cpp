@@ -9,12 +9,17 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 // GCC 12's AVX-512 headers initialize their "undefined" vectors from
-// themselves and warn about it wherever one inlines (as in kernels.cpp).
+// themselves and warn about it wherever one inlines (as in kernels.cpp;
+// the int8 code avoids the ones that warn outright: _mm512_slli_epi32 and
+// _mm512_cvtepi32_ps, zero-masked instead, and _mm512_reduce_add_epi32).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace numaserve::kernels {
@@ -63,9 +68,20 @@ bool cpu_has_avx512_bf16() {
   return has;
 }
 
+bool cpu_has_avx512_vnni() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid_count(7, 0, &a, &b, &c, &d) && ((c >> 11) & 1);  // CPUID.(7,0):ECX[11]
+}
+
+bool vnni_usable() {
+  static const bool usable = best_isa() == Isa::kAvx512 && cpu_has_avx512_vnni();
+  return usable;
+}
+
 // The rows of one layer: x [rows][inputs] (row stride ldx) into y
 // [rows][outputs] (stride ldy); a bf16 layer reads x rounded to bf16 from
-// narrow (row stride ldn: the inputs rounded up to pairs).
+// narrow, an int8 layer its codes u (and each row's scale a) from codes,
+// row stride ldn: the inputs rounded up to pairs, or to the packed depth.
 struct Rows {
   const float* x;
   std::int64_t ldx;
@@ -74,6 +90,8 @@ struct Rows {
   std::int64_t ldy;
   const std::uint16_t* narrow = nullptr;
   std::int64_t ldn = 0;
+  const std::uint8_t* codes = nullptr;
+  const float* scale = nullptr;
 };
 
 // --- portable: the specification of the fp32 paths.
@@ -165,19 +183,31 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) inline __mmask16 columns_ma
   return width >= kPanel ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << width) - 1);
 }
 
-// The epilogue shared by the fp32 and bf16 tiles: bias, ReLU, the panel's columns stored.
-template <int MR, int NV>
+// The fp32 and bf16 tiles' accumulators made outputs: the sum plus the bias.
+struct AddBias {
+  struct Panel {};
+  Panel panel(const LinearLayer&, std::int64_t, __mmask16) const { return {}; }
+  __attribute__((target("avx512f,avx512bw,avx512vl"))) __m512 operator()(const LinearLayer& layer, Panel, int, __m512 acc,
+                                                                      __m512 bias) const {
+    return layer.bias != nullptr ? _mm512_add_ps(acc, bias) : acc;
+  }
+};
+
+// The epilogue shared by the tiles: each accumulator made an output
+// (Finish: AddBias, or Int8Finish), ReLU, the panel's columns stored.
+template <int MR, int NV, typename Acc, typename Finish>
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void store_avx512(const LinearLayer& layer, const Rows& r, std::int64_t m0,
-                                                                    std::int64_t p, __m512 (&acc)[MR][NV]) {
+                                                                    std::int64_t p, Acc (&acc)[MR][NV], const Finish& finish) {
   const __m512 zero = _mm512_setzero_ps();
 #pragma GCC unroll 2
   for (int v = 0; v < NV; ++v) {
     const std::int64_t n0 = (p + v) * kPanel;
     const __mmask16 mask = columns_mask(layer.outputs - n0);
     const __m512 bias = layer.bias != nullptr ? _mm512_maskz_loadu_ps(mask, layer.bias + n0) : zero;
+    const auto panel = finish.panel(layer, n0, mask);
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
-      __m512 y = layer.bias != nullptr ? _mm512_add_ps(acc[i][v], bias) : acc[i][v];
+      __m512 y = finish(layer, panel, i, acc[i][v], bias);
       if (layer.relu) y = _mm512_max_ps(zero, y);
       _mm512_mask_storeu_ps(r.y + (m0 + i) * r.ldy + n0, mask, y);
     }
@@ -209,7 +239,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void tile_avx512(const Line
       for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(xi, wv[v], acc[i][v]);
     }
   }
-  store_avx512<MR, NV>(layer, r, m0, p, acc);
+  store_avx512<MR, NV>(layer, r, m0, p, acc, AddBias{});
 }
 
 // Two panels a tile while two are left, then the last one alone.
@@ -263,42 +293,266 @@ void layer_bf16_portable(const LinearLayer& layer, const Rows& r) {
   }
 }
 
-template <int MR, int NV>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void tile_bf16(const LinearLayer& layer, const Rows& r,
-                                                                             std::int64_t m0, std::int64_t p) {
-  const std::int64_t k2 = pairs(layer.inputs);
-  const auto* w = static_cast<const std::uint16_t*>(layer.packed) + p * k2 * kPanel * 2;
-  __m512 acc[MR][NV];
+// --- int8 (linear.h has the numerics). A packed layer's parts: the codes
+// (int8_at: where W[n][k]'s code is), then s_n and colsum_n, read unaligned.
+
+std::int64_t int8_depth(std::int64_t inputs, std::int64_t outputs) { return round_up(inputs, narrow(outputs) ? 4 * kPanel : 4); }
+
+std::int64_t int8_code_bytes(std::int64_t inputs, std::int64_t outputs) {
+  return int8_depth(inputs, outputs) * (narrow(outputs) ? outputs : panels(outputs) * kPanel);
+}
+
+std::int64_t int8_at(std::int64_t depth, std::int64_t outputs, std::int64_t n, std::int64_t k) {
+  if (narrow(outputs)) return n * depth + k;
+  return (n / kPanel) * depth * kPanel + (k / 4) * kPanel * 4 + (n % kPanel) * 4 + k % 4;
+}
+
+struct Int8Packed {
+  const std::int8_t* codes;
+  const std::int8_t* scales;   // float [outputs]
+  const std::int8_t* colsums;  // std::int32_t [outputs]
+  Int8Packed(const void* packed, std::int64_t inputs, std::int64_t outputs)
+      : codes(static_cast<const std::int8_t*>(packed)),
+        scales(codes + int8_code_bytes(inputs, outputs)),
+        colsums(scales + 4 * outputs) {}
+  float scale(std::int64_t n) const {
+    float s = 0;
+    std::memcpy(&s, scales + 4 * n, sizeof s);
+    return s;
+  }
+  std::int32_t colsum(std::int64_t n) const {
+    std::int32_t c = 0;
+    std::memcpy(&c, colsums + 4 * n, sizeof c);
+    return c;
+  }
+};
+
+// An input row's scale a from its largest magnitude, and 127 / amax:
+// `quantize` false where its codes are all 0 (a non-finite input: a = NaN;
+// 127 / amax not finite: a = 0). Shared by both paths, as is int8_output.
+struct RowScale {
+  float a = 0, inv = 0;
+  bool quantize = false;
+};
+RowScale row_scale(float amax, bool finite) {
+  if (!finite) return {std::numeric_limits<float>::quiet_NaN(), 0, false};
+  const float inv = 127.f / amax;
+  if (!(inv <= FLT_MAX)) return {};
+  return {amax / 127.f, inv, true};
+}
+
+std::int8_t code_of(float x, float inv) { return static_cast<std::int8_t>(std::clamp(std::nearbyint(x * inv), -127.f, 127.f)); }
+
+// x's `inputs` values as codes u = q + 128 into u [depth] (past the inputs:
+// 128, q = 0), and the row's scale into *a.
+void quantize_portable(const float* x, std::int64_t inputs, std::int64_t depth, std::uint8_t* u, float* a) {
+  float amax = 0;
+  bool finite = true;
+  for (std::int64_t k = 0; k < inputs; ++k) {
+    const float ax = std::abs(x[k]);
+    finite = finite && ax <= FLT_MAX;
+    amax = ax > amax ? ax : amax;
+  }
+  const RowScale s = row_scale(amax, finite);
+  *a = s.a;
+  for (std::int64_t k = 0; k < depth; ++k) u[k] = static_cast<std::uint8_t>((k < inputs && s.quantize ? code_of(x[k], s.inv) : 0) + 128);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_avx512(const float* x, std::int64_t inputs, std::int64_t depth,
+                                                                        std::uint8_t* u, float* a) {
+  __m512 amax = _mm512_setzero_ps();
+  __mmask16 infinite = 0;  // the lanes that saw a NaN or an infinity
+  for (std::int64_t k = 0; k < inputs; k += kPanel) {
+    const __m512 ax = _mm512_abs_ps(_mm512_maskz_loadu_ps(columns_mask(inputs - k), x + k));
+    infinite |= _mm512_cmp_ps_mask(ax, _mm512_set1_ps(FLT_MAX), _CMP_NLE_UQ);
+    amax = _mm512_max_ps(amax, ax);
+  }
+  const RowScale s = row_scale(_mm512_reduce_max_ps(amax), infinite == 0);
+  *a = s.a;
+  std::int64_t k = 0;
+  if (s.quantize) {
+    // vcvtps2dq rounds as nearbyint does (to nearest even, MXCSR's default mode).
+    for (; k < inputs; k += kPanel) {
+      const __mmask16 mask = columns_mask(inputs - k);
+      __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(mask, x + k), _mm512_set1_ps(s.inv)));
+      q = _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(-127)), _mm512_set1_epi32(127));
+      _mm512_mask_cvtepi32_storeu_epi8(u + k, mask, _mm512_add_epi32(q, _mm512_set1_epi32(128)));
+    }
+    k = inputs;
+  }
+  std::memset(u + k, 128, static_cast<std::size_t>(depth - k));
+}
+
+float int8_output(const LinearLayer& layer, const Int8Packed& packed, std::int64_t n, std::int32_t acc, float a) {
+  const float c = static_cast<float>(acc - 128 * packed.colsum(n));
+  const float scale = a * packed.scale(n);
+  const float y = layer.bias != nullptr ? std::fma(c, scale, layer.bias[n]) : c * scale;
+  return layer.relu ? relu(y) : y;
+}
+
+// The portable reference: each output's codes one by one.
+void layer_int8_portable(const LinearLayer& layer, const Rows& r) {
+  const Int8Packed packed(layer.packed, layer.inputs, layer.outputs);
+  for (std::int64_t m = 0; m < r.rows; ++m) {
+    for (std::int64_t n = 0; n < layer.outputs; ++n) {
+      std::int32_t acc = 0;
+      for (std::int64_t k = 0; k < layer.inputs; ++k) acc += r.codes[m * r.ldn + k] * packed.codes[int8_at(r.ldn, layer.outputs, n, k)];
+      r.y[m * r.ldy + n] = int8_output(layer, packed, n, acc, r.scale[m]);
+    }
+  }
+}
+
+// The int8 tile's accumulators made outputs, as int8_output: c = acc - 128
+// colsum, then fma(float(c), a * s_n, bias).
+struct Int8Finish {
+  Int8Packed packed;
+  const float* a;  // the tile's rows' scales
+  struct Panel {
+    __m512 s;
+    __m512i offset;  // 128 colsum
+  };
+  __attribute__((target("avx512f,avx512bw,avx512vl"))) Panel panel(const LinearLayer&, std::int64_t n0, __mmask16 mask) const {
+    const __m512i colsum = _mm512_maskz_loadu_epi32(mask, packed.colsums + 4 * n0);
+    return {_mm512_maskz_loadu_ps(mask, packed.scales + 4 * n0), _mm512_maskz_slli_epi32(mask, colsum, 7)};
+  }
+  __attribute__((target("avx512f,avx512bw,avx512vl"))) __m512 operator()(const LinearLayer& layer, const Panel& p, int i, __m512i acc,
+                                                                      __m512 bias) const {
+    const __m512 c = _mm512_maskz_cvtepi32_ps(0xFFFF, _mm512_sub_epi32(acc, p.offset));
+    const __m512 scale = _mm512_mul_ps(_mm512_set1_ps(a[i]), p.s);
+    return layer.bias != nullptr ? _mm512_fmadd_ps(c, scale, bias) : _mm512_mul_ps(c, scale);
+  }
+};
+
+// --- the bf16 and int8 tiles: one template, as both take a step of 4
+// bytes of each row (a bf16 pair; 4 int8 codes) broadcast against a panel's
+// 64 bytes (16 pairs; 16 outputs' 4 codes). Dot says which instruction.
+// Its target names both extensions, so that one template serves both; each
+// instantiation uses only its own Dot's instruction (no compiler generates
+// the other's from this code), and only where the CPU has it.
+
+struct Bf16Dot {
+  using Acc = __m512;
+  const std::int8_t* weights;
+  const std::int8_t* rows;
+  std::int64_t row_bytes;
+  Bf16Dot(const LinearLayer& layer, const Rows& r)
+      : weights(static_cast<const std::int8_t*>(layer.packed)),
+        rows(reinterpret_cast<const std::int8_t*>(r.narrow)),
+        row_bytes(2 * r.ldn) {}
+  __attribute__((target("avx512f,avx512bw,avx512vl"))) static Acc zero() { return _mm512_setzero_ps(); }
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) static Acc step(Acc acc, __m512i x, __m512i w) {
+    return _mm512_dpbf16_ps(acc, reinterpret_cast<__m512bh>(x), reinterpret_cast<__m512bh>(w));
+  }
+  AddBias finish(const Rows&, std::int64_t) const { return {}; }
+};
+
+struct Int8Dot {
+  using Acc = __m512i;
+  Int8Packed packed;
+  const std::int8_t* weights;
+  const std::int8_t* rows;
+  std::int64_t row_bytes;
+  Int8Dot(const LinearLayer& layer, const Rows& r)
+      : packed(layer.packed, layer.inputs, layer.outputs), weights(packed.codes), rows(reinterpret_cast<const std::int8_t*>(r.codes)),
+        row_bytes(r.ldn) {}
+  __attribute__((target("avx512f,avx512bw,avx512vl"))) static Acc zero() { return _mm512_setzero_si512(); }
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static Acc step(Acc acc, __m512i x, __m512i w) {
+    return _mm512_dpbusd_epi32(acc, x, w);
+  }
+  Int8Finish finish(const Rows& r, std::int64_t m0) const { return {packed, r.scale + m0}; }
+};
+
+template <int MR, int NV, typename Dot>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx512vnni"))) void tile_words(const LinearLayer& layer, const Rows& r,
+                                                                                         std::int64_t m0, std::int64_t p) {
+  const Dot dot(layer, r);
+  const std::int64_t steps = dot.row_bytes / 4, panel_bytes = steps * kPanel * 4;
+  const std::int8_t* w = dot.weights + p * panel_bytes;
+  typename Dot::Acc acc[MR][NV];
   // Every loop over the tile's rows and panels unrolled: the accumulators
   // then live in registers, never in memory.
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
 #pragma GCC unroll 2
-    for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
+    for (int v = 0; v < NV; ++v) acc[i][v] = Dot::zero();
   }
-  const std::uint16_t* x = r.narrow + m0 * r.ldn;
-  for (std::int64_t k = 0; k < k2; ++k) {
-    __m512bh wv[NV];
+  const std::int8_t* x = dot.rows + m0 * dot.row_bytes;
+  for (std::int64_t k = 0; k < steps; ++k) {
+    __m512i wv[NV];
 #pragma GCC unroll 2
-    for (int v = 0; v < NV; ++v) {
-      wv[v] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(w + v * k2 * kPanel * 2 + k * kPanel * 2));
-    }
+    for (int v = 0; v < NV; ++v) wv[v] = _mm512_loadu_si512(w + v * panel_bytes + k * kPanel * 4);
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
-      std::int32_t pair = 0;
-      std::memcpy(&pair, x + i * r.ldn + 2 * k, sizeof pair);
-      const __m512bh xi = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
+      std::int32_t word = 0;
+      std::memcpy(&word, x + i * dot.row_bytes + 4 * k, sizeof word);
+      const __m512i xi = _mm512_set1_epi32(word);
 #pragma GCC unroll 2
-      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], xi, wv[v]);
+      for (int v = 0; v < NV; ++v) acc[i][v] = Dot::step(acc[i][v], xi, wv[v]);
     }
   }
-  store_avx512<MR, NV>(layer, r, m0, p, acc);
+  store_avx512<MR, NV>(layer, r, m0, p, acc, dot.finish(r, m0));
 }
 
-template <int MR, int NV>
-struct Bf16Tile {
-  static void run(const LinearLayer& layer, const Rows& r, std::int64_t m0, std::int64_t p) { tile_bf16<MR, NV>(layer, r, m0, p); }
+template <typename Dot>
+struct Words {
+  template <int MR, int NV>
+  struct Tile {
+    static void run(const LinearLayer& layer, const Rows& r, std::int64_t m0, std::int64_t p) { tile_words<MR, NV, Dot>(layer, r, m0, p); }
+  };
 };
+
+// A narrow int8 layer: each output an integer dot product of a row's codes
+// and the output's, `depth` long (exact: any order).
+using Int8Dots = std::int32_t (*)(const std::uint8_t* u, const std::int8_t* w, std::int64_t depth);
+
+std::int32_t dot_int8_portable(const std::uint8_t* u, const std::int8_t* w, std::int64_t depth) {
+  std::int32_t acc = 0;
+  for (std::int64_t k = 0; k < depth; ++k) acc += u[k] * w[k];
+  return acc;
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) std::int32_t dot_int8_vnni(const std::uint8_t* u, const std::int8_t* w,
+                                                                                         std::int64_t depth) {
+  __m512i acc = _mm512_setzero_si512();
+  for (std::int64_t k = 0; k < depth; k += 4 * kPanel) acc = _mm512_dpbusd_epi32(acc, _mm512_loadu_si512(u + k), _mm512_loadu_si512(w + k));
+  alignas(64) std::int32_t lane[kPanel];
+  _mm512_store_si512(lane, acc);
+  std::int32_t sum = 0;
+  for (const std::int32_t l : lane) sum += l;
+  return sum;
+}
+
+template <Int8Dots dot>
+void narrow_int8(const LinearLayer& layer, const Rows& r) {
+  const Int8Packed packed(layer.packed, layer.inputs, layer.outputs);
+  for (std::int64_t m = 0; m < r.rows; ++m) {
+    for (std::int64_t n = 0; n < layer.outputs; ++n) {
+      const std::int32_t acc = dot(r.codes + m * r.ldn, packed.codes + n * r.ldn, r.ldn);
+      r.y[m * r.ldy + n] = int8_output(layer, packed, n, acc, r.scale[m]);
+    }
+  }
+}
+
+void layer_int8(Isa isa, const LinearLayer& layer, Rows r) {
+  thread_local std::vector<std::uint8_t> codes;
+  thread_local std::vector<float> scales;
+  const bool fast = isa == Isa::kAvx512 && vnni_usable();
+  r.ldn = int8_depth(layer.inputs, layer.outputs);
+  codes.resize(static_cast<std::size_t>(r.rows * r.ldn));
+  scales.resize(static_cast<std::size_t>(r.rows));
+  for (std::int64_t m = 0; m < r.rows; ++m) {
+    (fast ? quantize_avx512 : quantize_portable)(r.x + m * r.ldx, layer.inputs, r.ldn, codes.data() + m * r.ldn, scales.data() + m);
+  }
+  r.codes = codes.data();
+  r.scale = scales.data();
+  if (narrow(layer.outputs)) {
+    fast ? narrow_int8<dot_int8_vnni>(layer, r) : narrow_int8<dot_int8_portable>(layer, r);
+  } else if (fast) {
+    layer_rows8<Words<Int8Dot>::Tile>(layer, r);
+  } else {
+    layer_int8_portable(layer, r);
+  }
+}
 
 // --- narrow layers (narrow(): reduced along k, fold_lanes). Each path
 // fills one output's 16 lanes from a row (x) and the output's packed row
@@ -399,7 +653,7 @@ void layer_bf16(Isa isa, const LinearLayer& layer, Rows r) {
     fast ? narrow_rows<std::uint16_t, lanes_bf16>(layer, r.narrow, r.ldn, r)
          : narrow_rows<std::uint16_t, lanes_bf16_portable>(layer, r.narrow, r.ldn, r);
   } else if (fast) {
-    layer_rows8<Bf16Tile>(layer, r);
+    layer_rows8<Words<Bf16Dot>::Tile>(layer, r);
   } else {
     layer_bf16_portable(layer, r);
   }
@@ -407,6 +661,7 @@ void layer_bf16(Isa isa, const LinearLayer& layer, Rows r) {
 
 void run_layer(Isa isa, const LinearLayer& layer, const Rows& r) {
   if (layer.precision == LinearPrecision::kBf16) return layer_bf16(isa, layer, r);
+  if (layer.precision == LinearPrecision::kInt8) return layer_int8(isa, layer, r);
   if (narrow(layer.outputs)) {
     switch (isa) {
       case Isa::kAvx512: return narrow_rows<float, lanes_avx512>(layer, r.x, r.ldx, r);
@@ -426,10 +681,14 @@ void run_layer(Isa isa, const LinearLayer& layer, const Rows& r) {
 
 std::string_view linear_path(Isa isa, LinearPrecision precision) {
   if (precision == LinearPrecision::kBf16) return isa == Isa::kAvx512 && cpu_has_avx512_bf16() ? "avx512_bf16" : "portable";
+  if (precision == LinearPrecision::kInt8) return isa == Isa::kAvx512 && vnni_usable() ? "avx512_vnni" : "portable";
   return isa_name(isa);
 }
 
 std::size_t packed_elements(std::int64_t inputs, std::int64_t outputs, LinearPrecision precision) {
+  if (precision == LinearPrecision::kInt8) {
+    return static_cast<std::size_t>(int8_code_bytes(inputs, outputs) + 8 * outputs);
+  }
   if (narrow(outputs)) return static_cast<std::size_t>(outputs * narrow_depth(inputs, precision));
   const std::int64_t depth = precision == LinearPrecision::kBf16 ? 2 * pairs(inputs) : inputs;
   return static_cast<std::size_t>(panels(outputs) * kPanel * depth);
@@ -462,6 +721,54 @@ void pack_bf16(const float* weight, std::int64_t inputs, std::int64_t outputs, s
     std::uint16_t* panel = out + (n / kPanel) * k2 * kPanel * 2 + (n % kPanel) * 2;
     for (std::int64_t k = 0; k < inputs; ++k) panel[(k / 2) * kPanel * 2 + k % 2] = to_bf16(weight[n * inputs + k]);
   }
+}
+
+void pack_int8(const float* weight, std::int64_t inputs, std::int64_t outputs, std::int8_t* out) {
+  std::memset(out, 0, packed_elements(inputs, outputs, LinearPrecision::kInt8));
+  const std::int64_t depth = int8_depth(inputs, outputs), scales = int8_code_bytes(inputs, outputs), colsums = scales + 4 * outputs;
+  for (std::int64_t n = 0; n < outputs; ++n) {
+    const float* row = weight + n * inputs;
+    float wmax = 0;
+    bool finite = true;
+    for (std::int64_t k = 0; k < inputs; ++k) {
+      finite = finite && std::abs(row[k]) <= FLT_MAX;
+      wmax = std::max(wmax, std::abs(row[k]));
+    }
+    const float s = finite ? wmax / 127.f : std::numeric_limits<float>::quiet_NaN();
+    std::int32_t colsum = 0;
+    for (std::int64_t k = 0; finite && s > 0 && k < inputs; ++k) {
+      const std::int8_t code = static_cast<std::int8_t>(std::clamp(std::nearbyint(row[k] / s), -127.f, 127.f));
+      out[int8_at(depth, outputs, n, k)] = code;
+      colsum += code;
+    }
+    std::memcpy(out + scales + 4 * n, &s, sizeof s);
+    std::memcpy(out + colsums + 4 * n, &colsum, sizeof colsum);
+  }
+}
+
+void unpack_int8(const void* packed, std::int64_t inputs, std::int64_t outputs, float* weight) {
+  const Int8Packed p(packed, inputs, outputs);
+  const std::int64_t depth = int8_depth(inputs, outputs);
+  for (std::int64_t n = 0; n < outputs; ++n) {
+    const float s = p.scale(n);
+    for (std::int64_t k = 0; k < inputs; ++k) weight[n * inputs + k] = static_cast<float>(p.codes[int8_at(depth, outputs, n, k)]) * s;
+  }
+}
+
+Int8Support int8_support() {
+  Int8Support out;
+  if (const char* forced = std::getenv("NUMASERVE_CPU_INT8"); forced != nullptr && std::string_view(forced) == "off") {
+    out.missing = "int8 turned off by NUMASERVE_CPU_INT8=off";
+    return out;
+  }
+  if (cpu_has_avx512_vnni()) out.instructions = "avx512_vnni";
+  if (out.instructions.empty()) {
+    out.missing = "this CPU lacks AVX512_VNNI (vpdpbusd), which int8 linear layers need";
+  } else if (best_isa() != Isa::kAvx512) {
+    out.missing = "this CPU (or its OS) lacks AVX-512 F/BW/VL, which int8 linear layers need with AVX512_VNNI";
+  }
+  out.usable = out.missing.empty();
+  return out;
 }
 
 void run_chain(Isa isa, const LinearChain& chain, const float* in, float* out, std::int64_t begin, std::int64_t end) {

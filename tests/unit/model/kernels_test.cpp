@@ -5,10 +5,12 @@
 #include "kernels/kernels.h"
 
 #include <gtest/gtest.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -90,6 +92,20 @@ BagInput random_bags(std::mt19937& rng, std::int64_t table_rows) {
     }
   }
   return in;
+}
+
+// One bag over `in` of width `dim`, table and output left to the caller:
+// k 0 sums, 1 averages, 2 sums weighted.
+Bag bag_over(const BagInput& in, std::int64_t dim, int k) {
+  Bag bag;
+  bag.dim = dim;
+  bag.indices = in.indices.data();
+  bag.offsets = in.offsets.data();
+  bag.bags = static_cast<std::int64_t>(in.offsets.size());
+  bag.last_end = static_cast<std::int64_t>(in.indices.size());
+  bag.mode = k == 1 ? Bag::Mode::kMean : Bag::Mode::kSum;
+  bag.weights = k == 2 ? in.weights.data() : nullptr;
+  return bag;
 }
 
 TEST_P(KernelPaths, BagsEqualTheReferenceForEveryModeWidthAndLength) {
@@ -229,14 +245,7 @@ TEST_P(KernelPaths, Bf16BagsEqualTheBagsOfTheirFloatWideningBitForBit) {
     const BagInput in = random_bags(rng, 300);
     for (int k = 0; k < 3; ++k) {
       std::vector<float> got(in.offsets.size() * static_cast<std::size_t>(dim), NAN), want = got;
-      Bag bag;
-      bag.dim = dim;
-      bag.indices = in.indices.data();
-      bag.offsets = in.offsets.data();
-      bag.bags = static_cast<std::int64_t>(in.offsets.size());
-      bag.last_end = static_cast<std::int64_t>(in.indices.size());
-      bag.mode = k == 1 ? Bag::Mode::kMean : Bag::Mode::kSum;
-      bag.weights = k == 2 ? in.weights.data() : nullptr;
+      Bag bag = bag_over(in, dim, k);
       bag.table = t.table.data();
       bag.out = want.data();
       embedding_bags(GetParam(), &bag, 1, 0, bag.bags);
@@ -305,6 +314,55 @@ TEST_P(KernelPaths, ConversionToBf16EqualsTheScalarReferenceBitForBit) {
   }
 }
 
+// Rowwise-quantized tables: every bag (sum, mean, weighted, empty; widths
+// that leave every path's tails; int8 and int4, odd widths for int4; runs
+// of repeated bags, reused) equals, bit for bit, the same path's bag of the
+// float table dequantize_rows gives.
+TEST_P(KernelPaths, RowwiseBagsEqualTheBagsOfTheirDequantizedRowsBitForBit) {
+  std::mt19937 rng(19);
+  for (int bits : {8, 4}) {
+    for (std::int64_t dim : {1, 3, 13, 16, 17, 33, 64, 100, 128}) {
+      const std::int64_t rows = 300;
+      const Tables t = random_table(rng, rows, dim);
+      std::vector<std::uint8_t> quantized(static_cast<std::size_t>(rows * rowwise_row_bytes(dim, bits)));
+      ASSERT_TRUE(quantize_rows(t.table.data(), rows, dim, bits, quantized.data()));
+      std::vector<float> dequantized(t.table.size());
+      dequantize_rows(quantized.data(), rows, dim, bits, dequantized.data());
+      // Each bag twice in a row: the second is reused.
+      const BagInput drawn = random_bags(rng, rows);
+      BagInput in;
+      for (std::size_t b = 0; b < drawn.offsets.size(); ++b) {
+        const std::int64_t start = drawn.offsets[b];
+        const std::int64_t stop = b + 1 < drawn.offsets.size() ? drawn.offsets[b + 1] : static_cast<std::int64_t>(drawn.indices.size());
+        for (int copy = 0; copy < 2; ++copy) {
+          in.offsets.push_back(static_cast<std::int64_t>(in.indices.size()));
+          in.indices.insert(in.indices.end(), drawn.indices.begin() + start, drawn.indices.begin() + stop);
+          in.weights.insert(in.weights.end(), drawn.weights.begin() + start, drawn.weights.begin() + stop);
+        }
+      }
+      for (int k = 0; k < 3; ++k) {
+        std::vector<float> got(in.offsets.size() * static_cast<std::size_t>(dim), NAN), want = got;
+        Bag bag = bag_over(in, dim, k);
+        bag.table = dequantized.data();
+        bag.out = want.data();
+        embedding_bags(GetParam(), &bag, 1, 0, 5);
+        embedding_bags(GetParam(), &bag, 1, 5, bag.bags);
+        bag.table = nullptr;
+        bag.table_rowwise = quantized.data();
+        bag.row_bits = bits;
+        bag.out = got.data();
+        embedding_bags(GetParam(), &bag, 1, 0, 5);
+        embedding_bags(GetParam(), &bag, 1, 5, bag.bags);
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
+              << "int" << bits << " dim " << dim << " kind " << k << " bag " << i / static_cast<std::size_t>(dim)
+              << " element " << i % static_cast<std::size_t>(dim) << ": " << got[i] << " != " << want[i];
+        }
+      }
+    }
+  }
+}
+
 std::string path_name(const ::testing::TestParamInfo<Isa>& path) { return std::string(isa_name(path.param)); }
 
 INSTANTIATE_TEST_SUITE_P(EveryPath, KernelPaths, ::testing::Values(Isa::kPortable, Isa::kAvx2, Isa::kAvx512), path_name);
@@ -336,6 +394,205 @@ TEST(Elementwise, SigmoidAndTanhAreOneFunctionOfTheElementWherever) {
     EXPECT_LE(std::abs(s[i] - exact_s), std::abs(std::nextafter(s[i], 2.f) - s[i])) << x[i];
     EXPECT_LE(std::abs(t[i] - std::tanh(static_cast<long double>(x[i]))), std::abs(std::nextafter(t[i], 2.f) - t[i])) << x[i];
   }
+}
+
+// A half's value from its fields, in double: the reference from_fp16 must equal.
+double half_value(std::uint16_t h) {
+  const int exponent = (h >> 10) & 0x1F, mantissa = h & 0x3FF;
+  const double magnitude = exponent == 0x1F ? (mantissa == 0 ? INFINITY : NAN)
+                           : exponent == 0  ? std::ldexp(mantissa, -24)
+                                            : std::ldexp(1024 + mantissa, exponent - 25);
+  return (h & 0x8000) != 0 ? -magnitude : magnitude;
+}
+
+TEST(Fp16, EveryHalfWidensExactlyAndNarrowsBackToItself) {
+  for (std::uint32_t bits = 0; bits < 0x10000; ++bits) {
+    const auto h = static_cast<std::uint16_t>(bits);
+    const float f = from_fp16(h);
+    const double want = half_value(h);
+    ASSERT_EQ(std::signbit(f), (h & 0x8000) != 0) << std::hex << h;
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(f)) << std::hex << h;
+      ASSERT_EQ(to_fp16(f), h | 0x0200) << "a NaN stays a NaN (quieted, payload and sign kept): " << std::hex << h;
+      continue;
+    }
+    ASSERT_EQ(static_cast<double>(f), want) << std::hex << h;
+    ASSERT_EQ(to_fp16(f), h) << std::hex << h;
+  }
+}
+
+// The nearest half by search over every finite one, ties to the even one;
+// infinity (0x7C00) stands where 65536 would, so 65520 is its tie with 65504.
+std::uint16_t reference_fp16(float x) {
+  static const std::vector<double> halves = [] {
+    std::vector<double> v;
+    for (std::uint16_t h = 0; h < 0x7C00; ++h) v.push_back(half_value(h));
+    v.push_back(65536);
+    return v;
+  }();
+  const double a = std::abs(static_cast<double>(x));
+  const std::uint16_t sign = std::signbit(x) ? 0x8000 : 0;
+  if (a >= 65536) return static_cast<std::uint16_t>(sign | 0x7C00);
+  const auto hi = static_cast<std::size_t>(std::lower_bound(halves.begin(), halves.end(), a) - halves.begin());
+  std::size_t pick = hi;
+  if (halves[hi] != a) {
+    const double below = a - halves[hi - 1], above = halves[hi] - a;
+    pick = below < above || (below == above && (hi - 1) % 2 == 0) ? hi - 1 : hi;
+  }
+  return static_cast<std::uint16_t>(sign | pick);
+}
+
+__attribute__((target("f16c"))) std::uint16_t hardware_fp16(float x) {
+  return static_cast<std::uint16_t>(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT));
+}
+
+TEST(Fp16, NarrowingRoundsToNearestEven) {
+  // The halfway points between neighbouring halves and the floats either
+  // side of each, random bit patterns, and the edges.
+  std::vector<float> samples;
+  for (std::uint16_t h = 0; h < 0x7BFF; ++h) {
+    const auto mid = static_cast<float>((half_value(h) + half_value(static_cast<std::uint16_t>(h + 1))) / 2);  // exact: 12 bits
+    for (float x : {mid, std::nextafter(mid, 0.f), std::nextafter(mid, INFINITY)}) samples.insert(samples.end(), {x, -x});
+  }
+  std::mt19937 rng(23);
+  for (int i = 0; i < 1 << 20; ++i) {
+    const auto bits = static_cast<std::uint32_t>(rng());
+    float x = 0;
+    std::memcpy(&x, &bits, sizeof x);
+    samples.push_back(x);
+  }
+  for (float x : {0.f, -0.f, 65504.f, 65519.996f, 65520.f, 1e6f, -1e6f, std::numeric_limits<float>::max(), INFINITY,
+                  -INFINITY, std::numeric_limits<float>::denorm_min(), 0x1p-24f, 0x1p-25f, 0x1.000002p-25f, 0x1.8p-24f}) {
+    samples.push_back(x);
+  }
+  const bool f16c = __builtin_cpu_supports("f16c");
+  for (float x : samples) {
+    const std::uint16_t got = to_fp16(x);
+    if (f16c) {
+      ASSERT_EQ(got, hardware_fp16(x)) << "F16C's conversion of " << x << std::hex << " bits " << got;
+    }
+    if (std::isnan(x)) {
+      ASSERT_TRUE(std::isnan(from_fp16(got))) << x;
+      ASSERT_EQ(std::signbit(from_fp16(got)), std::signbit(x));
+      continue;
+    }
+    ASSERT_EQ(got, reference_fp16(x)) << x << std::hex << " bits " << got;
+  }
+  EXPECT_EQ(to_fp16(65504.f), 0x7BFF);
+  EXPECT_EQ(to_fp16(65519.996f), 0x7BFF);
+  EXPECT_EQ(to_fp16(65520.f), 0x7C00);  // a tie, to the even one: infinity
+  EXPECT_EQ(to_fp16(1e6f), 0x7C00);
+  EXPECT_EQ(to_fp16(-1e6f), 0xFC00);
+  EXPECT_EQ(to_fp16(1.f + 0x1p-11f), 0x3C00);  // ties to even
+  EXPECT_EQ(to_fp16(1.f + 0x3p-11f), 0x3C02);
+  EXPECT_EQ(to_fp16(0x1p-25f), 0x0000);  // the smallest subnormal's half: a tie, to zero
+  EXPECT_EQ(to_fp16(0x1.8p-24f), 0x0002);
+  EXPECT_EQ(to_fp16(std::numeric_limits<float>::denorm_min()), 0x0000);
+}
+
+TEST(Rowwise, ARowIsItsCodesThenFourBytes) {
+  EXPECT_EQ(kRowwiseTail, 4);
+  EXPECT_EQ(rowwise_row_bytes(64, 8), 68);
+  EXPECT_EQ(rowwise_row_bytes(64, 4), 36);
+  EXPECT_EQ(rowwise_row_bytes(13, 4), 11);
+  EXPECT_EQ(rowwise_row_bytes(1, 4), 5);
+  EXPECT_EQ(rowwise_row_bytes(1, 8), 5);
+  EXPECT_EQ(rowwise_row_bytes(0, 8), 4);
+}
+
+// Every element within half a step of its value, plus what rounding the
+// row's bias and scale to fp16 moved its ends; the layout as documented.
+TEST(Rowwise, QuantizedElementsAreWithinHalfAStep) {
+  std::mt19937 rng(29);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::uniform_real_distribution<float> narrow(0.5f, 0.6f);  // far from zero: the bias's rounding counts
+  for (int bits : {8, 4}) {
+    const int top = (1 << bits) - 1;
+    for (std::int64_t dim : {1, 2, 3, 13, 16, 33, 64, 100, 128}) {
+      for (int kind = 0; kind < 3; ++kind) {
+        const std::int64_t rows = 50;
+        std::vector<float> table(static_cast<std::size_t>(rows * dim));
+        for (auto& x : table) x = kind == 0 ? normal(rng) : kind == 1 ? narrow(rng) : 1e-3f * normal(rng);
+        const std::int64_t row_bytes = rowwise_row_bytes(dim, bits), code_bytes = row_bytes - kRowwiseTail;
+        std::vector<std::uint8_t> q(static_cast<std::size_t>(rows * row_bytes));
+        ASSERT_TRUE(quantize_rows(table.data(), rows, dim, bits, q.data()));
+        std::vector<float> values(table.size());
+        dequantize_rows(q.data(), rows, dim, bits, values.data());
+        double error_sum = 0, step_sum = 0;
+        for (std::int64_t r = 0; r < rows; ++r) {
+          const float* x = &table[static_cast<std::size_t>(r * dim)];
+          const std::uint8_t* row = &q[static_cast<std::size_t>(r * row_bytes)];
+          const float scale = from_fp16(static_cast<std::uint16_t>(row[code_bytes] | row[code_bytes + 1] << 8));
+          const float bias = from_fp16(static_cast<std::uint16_t>(row[code_bytes + 2] | row[code_bytes + 3] << 8));
+          const double lo = *std::min_element(x, x + dim), hi = *std::max_element(x, x + dim);
+          const double bound = scale / 2.0 + std::abs(bias - lo) + top * std::abs(scale - (hi - lo) / top);
+          if (bits == 4 && dim % 2 == 1) {
+            EXPECT_EQ(row[code_bytes - 1] >> 4, 0) << "an odd dim's last high nibble";
+          }
+          for (std::int64_t d = 0; d < dim; ++d) {
+            const int code = bits == 8 ? row[d] : (row[d / 2] >> (4 * (d % 2))) & 0xF;
+            const float value = values[static_cast<std::size_t>(r * dim + d)];
+            ASSERT_EQ(value, std::fma(static_cast<float>(code), scale, bias)) << "int" << bits << " dim " << dim << " element " << d;
+            ASSERT_LE(std::abs(value - x[d]), bound + 1e-6 * std::abs(x[d]))
+                << "int" << bits << " dim " << dim << " kind " << kind << " row " << r << " element " << d << ": " << x[d]
+                << " came back " << value << " (scale " << scale << ", bias " << bias << ")";
+            error_sum += std::abs(value - x[d]);
+            step_sum += scale;
+          }
+        }
+        // Rounded to nearest: errors spread over half a step, a quarter on average.
+        if (dim >= 16) {
+          EXPECT_LT(error_sum, 0.3 * step_sum) << "int" << bits << " dim " << dim << " kind " << kind;
+        }
+      }
+    }
+  }
+}
+
+// Why the portable path may multiply and add where the others fuse: every
+// code times every finite fp16 scale is exact in float, so only the add
+// rounds, either way.
+TEST(Rowwise, ACodeTimesAnFp16ScaleIsExactInFloat) {
+  for (int code = 0; code < 256; ++code) {
+    for (std::uint16_t h = 0; h < 0x7C00; ++h) {
+      const float scale = from_fp16(h);
+      ASSERT_EQ(static_cast<double>(static_cast<float>(code) * scale), code * static_cast<double>(scale)) << code << " " << h;
+    }
+  }
+}
+
+TEST(Rowwise, ConstantRowsComeBackAsTheirFp16) {
+  for (int bits : {8, 4}) {
+    for (float c : {0.f, 0.5f, -3.f, 0.1f, -1234.5f}) {
+      const std::vector<float> row(13, c);
+      std::vector<std::uint8_t> q(static_cast<std::size_t>(rowwise_row_bytes(13, bits)), 0xAB);
+      ASSERT_TRUE(quantize_rows(row.data(), 1, 13, bits, q.data()));
+      std::vector<float> back(13);
+      dequantize_rows(q.data(), 1, 13, bits, back.data());
+      for (float v : back) EXPECT_EQ(v, from_fp16(to_fp16(c))) << c;
+      for (std::size_t i = 0; i + kRowwiseTail < q.size(); ++i) EXPECT_EQ(q[i], 0) << "codes of a constant row";
+      EXPECT_EQ(q[q.size() - 4] | q[q.size() - 3], 0) << "scale 0";
+    }
+  }
+}
+
+TEST(Rowwise, RowsFp16CannotHoldAreRefused) {
+  const float big = std::numeric_limits<float>::max();
+  for (int bits : {8, 4}) {
+    for (float bad : {NAN, INFINITY, -INFINITY, 1e6f, -7e4f}) {
+      std::vector<float> table = {0.f, 1.f, 2.f, 0.f, 1.f, bad};  // the second of two rows
+      std::vector<std::uint8_t> q(static_cast<std::size_t>(2 * rowwise_row_bytes(3, bits)));
+      EXPECT_FALSE(quantize_rows(table.data(), 2, 3, bits, q.data())) << bad;
+    }
+    std::vector<float> spread = {-big, big};  // finite values, an infinite range
+    std::vector<std::uint8_t> q(static_cast<std::size_t>(rowwise_row_bytes(2, bits)));
+    EXPECT_FALSE(quantize_rows(spread.data(), 1, 2, bits, q.data()));
+    std::vector<float> edge = {-65504.f, 65504.f};
+    EXPECT_TRUE(quantize_rows(edge.data(), 1, 2, bits, q.data()));
+  }
+  std::vector<float> row = {1.f, 2.f};
+  std::vector<std::uint8_t> q(16);
+  EXPECT_FALSE(quantize_rows(row.data(), 1, 2, 3, q.data())) << "bits other than 8 and 4";
 }
 
 TEST(KernelPaths, TheBestPathIsOneThisCpuSupports) {

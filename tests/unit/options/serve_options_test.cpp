@@ -65,8 +65,16 @@ TEST(OptionTables, PrecisionOverridesModelYamlOnlyWhenGiven) {
   EXPECT_EQ(o.precision, features::Precision::kBf16IfAvailable);
   const auto refused = table.apply_yaml("precision: half\n", "serve.yaml");
   ASSERT_FALSE(refused);
-  EXPECT_NE(refused.error().message.find("'half' is not fp32, bf16 or bf16-if-available"), std::string::npos)
+  EXPECT_NE(refused.error().message.find("'half' is not fp32, bf16, bf16-if-available, int8 or int8-if-available"),
+            std::string::npos)
       << refused.error().message;
+  EXPECT_FALSE(o.embedding_precision.has_value());  // unset: model.yaml's, else as the precision
+  ASSERT_TRUE(table.apply_yaml("embedding_precision: int4\n", "serve.yaml"));
+  EXPECT_EQ(o.embedding_precision, features::TablePrecision::kInt4);
+  const auto tables = table.apply_yaml("embedding_precision: int2\n", "serve.yaml");
+  ASSERT_FALSE(tables);
+  EXPECT_EQ(tables.error().field, "embedding_precision");
+  EXPECT_NE(tables.error().message.find("'int2' is not fp32, bf16, int8 or int4"), std::string::npos) << tables.error().message;
 }
 
 }  // namespace
