@@ -2,6 +2,7 @@
 // target attribute), so the library builds for the baseline x86-64 and the
 // wide paths run only where best_isa() found them.
 #include "kernels/kernels.h"
+#include "kernels/rowwise_row.h"
 
 #include <cpuid.h>
 #include <immintrin.h>
@@ -21,14 +22,14 @@
 namespace numaserve::kernels {
 namespace {
 
+using namespace rowwise;
+
 // Where the bag of row b ends: at the next bag's start, the last at last_end.
 std::int64_t bag_end(const Bag& bag, std::int64_t b) { return b + 1 < bag.bags ? bag.offsets[b + 1] : bag.last_end; }
 
 // How far ahead the bag loops prefetch table rows: far enough to hide a
 // DRAM miss behind a few rows' adds, near enough to stay in L1.
 constexpr std::int64_t kPrefetch = 4;
-
-std::int64_t rowwise_code_bytes(std::int64_t dim, int bits) { return bits == 4 ? (dim + 1) / 2 : dim; }
 
 // The prefetch helpers are always inlined: GCC's ipa-pure-const takes
 // __builtin_prefetch for a const builtin, so a function that only
@@ -62,51 +63,6 @@ struct Bf16Row {
   Bf16Row(const Bag& bag, std::int64_t id) : p(bag.table_bf16 + id * bag.dim) {}
   float at(std::int64_t d) const { return from_bf16(p[d]); }
 };
-// from_fp16, inlined where a row's scale and bias are read.
-inline float widen_fp16(std::uint16_t x) {
-  const std::uint32_t sign = (x & 0x8000u) << 16, exponent = (x >> 10) & 0x1Fu, mantissa = x & 0x3FFu;
-  if (exponent == 0) {
-    // Zero or subnormal: mantissa * 2^-24, a product of normal floats (exact, and no denormal for DAZ to flush).
-    const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
-    return sign != 0 ? -magnitude : magnitude;
-  }
-  const std::uint32_t u = sign | (exponent == 0x1F ? 0x7F800000u : (exponent + 112) << 23) | mantissa << 13;
-  float f = 0;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-// A rowwise-quantized row: its codes, and the scale and bias of its tail.
-template <int kBits>
-struct RowwiseRow {
-  const std::uint8_t* codes;
-  float scale, bias;
-  RowwiseRow(const std::uint8_t* row, std::int64_t dim) : codes(row) {
-    const std::uint8_t* tail = row + rowwise_code_bytes(dim, kBits);
-    scale = widen_fp16(static_cast<std::uint16_t>(tail[0] | tail[1] << 8));
-    bias = widen_fp16(static_cast<std::uint16_t>(tail[2] | tail[3] << 8));
-  }
-  RowwiseRow(const Bag& bag, std::int64_t id) : RowwiseRow(bag.table_rowwise + id * rowwise_row_bytes(bag.dim, kBits), bag.dim) {}
-  int code(std::int64_t d) const {
-    if constexpr (kBits == 4) {
-      return (codes[d / 2] >> (4 * (d % 2))) & 0xF;
-    } else {
-      return codes[d];
-    }
-  }
-  // std::fma(code, scale, bias) without a call into libm where the path
-  // has no fma instruction (the portable one): a code (8 bits) times a scale
-  // (an fp16's 11) is exact in float, so only the add rounds, as in the fma.
-  float at(std::int64_t d) const { return static_cast<float>(code(d)) * scale + bias; }
-};
-
-template <int kBits>
-void dequantize(const std::uint8_t* rows, std::int64_t count, std::int64_t dim, float* out) {
-  for (std::int64_t r = 0; r < count; ++r) {
-    const RowwiseRow<kBits> row(rows + r * rowwise_row_bytes(dim, kBits), dim);
-    for (std::int64_t d = 0; d < dim; ++d) out[r * dim + d] = row.at(d);
-  }
-}
 
 void dot_pairs_portable(const DotPairs& job, std::int64_t begin, std::int64_t end) {
   for (std::int64_t n = begin; n < end; ++n) {
@@ -406,70 +362,6 @@ float from_bf16(std::uint16_t x) {
   float f = 0;
   std::memcpy(&f, &u, sizeof f);
   return f;
-}
-
-std::uint16_t to_fp16(float x) {
-  std::uint32_t u = 0;
-  std::memcpy(&u, &x, sizeof u);
-  const auto sign = static_cast<std::uint16_t>((u >> 16) & 0x8000u);
-  const std::uint32_t a = u & 0x7FFFFFFFu;
-  // A NaN keeps its payload's upper bits, quiet; from 65520 (65504 and half an ulp, a tie to even) up, infinity.
-  if (a > 0x7F800000u) return static_cast<std::uint16_t>(sign | 0x7E00u | ((a >> 13) & 0x3FFu));
-  if (a >= 0x477FF000u) return static_cast<std::uint16_t>(sign | 0x7C00u);
-  // Normal halves (from 2^-14): round at bit 13, a carry moving up the exponent; then rebias 127 -> 15.
-  if (a >= 0x38800000u) return static_cast<std::uint16_t>(sign | ((a + 0xFFFu + ((a >> 13) & 1u) - 0x38000000u) >> 13));
-  // Subnormal halves: the value in units of 2^-24, rounded; 2^-25 and below (exponent < 102) is zero or a tie to it.
-  const std::uint32_t exponent = a >> 23;
-  if (exponent < 102) return sign;
-  const std::uint32_t mantissa = (a & 0x7FFFFFu) | 0x800000u, shift = 126 - exponent;
-  const std::uint32_t kept = mantissa >> shift, rest = mantissa & ((1u << shift) - 1), half = 1u << (shift - 1);
-  return static_cast<std::uint16_t>(sign | (kept + (rest > half || (rest == half && (kept & 1u)) ? 1u : 0u)));
-}
-
-float from_fp16(std::uint16_t x) { return widen_fp16(x); }
-
-std::int64_t rowwise_row_bytes(std::int64_t dim, int bits) { return rowwise_code_bytes(dim, bits) + kRowwiseTail; }
-
-bool quantize_rows(const float* table, std::int64_t rows, std::int64_t dim, int bits, std::uint8_t* out) {
-  if (bits != 8 && bits != 4) return false;
-  const std::int64_t code_bytes = rowwise_code_bytes(dim, bits), row_bytes = code_bytes + kRowwiseTail;
-  const int top = (1 << bits) - 1;
-  std::vector<std::uint8_t> codes(static_cast<std::size_t>(dim));
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float* x = table + r * dim;
-    std::uint8_t* row = out + r * row_bytes;
-    float lo = dim > 0 ? x[0] : 0.f, hi = lo;
-    bool in_range = true;
-    for (std::int64_t d = 0; d < dim; ++d) {
-      lo = std::min(lo, x[d]);
-      hi = std::max(hi, x[d]);
-      in_range &= std::abs(x[d]) <= 65504.f;  // false for a NaN too
-    }
-    const std::uint16_t bias16 = to_fp16(lo), scale16 = to_fp16((hi - lo) / static_cast<float>(top));
-    if (!in_range || (bias16 & 0x7C00u) == 0x7C00u || (scale16 & 0x7C00u) == 0x7C00u) return false;
-    const double bias = from_fp16(bias16), scale = from_fp16(scale16);
-    for (std::int64_t d = 0; d < dim; ++d) {
-      // Clamped, then rounded to nearest, ties to even, by adding and taking away 2^52.
-      const double v = scale == 0 ? 0 : std::clamp((x[d] - bias) / scale, 0.0, static_cast<double>(top));
-      codes[static_cast<std::size_t>(d)] = static_cast<std::uint8_t>((v + 0x1p52) - 0x1p52);
-    }
-    if (bits == 8) {
-      std::copy(codes.begin(), codes.end(), row);
-    } else {
-      for (std::int64_t k = 0; k < code_bytes; ++k) {
-        const std::int64_t high = 2 * k + 1;
-        row[k] = static_cast<std::uint8_t>(codes[static_cast<std::size_t>(2 * k)] | (high < dim ? codes[static_cast<std::size_t>(high)] << 4 : 0));
-      }
-    }
-    const std::uint8_t tail[kRowwiseTail] = {static_cast<std::uint8_t>(scale16), static_cast<std::uint8_t>(scale16 >> 8),
-                                             static_cast<std::uint8_t>(bias16), static_cast<std::uint8_t>(bias16 >> 8)};
-    std::memcpy(row + code_bytes, tail, sizeof tail);
-  }
-  return true;
-}
-
-void dequantize_rows(const std::uint8_t* rows, std::int64_t count, std::int64_t dim, int bits, float* out) {
-  (bits == 4 ? dequantize<4> : dequantize<8>)(rows, count, dim, out);
 }
 
 void to_bf16(Isa isa, const float* in, std::uint16_t* out, std::size_t n) {

@@ -62,7 +62,8 @@ void to_bf16(Isa isa, const float* in, std::uint16_t* out, std::size_t n);
 // An element's value is std::fma(float(code), scale, bias) with scale and bias
 // widened from fp16 — on every path.
 inline constexpr std::int64_t kRowwiseTail = 4;
-std::int64_t rowwise_row_bytes(std::int64_t dim, int bits);   // bits 8 or 4
+// A row's bytes, bits 8 or 4 (inline: the bags compute it for every row).
+inline std::int64_t rowwise_row_bytes(std::int64_t dim, int bits) { return (bits == 4 ? (dim + 1) / 2 : dim) + kRowwiseTail; }
 std::uint16_t to_fp16(float x);     // round to nearest even; overflow -> inf; NaN stays NaN
 float from_fp16(std::uint16_t x);   // exact, subnormals included
 // Quantizes table [rows][dim] (row-major floats) into out (rows * rowwise_row_bytes).
