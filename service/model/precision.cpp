@@ -82,6 +82,11 @@ Status serve_narrowed(const torch::jit::Module& module, std::optional<torch::jit
   const Instructions cpu = instructions_for(to.chains);
   if (!cpu.usable) {
     if (auto s = unavailable(cpu.missing); !s) return s;
+  } else if (to.chains != kernels::LinearPrecision::kFp32 && linear_kernels(to.chains) == "portable") {
+    // The CPU has the instructions but the fused ops were narrowed to a
+    // path without them (numaserve-bench --kernels): its portable reference
+    // is far slower than fp32's.
+    if (auto s = unavailable("the kernels' path here (" + kernel_isa() + ") has no " + name.substr(0, 4) + " product"); !s) return s;
   }
   if (!optimized) {
     const std::string why = "it runs in the rewritten forward, and there is none (graph optimizations " + graph.state +

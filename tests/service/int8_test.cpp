@@ -198,6 +198,23 @@ TEST(Int8, ACpuWithoutVnniServesInt8IfAvailableInFp32AndSaysWhy) {
   EXPECT_EQ(*(*model)->forward(batch), *(*fp32)->forward(batch));  // fp32's very scores
 }
 
+// The benchmark narrows the fused ops to AVX2 to measure an older machine:
+// no int8 products there, whatever this CPU has, and the load says which path.
+TEST(Int8, AKernelPathWithoutInt8ProductsServesFp32LayersNamingIt) {
+  SKIP_WITHOUT_INT8();
+  const std::string best = kernel_isa();
+  ASSERT_TRUE(set_kernel_isa("avx2"));
+  auto model = load(demo_dir() / "ranker_a", Precision::kInt8IfAvailable);
+  auto refused = load(demo_dir() / "ranker_a", Precision::kInt8);
+  ASSERT_TRUE(set_kernel_isa(best));
+  ASSERT_TRUE(model) << model.error().message;
+  EXPECT_EQ((*model)->precision().served, "fp32");
+  EXPECT_NE((*model)->precision().reason.find("the kernels' path here (avx2) has no int8 product"), std::string::npos)
+      << (*model)->precision().reason;
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().field, "precision");
+}
+
 // -if-available narrows the layers only where they are faster: the load
 // times the model's linear chains in both precisions and says what it
 // measured (bf16's and int8's alike; each where this CPU has it).
