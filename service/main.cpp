@@ -88,10 +88,13 @@ std::string precision_line(const numaserve::api::PrecisionReport& p) {
                                                  std::to_string(numaserve::model::kTimingRows) + " rows"
                                            : "";
   if (p.narrowed()) {
+    // Tables shipped quantized with nothing narrowed at load: no drift check there.
+    const std::string drift = p.drift_bound > 0 ? "; scores within " + format_number(p.max_drift) + " of fp32's on " +
+                                                      std::to_string(numaserve::model::kDriftCheckRows) + " random rows (bound " +
+                                                      format_number(p.drift_bound) + ")"
+                                                : " as shipped (quantized_tables); nothing narrowed at load";
     return "  precision: linear layers " + p.served + (p.instructions.empty() ? "" : " (" + p.instructions + ")") + ", tables " +
-           p.tables + "; scores within " + format_number(p.max_drift) + " of fp32's on " +
-           std::to_string(numaserve::model::kDriftCheckRows) + " random rows (bound " + format_number(p.drift_bound) + ")" +
-           timing + (p.reason.empty() ? "" : " (" + p.requested + ": " + p.reason + ")") + "\n";
+           p.tables + drift + timing + (p.reason.empty() ? "" : " (" + p.requested + ": " + p.reason + ")") + "\n";
   }
   return "  precision: fp32" + (p.reason.empty() ? std::string() : " (" + p.requested + ": " + p.reason + ")") + "\n";
 }

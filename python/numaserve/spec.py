@@ -190,7 +190,7 @@ class StoreMapping:
 _FEATURE_KEYS = {"name", "source", "kind", "table", "max_len", "transform", "mean", "std", "clip", "default",
                  "view", "store_name"}
 _ROOT_KEYS = {"name", "version", "hash_seed", "tables", "features", "output", "feature_store", "precision",
-              "embedding_precision", "precision_max_drift"}
+              "embedding_precision", "precision_max_drift", "quantized_tables"}
 # In the service's table order: a refusal lists them in this order.
 PRECISIONS = ("fp32", "bf16", "bf16-if-available", "int8", "int8-if-available")  # the linear layers
 EMBEDDING_PRECISIONS = ("fp32", "bf16", "int8", "int4")  # the tables; int8/int4 rowwise, a scale and bias per row
@@ -198,6 +198,22 @@ EMBEDDING_PRECISIONS = ("fp32", "bf16", "int8", "int4")  # the tables; int8/int4
 EMBEDDING_PRECISION_FOR = {"fp32": "fp32", "bf16": "bf16", "bf16-if-available": "bf16",
                            "int8": "int8", "int8-if-available": "int8"}
 DEFAULT_MAX_DRIFT = 5e-3
+
+
+def _parse_quantized_tables(node, file, spec):
+    if not node.is_sequence():
+        raise _bad(file, node, "quantized_tables", "want a list of table names")
+    for i, item in enumerate(node.items()):
+        field = f"quantized_tables[{i}]"
+        table = (item.text() or "") if item.is_scalar() else ""
+        if table not in spec.tables:
+            raise _bad(file, item, field, f"'{table}' is not among tables")
+        if table in spec.quantized_tables:
+            raise _bad(file, item, field, f"'{table}' is listed twice")
+        spec.quantized_tables.append(table)
+    # The files' codes are embedding_precision's: written, and 8- or 4-bit.
+    if spec.quantized_tables and not (spec.embedding_precision_explicit and spec.embedding_precision in ("int8", "int4")):
+        raise _bad(file, node, "quantized_tables", "needs embedding_precision int8 or int4 (the shipped files' codes)")
 
 
 def _parse_numeric(node, file, field, f):
@@ -342,6 +358,10 @@ class ModelSpec:
         self.precision: str = "fp32"
         self.embedding_precision: str = "fp32"
         self.embedding_precision_explicit: bool = False
+        # quantized_tables: the tables shipped already rowwise in
+        # embedding_precision (int8 or int4), as tables/<name>.rowwise beside
+        # model.pt (numaserve.export writes them).
+        self.quantized_tables: List[str] = []
         self.precision_max_drift: float = DEFAULT_MAX_DRIFT
 
     @classmethod
@@ -408,6 +428,8 @@ class ModelSpec:
             spec.precision_max_drift = _number(root["precision_max_drift"], file, "precision_max_drift")
             if spec.precision_max_drift <= 0:
                 raise _bad(file, root["precision_max_drift"], "precision_max_drift", "want a number > 0")
+        if root["quantized_tables"]:
+            _parse_quantized_tables(root["quantized_tables"], file, spec)
         return spec
 
     def feature(self, name, source) -> Optional[FeatureSpec]:

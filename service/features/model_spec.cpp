@@ -252,13 +252,59 @@ TablePrecision tables_following(Precision precision) {
   return TablePrecision::kFp32;
 }
 
+namespace {
+
+// precision, embedding_precision, precision_max_drift and quantized_tables.
+Status parse_precision_keys(const YamlNode& root, const std::string& file, ModelSpec& model) {
+  if (root["precision"]) {
+    auto precision = one_of<Precision>(root["precision"], file, "precision", kPrecisionNames);
+    if (!precision) return tl::unexpected(precision.error());
+    model.precision = *precision;
+  }
+  if (root["embedding_precision"]) {
+    auto embedding = one_of<TablePrecision>(root["embedding_precision"], file, "embedding_precision", kTablePrecisionNames);
+    if (!embedding) return tl::unexpected(embedding.error());
+    model.embedding_precision = *embedding;
+  }
+  if (root["precision_max_drift"]) {
+    auto drift = number(root["precision_max_drift"], file, "precision_max_drift");
+    if (!drift) return tl::unexpected(drift.error());
+    if (*drift <= 0) return tl::unexpected(bad(file, root["precision_max_drift"], "precision_max_drift", "want a number > 0"));
+    model.precision_max_drift = *drift;
+  }
+  if (const auto quantized = root["quantized_tables"]) {
+    if (!quantized.is_sequence()) return tl::unexpected(bad(file, quantized, "quantized_tables", "want a list of table names"));
+    for (std::size_t i = 0; i < quantized.size(); ++i) {
+      const std::string field = "quantized_tables[" + std::to_string(i) + "]";
+      const std::string table = quantized[i].is_scalar() ? quantized[i].text().value_or("") : "";
+      if (!model.tables.contains(table)) {
+        return tl::unexpected(bad(file, quantized[i], field, "'" + table + "' is not among tables"));
+      }
+      if (std::find(model.quantized_tables.begin(), model.quantized_tables.end(), table) != model.quantized_tables.end()) {
+        return tl::unexpected(bad(file, quantized[i], field, "'" + table + "' is listed twice"));
+      }
+      model.quantized_tables.push_back(table);
+    }
+    // The files' codes are embedding_precision's: written, and 8- or 4-bit.
+    const auto bits = model.embedding_precision ? rowwise_bits(*model.embedding_precision) : 0;
+    if (!model.quantized_tables.empty() && bits == 0) {
+      return tl::unexpected(bad(file, quantized, "quantized_tables", "needs embedding_precision int8 or int4 (the shipped files' codes)"));
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+int rowwise_bits(TablePrecision p) { return p == TablePrecision::kInt8 ? 8 : p == TablePrecision::kInt4 ? 4 : 0; }
+
 Result<ModelSpec> parse_model_spec(const std::string& yaml, const std::string& file) {
   auto parsed = parse_yaml(yaml, file);
   if (!parsed) return tl::unexpected(parsed.error());
   const YamlNode& root = *parsed;
   if (!root.is_map()) return make_error(Error::Code::kInvalidArgument, file + ": want a map", file);
   static const std::set<std::string> kKeys = {"name",   "version",       "hash_seed", "tables",
-                                              "features", "output",      "feature_store", "precision", "embedding_precision", "precision_max_drift"};
+                                              "features", "output",      "feature_store", "precision", "embedding_precision", "quantized_tables", "precision_max_drift"};
   for (const auto& entry : root.entries()) {
     auto key = yaml_key(file, entry.first);
     if (!key) return tl::unexpected(key.error());
@@ -306,22 +352,7 @@ Result<ModelSpec> parse_model_spec(const std::string& yaml, const std::string& f
   if (root["feature_store"]) {
     if (auto s = parse_store_mapping(root["feature_store"], file, model.store); !s) return tl::unexpected(s.error());
   }
-  if (root["precision"]) {
-    auto precision = one_of<Precision>(root["precision"], file, "precision", kPrecisionNames);
-    if (!precision) return tl::unexpected(precision.error());
-    model.precision = *precision;
-  }
-  if (root["embedding_precision"]) {
-    auto embedding = one_of<TablePrecision>(root["embedding_precision"], file, "embedding_precision", kTablePrecisionNames);
-    if (!embedding) return tl::unexpected(embedding.error());
-    model.embedding_precision = *embedding;
-  }
-  if (root["precision_max_drift"]) {
-    auto drift = number(root["precision_max_drift"], file, "precision_max_drift");
-    if (!drift) return tl::unexpected(drift.error());
-    if (*drift <= 0) return tl::unexpected(bad(file, root["precision_max_drift"], "precision_max_drift", "want a number > 0"));
-    model.precision_max_drift = *drift;
-  }
+  if (auto s = parse_precision_keys(root, file, model); !s) return tl::unexpected(s.error());
   return model;
 }
 

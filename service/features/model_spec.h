@@ -33,6 +33,7 @@
 //   precision: fp32              # the linear layers: or bf16, int8, bf16-if-available, int8-if-available
 //   embedding_precision: int8    # the tables: fp32, bf16, int8 or int4 (rowwise); default: as precision
 //   precision_max_drift: 0.005   # the largest |score - fp32 score| the load accepts
+//   quantized_tables: [user]     # shipped already in embedding_precision (int8 or int4): tables/user.rowwise
 
 #include <cstddef>
 #include <cstdint>
@@ -74,6 +75,8 @@ inline constexpr auto kTablePrecisionNames = make_names<TablePrecision>(
 // The tables' precision where none is written: the linear layers' (an int8
 // model is int8 throughout; bf16 tables came with bf16 before the key existed).
 TablePrecision tables_following(Precision precision);
+// The bits of a rowwise code in `p`: 8 or 4, or 0 (fp32, bf16: not rowwise).
+int rowwise_bits(TablePrecision p);
 inline constexpr double kDefaultMaxDrift = 5e-3;
 inline constexpr auto kTransformNames = make_names<Transform>(
     {{Transform::kNone, "none"}, {Transform::kLog1p, "log1p"}, {Transform::kStandardize, "standardize"}});
@@ -117,6 +120,7 @@ struct ModelSpec {
   StoreMapping store;                           // where a networked store keeps them
   Precision precision = Precision::kFp32;
   std::optional<TablePrecision> embedding_precision;  // unset: tables_following(precision)
+  std::vector<std::string> quantized_tables;          // shipped rowwise, in embedding_precision
   double precision_max_drift = kDefaultMaxDrift;
 
   // Numeric features in order: the columns of the dense input.

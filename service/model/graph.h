@@ -86,6 +86,22 @@ struct Narrowing {
 };
 api::GraphRewrite narrow(torch::jit::Module& optimized, const Narrowing& to, const NarrowMemory& memory);
 
+// Tables shipped already rowwise (model.yaml quantized_tables): each one's
+// rows, read from its file at load, and the placeholder the module holds in
+// its place (one float seen as [rows][dim], never materialized).
+struct ShippedTable {
+  std::string name;  // model.yaml's table
+  std::string file;  // tables/<name>.rowwise, for the report and refusals
+  at::Tensor rows;   // [rows][kernels::rowwise_row_bytes(dim, bits)] uint8
+  int bits = 8;
+  at::Tensor placeholder;
+};
+// Puts each shipped table's rows in place of its placeholder in an optimized
+// forward that has not run (report: one line a table). Refused, naming the
+// table, where the forward reads a placeholder other than as a table of
+// numaserve::embedding_bags alone: nothing else reads rowwise rows.
+Status ship_tables(torch::jit::Module& optimized, const std::vector<ShippedTable>& tables, api::GraphRewrite& report);
+
 // The forward graph's numaserve:: nodes by kind ("numaserve::dot_interaction"
 // -> 1), for the report's tests.
 std::map<std::string, int> fused_ops(const torch::jit::Module& module);

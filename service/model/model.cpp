@@ -88,20 +88,6 @@ std::string signature_of(const c10::FunctionSchema& schema) {
 // The module's embedding tables and their rows: a parameter emb_<table>, or
 // the weight of a submodule emb_<table> (an nn.EmbeddingBag), as the Python
 // package's export() reads them.
-std::vector<std::pair<std::string, std::int64_t>> embedding_tables(const torch::jit::Module& module) {
-  std::vector<std::pair<std::string, std::int64_t>> out;
-  auto add = [&out](const std::string& name, const at::Tensor& weight) {
-    if (name.rfind("emb_", 0) == 0) out.emplace_back(name.substr(4), weight.dim() > 0 ? weight.size(0) : 0);
-  };
-  for (const auto& param : module.named_parameters(/*recurse=*/false)) add(param.name, param.value);
-  for (const auto& child : module.named_children()) {
-    if (child.value.hasattr("weight") && child.value.attr("weight").isTensor()) {
-      add(child.name, child.value.attr("weight").toTensor());
-    }
-  }
-  return out;
-}
-
 constexpr const char* kForward = "(dense: Tensor, indices: List[Tensor], offsets: List[Tensor]) -> Tensor";
 
 // The tensors below borrow the batch's memory: forward() never writes its
@@ -112,6 +98,20 @@ at::Tensor borrow(const std::vector<std::int64_t>& values) {
 }
 
 }  // namespace
+
+std::vector<ModuleTable> embedding_tables(const torch::jit::Module& module) {
+  std::vector<ModuleTable> out;
+  auto add = [&out](const std::string& name, const at::Tensor& weight, const torch::jit::Module& owner, const std::string& attribute) {
+    if (name.rfind("emb_", 0) == 0) out.push_back({name.substr(4), weight, owner, attribute});
+  };
+  for (const auto& param : module.named_parameters(/*recurse=*/false)) add(param.name, param.value, module, param.name);
+  for (const auto& child : module.named_children()) {
+    if (child.value.hasattr("weight") && child.value.attr("weight").isTensor()) {
+      add(child.name, child.value.attr("weight").toTensor(), child.value, "weight");
+    }
+  }
+  return out;
+}
 
 Error torch_error(const std::string& what, const std::exception& e) {
   // c10 messages carry a C++ backtrace after the first line; the first line
@@ -208,6 +208,47 @@ void constant_tensors(torch::jit::Block* block, std::vector<at::Tensor>& out) {
 
 }  // namespace
 
+namespace {
+
+// Every emb_<table> of model.pt must be one of model.yaml's tables, of its
+// rows: a model.pt exported for another contract fails here, not on its
+// first request. (model.yaml may declare tables the module holds otherwise.)
+Status check_tables(const torch::jit::Module& module, const features::ModelSpec& spec, const std::filesystem::path& dir) {
+  for (const auto& t : embedding_tables(module)) {
+    const auto declared = spec.tables.find(t.table);
+    if (declared == spec.tables.end()) {
+      return make_error(Error::Code::kInvalidArgument,
+                        dir.string() + ": model.pt's emb_" + t.table + " is not among model.yaml's tables", "tables." + t.table);
+    }
+    const auto rows = static_cast<std::uint64_t>(t.weight.dim() > 0 ? t.weight.size(0) : 0);
+    if (rows != declared->second) {
+      return make_error(Error::Code::kInvalidArgument,
+                        dir.string() + ": table '" + t.table + "' has " + std::to_string(declared->second) +
+                            " rows in model.yaml but " + std::to_string(rows) + " in model.pt",
+                        "tables." + t.table);
+    }
+  }
+  return {};
+}
+
+// serve --precision stands for both of model.yaml's keys unless
+// --embedding-precision is given too.
+Asked asked_of(const features::ModelSpec& spec, const LoadOptions& options) {
+  Asked asked;
+  asked.precision = options.precision.value_or(spec.precision);
+  asked.tables = features::tables_following(asked.precision);
+  if (options.embedding_precision) {
+    asked.tables = *options.embedding_precision;
+    asked.tables_written = true;
+  } else if (!options.precision && spec.embedding_precision) {
+    asked.tables = *spec.embedding_precision;
+    asked.tables_written = true;
+  }
+  return asked;
+}
+
+}  // namespace
+
 TorchModel::TorchModel(std::filesystem::path dir, features::ModelSpec spec, std::unique_ptr<Impl> impl)
     : dir_(std::move(dir)), spec_(std::move(spec)), impl_(std::move(impl)) {}
 
@@ -243,44 +284,23 @@ Result<std::unique_ptr<TorchModel>> TorchModel::load(const std::filesystem::path
     move_weights_to_huge_pages(impl->module);
     pacer.pace();  // the copy
   }
-  // Every emb_<table> of model.pt must be one of model.yaml's tables, of its
-  // rows: a model.pt exported for another contract fails here, not on its
-  // first request. (model.yaml may declare tables the module holds otherwise.)
-  for (const auto& [table, size] : embedding_tables(impl->module)) {
-    const auto declared = spec->tables.find(table);
-    if (declared == spec->tables.end()) {
-      return make_error(Error::Code::kInvalidArgument,
-                        dir.string() + ": model.pt's emb_" + table + " is not among model.yaml's tables", "tables." + table);
-    }
-    const auto rows = static_cast<std::uint64_t>(size);
-    if (rows != declared->second) {
-      return make_error(Error::Code::kInvalidArgument,
-                        dir.string() + ": table '" + table + "' has " + std::to_string(declared->second) +
-                            " rows in model.yaml but " + std::to_string(rows) + " in model.pt",
-                        "tables." + table);
-    }
-  }
+  if (auto s = check_tables(impl->module, *spec, dir); !s) return tl::unexpected(s.error());
+  auto shipped = read_shipped_tables(impl->module, *spec, dir, options.huge_pages);
+  if (!shipped) return tl::unexpected(shipped.error());
+  impl->shipped = std::move(*shipped);
   if (options.graph_optimizations) {
     Optimized optimized = optimize_checked(impl->module, *spec, options.linear_kernels);
     impl->optimized = std::move(optimized.module);
     impl->report = std::move(optimized.report);
     pacer.pace();  // the rewrites and their check forward
   }
-  // serve --precision stands for both of model.yaml's keys unless
-  // --embedding-precision is given too.
-  Asked asked;
-  asked.precision = options.precision.value_or(spec->precision);
-  asked.tables = features::tables_following(asked.precision);
-  if (options.embedding_precision) {
-    asked.tables = *options.embedding_precision;
-    asked.tables_written = true;
-  } else if (!options.precision && spec->embedding_precision) {
-    asked.tables = *spec->embedding_precision;
-    asked.tables_written = true;
+  if (!impl->shipped.empty()) {
+    if (auto s = serve_shipped(*impl, dir, options); !s) return tl::unexpected(s.error());
   }
+  const Asked asked = asked_of(*spec, options);
   impl->precision.requested = std::string(features::kPrecisionNames.name(asked.precision));
   if (asked.precision != features::Precision::kFp32 || asked.tables != features::TablePrecision::kFp32) {
-    if (auto s = serve_narrowed(impl->module, impl->optimized, impl->report, impl->precision, *spec, dir, asked, options); !s) {
+    if (auto s = serve_narrowed(*impl, *spec, dir, asked, options); !s) {
       return tl::unexpected(s.error());
     }
     pacer.pace();  // the conversion and the drift check

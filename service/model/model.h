@@ -143,8 +143,11 @@ class TorchModel final : public api::Model {
   // model.pt.
   Status check(std::size_t rows) const;
 
- private:
+  // Named here, defined in torch_model.h: only model/'s LibTorch files see
+  // inside (precision.cpp narrows it).
   struct Impl;
+
+ private:
   TorchModel(std::filesystem::path dir, features::ModelSpec spec, std::unique_ptr<Impl> impl);
   std::filesystem::path dir_;
   features::ModelSpec spec_;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -73,15 +74,13 @@ at::Tensor bf16_copy(const at::Tensor& fp32, const NarrowMemory& memory) {
   return copy;
 }
 
-// Each table numaserve::embedding_bags alone reads, in `precision`: its
-// constant replaced (a table read twice is narrowed once), and its fp32
-// memory released as soon as nothing reads it, before the next table.
-void narrow_tables(torch::jit::Graph& graph, features::TablePrecision precision, const NarrowMemory& memory,
-                   api::GraphRewrite& report) {
+// Calls `visit` for each table listed to each numaserve::embedding_bags op
+// of `graph`, with the op's row bits for it, and writes the op's row bits
+// back; an error from `visit` stops the walk. A table that `visit` replaced
+// is seen again, as its replacement, where another entry lists it.
+Status each_listed_table(torch::jit::Graph& graph, const std::function<Status(Value* table, std::int64_t& bits)>& visit) {
   std::vector<Node*> bags;
   nodes_of_kind(graph.block(), c10::Symbol::fromQualString("numaserve::embedding_bags"), bags);
-  std::map<const void*, std::pair<Value*, int>> narrowed;  // fp32 data -> (its copy, its row bits)
-  std::map<Value*, int> bits_of;                             // a copy -> its row bits
   for (Node* op : bags) {
     Node* list = op->input(0)->node();
     const auto listed = constant_list(op->input(6));
@@ -89,50 +88,63 @@ void narrow_tables(torch::jit::Graph& graph, features::TablePrecision precision,
     std::vector<std::int64_t> row_bits;
     for (const auto& b : *listed) row_bits.push_back(b.toInt());
     for (std::size_t k = 0; k < list->inputs().size(); ++k) {
-      Value* table = list->input(k);
-      // A table listed twice: its first entry's replacement replaced both.
-      if (const auto copy = bits_of.find(table); copy != bits_of.end()) {
-        row_bits[k] = copy->second;
-        continue;
-      }
-      const auto weight = constant_tensor(table);
-      if (!weight || weight->scalar_type() != at::kFloat || weight->dim() != 2) continue;
-      const std::string what = "embedding table " + name_of(table) + " (" + shape_of(*weight) + ")";
-      if (!only_bags_read(table)) {
-        report.not_applied.push_back(what + ": also read by another op, kept fp32");
-        continue;
-      }
-      auto done = narrowed.find(weight->data_ptr());
-      if (done == narrowed.end()) {
-        const at::Tensor in = weight->contiguous();
-        const std::int64_t rows = in.size(0), dim = in.size(1);
-        int bits = precision == features::TablePrecision::kInt4 ? 4 : precision == features::TablePrecision::kInt8 ? 8 : 0;
-        if (bits == 4 && dim % 2 != 0) {
-          report.not_applied.push_back(what + ": an odd dim has no int4 layout here, int8 instead");
-          bits = 8;
-        }
-        at::Tensor copy;
-        if (bits == 0) {
-          copy = bf16_copy(in, memory);
-        } else {
-          copy = memory.allocate({rows, kernels::rowwise_row_bytes(dim, bits)}, at::kByte);
-          if (!kernels::quantize_rows(in.data_ptr<float>(), rows, dim, bits, copy.data_ptr<std::uint8_t>())) {
-            report.not_applied.push_back(what + ": holds values that are not finite or beyond fp16's range (the rows' scale "
-                                         "and bias), kept fp32");
-            continue;
-          }
-        }
-        const std::string to = bits == 0 ? "bf16" : bits == 8 ? "int8 rowwise" : "int4 rowwise";
-        done = narrowed.emplace(weight->data_ptr(), std::pair{graph.insertConstant(copy), bits}).first;
-        bits_of[done->second.first] = bits;
-        report.applied.push_back(what + " -> " + to);
-      }
-      table->replaceAllUsesWith(done->second.first);
-      row_bits[k] = done->second.second;
-      if (!still_read(graph.block(), weight->storage().unsafeGetStorageImpl())) memory.unread(*weight);
+      if (auto s = visit(list->input(k), row_bits[k]); !s) return s;
     }
     op->replaceInput(6, graph.insertConstant(row_bits));
   }
+  return {};
+}
+
+// Each table numaserve::embedding_bags alone reads, in `precision`: its
+// constant replaced (a table read twice is narrowed once), and its fp32
+// memory released as soon as nothing reads it, before the next table.
+void narrow_tables(torch::jit::Graph& graph, features::TablePrecision precision, const NarrowMemory& memory,
+                   api::GraphRewrite& report) {
+  std::map<const void*, std::pair<Value*, int>> narrowed;  // fp32 data -> (its copy, its row bits)
+  std::map<Value*, int> bits_of;                             // a copy -> its row bits
+  (void)each_listed_table(graph, [&](Value* table, std::int64_t& row_bits) -> Status {
+    // A table listed twice: its first entry's replacement replaced both.
+    if (const auto copy = bits_of.find(table); copy != bits_of.end()) {
+      row_bits = copy->second;
+      return {};
+    }
+    const auto weight = constant_tensor(table);
+    if (!weight || weight->scalar_type() != at::kFloat || weight->dim() != 2) return {};
+    const std::string what = "embedding table " + name_of(table) + " (" + shape_of(*weight) + ")";
+    if (!only_bags_read(table)) {
+      report.not_applied.push_back(what + ": also read by another op, kept fp32");
+      return {};
+    }
+    auto done = narrowed.find(weight->data_ptr());
+    if (done == narrowed.end()) {
+      const at::Tensor in = weight->contiguous();
+      const std::int64_t rows = in.size(0), dim = in.size(1);
+      int bits = features::rowwise_bits(precision);
+      if (bits == 4 && dim % 2 != 0) {
+        report.not_applied.push_back(what + ": an odd dim has no int4 layout here, int8 instead");
+        bits = 8;
+      }
+      at::Tensor copy;
+      if (bits == 0) {
+        copy = bf16_copy(in, memory);
+      } else {
+        copy = memory.allocate({rows, kernels::rowwise_row_bytes(dim, bits)}, at::kByte);
+        if (!kernels::quantize_rows(in.data_ptr<float>(), rows, dim, bits, copy.data_ptr<std::uint8_t>())) {
+          report.not_applied.push_back(what + ": holds values that are not finite or beyond fp16's range (the rows' scale "
+                                       "and bias), kept fp32");
+          return {};
+        }
+      }
+      const std::string to = bits == 0 ? "bf16" : bits == 8 ? "int8 rowwise" : "int4 rowwise";
+      done = narrowed.emplace(weight->data_ptr(), std::pair{graph.insertConstant(copy), bits}).first;
+      bits_of[done->second.first] = bits;
+      report.applied.push_back(what + " -> " + to);
+    }
+    table->replaceAllUsesWith(done->second.first);
+    row_bits = done->second.second;
+    if (!still_read(graph.block(), weight->storage().unsafeGetStorageImpl())) memory.unread(*weight);
+    return {};
+  });
 }
 
 // Every chain's layers in `to.chains` (layer_precision), packed anew; the
@@ -203,6 +215,47 @@ void narrow_chains(torch::jit::Graph& graph, const Narrowing& to, const NarrowMe
 }
 
 }  // namespace
+
+Status ship_tables(torch::jit::Module& optimized, const std::vector<ShippedTable>& tables, api::GraphRewrite& report) {
+  const std::shared_ptr<torch::jit::Graph> graph = optimized.get_method("forward").graph();
+  torch::jit::WithInsertPoint first(graph->block()->nodes().front());
+  std::map<const void*, const ShippedTable*> by_placeholder;
+  for (const auto& t : tables) by_placeholder[t.placeholder.data_ptr()] = &t;
+  std::map<const ShippedTable*, Value*> shipped;  // a table -> its rows' constant
+  std::map<Value*, int> bits_of;                  // the rows' constant -> its bits
+  auto refused = [&](const ShippedTable& t, const std::string& why) -> Status {
+    return make_error(Error::Code::kInvalidArgument, t.file + ": " + why + " (graph report: embedding_bags)", "quantized_tables");
+  };
+  auto s = each_listed_table(*graph, [&](Value* table, std::int64_t& row_bits) -> Status {
+    // A table listed again: its first entry's replacement replaced it.
+    if (const auto again = bits_of.find(table); again != bits_of.end()) {
+      row_bits = again->second;
+      return {};
+    }
+    const auto weight = constant_tensor(table);
+    const auto found = weight ? by_placeholder.find(weight->data_ptr()) : by_placeholder.end();
+    if (found == by_placeholder.end()) return {};
+    const ShippedTable& t = *found->second;
+    if (!only_bags_read(table)) return refused(t, "model.pt's emb_" + t.name + " is read by an op other than the embedding bags");
+    auto [slot, fresh] = shipped.try_emplace(&t, nullptr);
+    if (fresh) {
+      slot->second = graph->insertConstant(t.rows);
+      bits_of[slot->second] = t.bits;
+      report.applied.push_back("embedding table " + name_of(table) + " (" + shape_of(*weight) + ") -> " + (t.bits == 8 ? "int8" : "int4") +
+                               " rowwise, shipped in " + t.file);
+    }
+    table->replaceAllUsesWith(slot->second);
+    row_bits = t.bits;
+    return {};
+  });
+  if (!s) return s;
+  for (const auto& t : tables) {
+    if (!shipped.contains(&t)) return refused(t, "model.pt's emb_" + t.name + " is not a table of numaserve::embedding_bags");
+  }
+  torch::jit::EliminateDeadCode(graph);
+  graph->lint();
+  return {};
+}
 
 api::GraphRewrite narrow(torch::jit::Module& optimized, const Narrowing& to, const NarrowMemory& memory) {
   api::GraphRewrite report{"precision", {}, {}};

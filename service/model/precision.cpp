@@ -7,6 +7,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/linear.h"
+#include "kernels/rowwise_file.h"
 #include "model/rows.h"
 #include "model/torch_model.h"
 #include "numa/huge_pages.h"
@@ -55,42 +56,44 @@ Instructions instructions_for(kernels::LinearPrecision chains) {
   return {};
 }
 
-// Serves `impl` below fp32 as `asked` where the CPU and the model allow it
-// and its scores stay within the drift bound; else refuses (a precision
-// asked outright: bf16, int8, or a table precision written) or serves fp32
-// saying why (-if-available: the tables follow unless written).
-// `graph` is the model's graph report: the narrowing's lines join it.
-}  // namespace
+// The tables' label (metrics, /placement): `narrowed` joined to what was
+// already served ("int4+int8": a shipped table beside one converted here).
+std::string tables_label(const std::string& served, const std::string& narrowed) {
+  if (served == "fp32" || served == narrowed) return narrowed;
+  return served < narrowed ? served + "+" + narrowed : narrowed + "+" + served;
+}
 
-Status serve_narrowed(const torch::jit::Module& module, std::optional<torch::jit::Module>& optimized, api::GraphReport& graph,
-                      api::PrecisionReport& report, const features::ModelSpec& spec, const std::filesystem::path& dir,
-                      const Asked& asked, const LoadOptions& options) {
-  const std::string name(features::kPrecisionNames.name(asked.precision));
-  const bool outright = asked.precision == features::Precision::kBf16 || asked.precision == features::Precision::kInt8;
-  Narrowing to{asked.tables, chains_of(asked.precision), true};
-  const std::string where = dir.string() + ": precision " + name + ": ";
+// What a load narrows and why not: `to`, as asked, narrowed to what this CPU,
+// this kernel path and this model allow (-if-available), or refused (asked
+// outright). `report.reason` says why a precision asked is not served.
+struct Decision {
+  Narrowing to;
+  std::string name, where;
+  bool outright = false;
+  Instructions cpu;
+};
+
+Status decide(Decision& plan, const TorchModel::Impl& impl, const std::filesystem::path& dir, const Asked& asked, api::PrecisionReport& report) {
   auto unavailable = [&](const std::string& why) -> Status {
-    if (outright) {
-      return make_error(Error::Code::kInvalidArgument, where + why + " (precision " + name + "-if-available serves it in fp32 instead)",
-                        "precision");
+    if (plan.outright) {
+      return make_error(Error::Code::kInvalidArgument,
+                        plan.where + why + " (precision " + plan.name + "-if-available serves it in fp32 instead)", "precision");
     }
     report.reason = why;
-    to.chains = kernels::LinearPrecision::kFp32;
-    if (!asked.tables_written) to.tables = features::TablePrecision::kFp32;
+    plan.to.chains = kernels::LinearPrecision::kFp32;
+    if (!asked.tables_written) plan.to.tables = features::TablePrecision::kFp32;
     return {};
   };
-  const Instructions cpu = instructions_for(to.chains);
-  if (!cpu.usable) {
-    if (auto s = unavailable(cpu.missing); !s) return s;
-  } else if (to.chains != kernels::LinearPrecision::kFp32 && linear_kernels(to.chains) == "portable") {
+  if (!plan.cpu.usable) return unavailable(plan.cpu.missing);
+  if (plan.to.chains != kernels::LinearPrecision::kFp32 && linear_kernels(plan.to.chains) == "portable") {
     // The CPU has the instructions but the fused ops were narrowed to a
     // path without them (numaserve-bench --kernels): its portable reference
     // is far slower than fp32's.
-    if (auto s = unavailable("the kernels' path here (" + kernel_isa() + ") has no " + name.substr(0, 4) + " product"); !s) return s;
+    return unavailable("the kernels' path here (" + kernel_isa() + ") has no " + plan.name.substr(0, 4) + " product");
   }
-  if (!optimized) {
-    const std::string why = "it runs in the rewritten forward, and there is none (graph optimizations " + graph.state +
-                            (graph.reason.empty() ? "" : ": " + graph.reason) + ")";
+  if (!impl.optimized) {
+    const std::string why = "it runs in the rewritten forward, and there is none (graph optimizations " + impl.report.state +
+                            (impl.report.reason.empty() ? "" : ": " + impl.report.reason) + ")";
     if (asked.tables_written && asked.tables != features::TablePrecision::kFp32) {
       return make_error(Error::Code::kInvalidArgument, dir.string() + ": embedding_precision " +
                             std::string(features::kTablePrecisionNames.name(asked.tables)) + ": " + why, "embedding_precision");
@@ -100,87 +103,143 @@ Status serve_narrowed(const torch::jit::Module& module, std::optional<torch::jit
   // Having the instructions is not being faster (a CPU may run bf16 products
   // no faster than fp32's, and each layer converts its inputs): the model's
   // own linear chains timed in both precisions decide -if-available.
-  if (to.chains != kernels::LinearPrecision::kFp32 && !outright) {
-    const ChainTiming timing = time_linear_chains(*optimized, kTimingRows, to.chains);
-    report.fp32_us = timing.fp32_us;
-    report.candidate_us = timing.candidate_us;
-    if (timing.chains > 0 && !(timing.candidate_us < timing.fp32_us)) {
-      if (auto s = unavailable(name.substr(0, 4) + " is not faster on this CPU: the linear layers took " +
-                               format_number(timing.candidate_us) + " us in " + name.substr(0, 4) + " and " +
-                               format_number(timing.fp32_us) + " us in fp32 on " + std::to_string(kTimingRows) + " rows");
-          !s) {
-        return s;
-      }
-    }
-  }
-  if (to.chains == kernels::LinearPrecision::kFp32 && to.tables == features::TablePrecision::kFp32) return {};
-  // fp32's scores on the check rows first: the conversion frees each fp32
-  // weight as soon as the graph stops reading it, and the model as written
-  // reads them.
-  std::vector<std::pair<features::Batch, at::Tensor>> checks;
+  if (plan.to.chains == kernels::LinearPrecision::kFp32 || plan.outright) return {};
+  const ChainTiming timing = time_linear_chains(*impl.optimized, kTimingRows, plan.to.chains);
+  report.fp32_us = timing.fp32_us;
+  report.candidate_us = timing.candidate_us;
+  if (timing.chains == 0 || timing.candidate_us < timing.fp32_us) return {};
+  const std::string short_name = plan.name.substr(0, 4);
+  return unavailable(short_name + " is not faster on this CPU: the linear layers took " + format_number(timing.candidate_us) +
+                     " us in " + short_name + " and " + format_number(timing.fp32_us) + " us in fp32 on " +
+                     std::to_string(kTimingRows) + " rows");
+}
+
+// A fresh frozen copy of the forward, never run (a forward that has run
+// keeps the plan its first call compiled, with the fp32 weights in it), the
+// shipped tables in it.
+Result<torch::jit::Module> fresh_forward(const TorchModel::Impl& impl, const LoadOptions& options, api::GraphRewrite* shipped = nullptr) {
+  Optimized fresh = optimize(impl.module, options.linear_kernels);
+  if (!fresh.module) return make_error(Error::Code::kInternal, "the forward could not be rewritten again: " + fresh.report.reason);
+  api::GraphRewrite ignored;
+  if (auto s = ship_tables(*fresh.module, impl.shipped, shipped ? *shipped : ignored); !s) return tl::unexpected(s.error());
+  return std::move(*fresh.module);
+}
+
+// The reference: fp32's scores on the check rows, first (the conversion
+// frees each fp32 weight as soon as the graph stops reading it). The model
+// as written, unless its tables were shipped apart: then the optimized
+// forward that serves them.
+using Checks = std::vector<std::pair<features::Batch, at::Tensor>>;
+Result<Checks> reference_scores(const TorchModel::Impl& impl, const features::ModelSpec& spec, const std::string& where) {
+  Checks checks;
   std::uint64_t seed = 101;
   for (const std::size_t rows : {std::size_t{1}, std::size_t{7}, kDriftCheckRows}) {
     features::Batch batch = random_rows(spec, rows, seed++);
-    auto want = run(module, batch, where + "the fp32 forward failed on random rows");
+    auto want = run(impl.shipped.empty() ? impl.module : *impl.optimized, batch, where + "the fp32 forward failed on random rows");
     if (!want) return tl::unexpected(want.error());
     checks.emplace_back(std::move(batch), std::move(*want));
   }
-  // On a fresh frozen copy, never run: a forward that has run keeps the
-  // plan its first call compiled, with the fp32 weights in it.
-  Optimized fresh = optimize(module, options.linear_kernels);
-  if (!fresh.module) return unavailable("the forward could not be rewritten again: " + fresh.report.reason);
-  // Past here the fp32 weights go: any refusal fails the load.
+  return checks;
+}
+
+Result<double> drift_of(const torch::jit::Module& narrowed, const Checks& checks, const std::string& where) {
+  double drift = 0;
+  for (const auto& [batch, want] : checks) {
+    auto got = run(narrowed, batch, where + "the narrowed forward failed on random rows");
+    if (!got) return tl::unexpected(got.error());
+    drift = std::max(drift, score_distance(want, *got, 1.0, false));
+  }
+  return drift;
+}
+
+// Whether a line of `rewrite` applied to `what` ("linear_chain", "embedding table").
+bool applied(const api::GraphRewrite& rewrite, const std::string& what) {
+  return std::any_of(rewrite.applied.begin(), rewrite.applied.end(), [&](const std::string& line) { return line.rfind(what, 0) == 0; });
+}
+
+// Narrows `fresh` to `to`, each chain's first layer too unless narrowing
+// the chains alone (tried first, while nothing is released yet) moves the
+// scores past half the bound: the tables' rounding takes the rest. The fp32
+// weights go as they are narrowed: past here a refusal fails the load.
+Result<api::GraphRewrite> narrow_fresh(torch::jit::Module& fresh, const TorchModel::Impl& impl, const features::ModelSpec& spec,
+                                       const LoadOptions& options, Narrowing& to, const Checks& checks, const std::string& where) {
   const NarrowMemory memory{[&options](at::IntArrayRef sizes, at::ScalarType type) { return allocate_weight(sizes, type, options.huge_pages); },
                             [](const at::Tensor& weight) { weight.storage().unsafeGetStorageImpl()->reset(); }};
-  auto drift_of = [&](const torch::jit::Module& narrowed) -> Result<double> {
-    double drift = 0;
-    for (const auto& [batch, want] : checks) {
-      auto got = run(narrowed, batch, where + "the narrowed forward failed on random rows");
-      if (!got) return tl::unexpected(got.error());
-      drift = std::max(drift, score_distance(want, *got, 1.0, false));
-    }
-    return drift;
-  };
-  // Which layers of the chains can be narrowed, tried on the chains alone
-  // while nothing is released yet: every layer, unless that moves the scores
-  // past half the bound (the tables' rounding takes the rest); then each
-  // chain's first layer stays fp32.
-  api::GraphRewrite rewrite;
   try {
     if (to.chains != kernels::LinearPrecision::kFp32) {
-      Optimized trial = optimize(module, options.linear_kernels);
-      if (trial.module) {
-        narrow(*trial.module, Narrowing{features::TablePrecision::kFp32, to.chains, true},
-               NarrowMemory{memory.allocate, [](const at::Tensor&) {}});
-        auto drift = drift_of(*trial.module);
+      if (auto trial = fresh_forward(impl, options)) {
+        narrow(*trial, Narrowing{features::TablePrecision::kFp32, to.chains, true}, NarrowMemory{memory.allocate, [](const at::Tensor&) {}});
+        auto drift = drift_of(*trial, checks, where);
         if (!drift) return tl::unexpected(drift.error());
         to.first_layers = *drift <= spec.precision_max_drift / 2;
       }
     }
-    rewrite = narrow(*fresh.module, to, memory);
+    return narrow(fresh, to, memory);
   } catch (const std::exception& e) {
     return tl::unexpected(torch_error(where + "cannot convert the forward", e));
   }
-  auto narrowed = [&rewrite](const std::string& what) {
-    return std::any_of(rewrite.applied.begin(), rewrite.applied.end(), [&](const std::string& line) { return line.rfind(what, 0) == 0; });
-  };
-  // Asked outright, something must narrow: the layers, or the tables that follow them.
-  if (to.chains != kernels::LinearPrecision::kFp32 && !narrowed("linear_chain")) {
-    if (outright && !narrowed("embedding table")) {
+}
+
+// Asked outright, something must narrow: the layers, or the tables that
+// follow them; a table precision written must find a table (or tables
+// shipped in it). -if-available says why its layers stayed fp32.
+Status applied_as_asked(const api::GraphRewrite& rewrite, const Decision& plan, TorchModel::Impl& impl,
+                        const std::filesystem::path& dir, const Asked& asked) {
+  auto narrowed = [&rewrite](const std::string& what) { return applied(rewrite, what); };
+  const bool tables = narrowed("embedding table") || !impl.shipped.empty();
+  if (plan.to.chains != kernels::LinearPrecision::kFp32 && !narrowed("linear_chain")) {
+    if (plan.outright && !tables) {
       return make_error(Error::Code::kInvalidArgument,
-                        where + "the forward has no linear layer or embedding table numaserve's kernels take (graph report: "
-                                "linear_chains, embedding_bags)",
+                        plan.where + "the forward has no linear layer or embedding table numaserve's kernels take (graph report: "
+                                     "linear_chains, embedding_bags)",
                         "precision");
     }
-    report.reason = "the forward has no linear layer numaserve's kernels take";
+    impl.precision.reason = "the forward has no linear layer numaserve's kernels take";
   }
-  if (to.tables != features::TablePrecision::kFp32 && !narrowed("embedding table") && asked.tables_written) {
+  if (plan.to.tables != features::TablePrecision::kFp32 && !tables && asked.tables_written) {
     return make_error(Error::Code::kInvalidArgument,
-                      dir.string() + ": embedding_precision " + std::string(features::kTablePrecisionNames.name(to.tables)) +
+                      dir.string() + ": embedding_precision " + std::string(features::kTablePrecisionNames.name(plan.to.tables)) +
                           ": the forward has no embedding table only numaserve::embedding_bags reads (graph report: precision)",
                       "embedding_precision");
   }
-  auto measured = drift_of(*fresh.module);
+  return {};
+}
+
+}  // namespace
+
+// Serves `impl` below fp32 as `asked` where the CPU and the model allow it
+// and its scores stay within the drift bound; else refuses (a precision
+// asked outright: bf16, int8, or a table precision written) or serves fp32
+// saying why (-if-available: the tables follow unless written). The
+// narrowing's lines join the model's graph report.
+Status serve_narrowed(TorchModel::Impl& impl, const features::ModelSpec& spec, const std::filesystem::path& dir, const Asked& asked,
+                      const LoadOptions& options) {
+  api::PrecisionReport& report = impl.precision;
+  Decision plan{Narrowing{asked.tables, chains_of(asked.precision), true},
+            std::string(features::kPrecisionNames.name(asked.precision)), "",
+            asked.precision == features::Precision::kBf16 || asked.precision == features::Precision::kInt8,
+            instructions_for(chains_of(asked.precision))};
+  plan.where = dir.string() + ": precision " + plan.name + ": ";
+  const std::string& where = plan.where;
+  if (auto s = decide(plan, impl, dir, asked, report); !s) return s;
+  Narrowing& to = plan.to;
+  if (to.chains == kernels::LinearPrecision::kFp32 && to.tables == features::TablePrecision::kFp32) return {};
+  auto checks = reference_scores(impl, spec, where);
+  if (!checks) return tl::unexpected(checks.error());
+  auto fresh = fresh_forward(impl, options);
+  if (!fresh) {
+    if (plan.outright) {
+      return make_error(Error::Code::kInvalidArgument, where + fresh.error().message + " (precision " + plan.name +
+                                                           "-if-available serves it in fp32 instead)", "precision");
+    }
+    report.reason = fresh.error().message;
+    return {};
+  }
+  auto rewrite = narrow_fresh(*fresh, impl, spec, options, to, *checks, where);
+  if (!rewrite) return tl::unexpected(rewrite.error());
+  if (auto s = applied_as_asked(*rewrite, plan, impl, dir, asked); !s) return s;
+  auto narrowed = [&rewrite](const std::string& what) { return applied(*rewrite, what); };
+  auto measured = drift_of(*fresh, *checks, where);
   if (!measured) return tl::unexpected(measured.error());
   const double drift = *measured;
   if (!(drift <= spec.precision_max_drift)) {
@@ -191,14 +250,84 @@ Status serve_narrowed(const torch::jit::Module& module, std::optional<torch::jit
                       "precision_max_drift");
   }
   if (narrowed("linear_chain")) {
-    report.served = name.substr(0, 4);
-    report.instructions = cpu.names;
+    report.served = plan.name.substr(0, 4);
+    report.instructions = plan.cpu.names;
   }
-  if (narrowed("embedding table")) report.tables = std::string(features::kTablePrecisionNames.name(to.tables));
+  if (narrowed("embedding table")) report.tables = tables_label(report.tables, std::string(features::kTablePrecisionNames.name(to.tables)));
   report.max_drift = drift;
   report.drift_bound = spec.precision_max_drift;
-  optimized = std::move(fresh.module);
-  graph.rewrites.push_back(std::move(rewrite));
+  impl.optimized = std::move(*fresh);
+  impl.report.rewrites.push_back(std::move(*rewrite));
+  return {};
+}
+
+Result<std::vector<ShippedTable>> read_shipped_tables(torch::jit::Module& module, const features::ModelSpec& spec,
+                                                      const std::filesystem::path& dir, bool huge_pages) {
+  std::vector<ShippedTable> out;
+  const auto tables = embedding_tables(module);
+  for (const auto& t : tables) {
+    const bool listed = std::find(spec.quantized_tables.begin(), spec.quantized_tables.end(), t.table) != spec.quantized_tables.end();
+    const bool placeholder = t.weight.has_storage() && t.weight.storage().nbytes() < t.weight.nbytes();
+    if (placeholder && !listed) {
+      return make_error(Error::Code::kInvalidArgument,
+                        dir.string() + ": model.pt's emb_" + t.table + " holds no rows (" + c10::str(t.weight.sizes()) +
+                            " over a smaller storage: a table shipped apart?) and model.yaml's quantized_tables does not list it",
+                        "quantized_tables");
+    }
+  }
+  const int bits = spec.embedding_precision ? features::rowwise_bits(*spec.embedding_precision) : 0;
+  for (const auto& name : spec.quantized_tables) {
+    const std::string file = (dir / "tables" / (name + ".rowwise")).string();
+    const auto t = std::find_if(tables.begin(), tables.end(), [&](const ModuleTable& m) { return m.table == name; });
+    if (t == tables.end()) {
+      return make_error(Error::Code::kInvalidArgument,
+                        dir.string() + ": quantized_tables lists '" + name + "', and model.pt has no emb_" + name, "quantized_tables");
+    }
+    auto header = kernels::open_rowwise_file(file);
+    if (!header) return tl::unexpected(header.error());
+    if (header->bits != bits) {
+      return make_error(Error::Code::kInvalidArgument,
+                        file + ": " + std::to_string(header->bits) + "-bit codes, and model.yaml's embedding_precision is " +
+                            std::string(features::kTablePrecisionNames.name(*spec.embedding_precision)),
+                        file);
+    }
+    if (t->weight.dim() != 2 || t->weight.size(0) != header->rows || t->weight.size(1) != header->dim) {
+      return make_error(Error::Code::kInvalidArgument,
+                        file + ": " + std::to_string(header->rows) + " rows of dim " + std::to_string(header->dim) +
+                            ", and model.pt's emb_" + name + " is " + c10::str(t->weight.sizes()),
+                        file);
+    }
+    at::Tensor rows = allocate_weight({header->rows, header->row_bytes()}, at::kByte, huge_pages);
+    if (auto s = kernels::read_rowwise_rows(file, *header, rows.data_ptr<std::uint8_t>()); !s) return tl::unexpected(s.error());
+    // A placeholder of its own in the module (the fp32 rows it may hold freed
+    // with the module's last reference): the forward's constant that reads it
+    // is found by it. Each of another value, as freezing pools equal
+    // constants; a tiny one, which no score shows, so the load's check of the
+    // rewritten forward against the module compares what it compares for a
+    // table of zeros.
+    at::Tensor placeholder = at::full({1, 1}, 1e-30f * static_cast<float>(out.size() + 1)).expand({header->rows, header->dim});
+    torch::jit::Module owner = t->owner;
+    owner.setattr(t->attribute, placeholder);
+    out.push_back({name, std::filesystem::relative(file, dir).string(), std::move(rows), header->bits, std::move(placeholder)});
+  }
+  return out;
+}
+
+Status serve_shipped(TorchModel::Impl& impl, const std::filesystem::path& dir, const LoadOptions& options) {
+  if (!impl.optimized) {
+    return make_error(Error::Code::kInvalidArgument,
+                      dir.string() + ": quantized_tables run in the rewritten forward, and there is none (graph optimizations " +
+                          impl.report.state + (impl.report.reason.empty() ? "" : ": " + impl.report.reason) + ")",
+                      "quantized_tables");
+  }
+  // Into a fresh copy: the optimized forward ran its check, and keeps the
+  // plan it compiled then, reading the placeholders.
+  api::GraphRewrite rewrite{"quantized_tables", {}, {}};
+  auto fresh = fresh_forward(impl, options, &rewrite);
+  if (!fresh) return tl::unexpected(fresh.error());
+  impl.optimized = std::move(*fresh);
+  impl.report.rewrites.push_back(std::move(rewrite));
+  for (const auto& t : impl.shipped) impl.precision.tables = tables_label(impl.precision.tables, t.bits == 8 ? "int8" : "int4");
   return {};
 }
 

@@ -22,6 +22,7 @@ struct TorchModel::Impl {
   api::GraphReport report;
   api::PrecisionReport precision;
   LinearLayers linear;  // of the running forward
+  std::vector<ShippedTable> shipped;  // model.yaml's quantized_tables, read
 
   const torch::jit::Module& running() const { return optimized ? *optimized : module; }
 };
@@ -48,9 +49,28 @@ struct Asked {
 };
 
 // Narrows the optimized forward as `asked` (precision.cpp; model.h says how).
-Status serve_narrowed(const torch::jit::Module& module, std::optional<torch::jit::Module>& optimized, api::GraphReport& graph,
-                      api::PrecisionReport& report, const features::ModelSpec& spec, const std::filesystem::path& dir,
-                      const Asked& asked, const LoadOptions& options);
+Status serve_narrowed(TorchModel::Impl& impl, const features::ModelSpec& spec, const std::filesystem::path& dir, const Asked& asked,
+                      const LoadOptions& options);
+
+// model.pt's embedding tables: each emb_<table> parameter, or the weight of
+// an emb_<table> submodule (an nn.EmbeddingBag).
+struct ModuleTable {
+  std::string table;  // model.yaml's name
+  at::Tensor weight;
+  torch::jit::Module owner;  // holds it as `attribute`
+  std::string attribute;
+};
+std::vector<ModuleTable> embedding_tables(const torch::jit::Module& module);
+// model.yaml's quantized_tables read from dir/tables/<name>.rowwise (in
+// memory that asked for huge pages where `huge_pages`), each checked
+// against the module's table and embedding_precision; the module then holds
+// a placeholder in each one's place (its fp32 rows, if it had them, freed).
+// Refuses a module table that is a placeholder (one value seen as its
+// shape: shipped apart) that quantized_tables does not list.
+Result<std::vector<ShippedTable>> read_shipped_tables(torch::jit::Module& module, const features::ModelSpec& spec,
+                                                      const std::filesystem::path& dir, bool huge_pages);
+// The shipped tables put in a fresh optimized forward (refused without one).
+Status serve_shipped(TorchModel::Impl& impl, const std::filesystem::path& dir, const LoadOptions& options);
 // What precision bf16 or int8 would run on here: "avx512_bf16", or "none (why)".
 std::string instructions_summary(kernels::LinearPrecision chains);
 

@@ -219,6 +219,14 @@ seeds("serving_pool", [
 seeds("cpu_set", [(f"s{i}", s) for i, s in enumerate(
     ["0-3,8,10-11", "0", "", "\n", "ff,00000001", "0x3,0xffffffff", "1-0", "0-65535", "00000000,00000000,00000010"])])
 seeds("quantity", [(f"q{i}", s) for i, s in enumerate(["8Mi", "1.5G", "100e6", "1Ki", "0", "12345", "2Ei", "1m"])])
+# A shipped rowwise table (service/model/kernels/rowwise_file.h): header, then rows of codes, fp16 scale, fp16 bias.
+def rowwise(bits, rows, dim, codes, scale=0x2C00, bias=0xB800):
+    row = bytes(codes) + struct.pack("<HH", scale, bias)
+    return b"NUMAROWS" + struct.pack("<IIQQ", 1, bits, rows, dim) + row * rows
+
+
+seeds("rowwise_file", [("int8", rowwise(8, 3, 4, [0, 7, 255, 128])), ("int4", rowwise(4, 2, 4, [0x10, 0xF3])),
+                       ("nan-scale", rowwise(8, 1, 2, [1, 2], scale=0x7E00)), ("short", b"NUMAROWS\x01\x00")])
 seeds("numa_maps", [("linux-6.1", "55d0c5a00000 default file=/usr/bin/numaserve mapped=12 N0=12 kernelpagesize_kB=4\n"
                                   "7f3a40000000 bind:1 anon=16384 dirty=16384 N1=16384 kernelpagesize_kB=4\n"
                                   "7f3b00000000 default file=/dev/hugepages/w huge dirty=2 N0=2 kernelpagesize_kB=2048\n")])

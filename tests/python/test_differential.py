@@ -547,11 +547,19 @@ BAD_MODELS = {
     "embedding_precision_null": GOOD + "embedding_precision: ~\n",
     "embedding_precision_key": GOOD + "embedding_precisions: int8\n",
     "both_precisions_bad": GOOD + "embedding_precision: int3\nprecision: int3\n",  # precision is read first
+    "quantized_map": GOOD + "embedding_precision: int8\nquantized_tables: {tag: 1}\n",
+    "quantized_unknown": GOOD + "embedding_precision: int8\nquantized_tables: [brand]\n",
+    "quantized_nested": GOOD + "embedding_precision: int8\nquantized_tables: [[tag]]\n",
+    "quantized_twice": GOOD + "embedding_precision: int4\nquantized_tables: [tag, tag]\n",
+    "quantized_no_precision": GOOD + "quantized_tables: [tag]\n",
+    "quantized_following": GOOD + "precision: int8\nquantized_tables: [tag]\n",  # the files' bits must be written
+    "quantized_bf16": GOOD + "embedding_precision: bf16\nquantized_tables: [tag]\n",
     # Accepted (the service starts and extracts as the package does):
     "precision_int8": GOOD + "precision: int8\n", "precision_int8_if": GOOD + "precision: int8-if-available\n",
     "embedding_int4": GOOD + "precision: bf16-if-available\nembedding_precision: int4\n",
     "embedding_int8": GOOD + "embedding_precision: int8\n",
     "embedding_bf16_int8": GOOD + "precision: int8\nembedding_precision: bf16\n",
+    "quantized_none": GOOD + "embedding_precision: int8\nquantized_tables: []\n",
 }
 GOOD_STORE = FIXTURES.joinpath("store.jsonl").read_text()
 BAD_STORES = {

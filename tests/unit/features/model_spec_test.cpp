@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "fixture_paths.h"
 #include "numaserve/common/text_file.h"
 
@@ -51,6 +53,28 @@ TEST(ModelSpec, ReadsThePrecisionAndItsDriftBound) {
   }
   // Precision is not part of the feature contract: a new version may change it.
   EXPECT_TRUE(same_feature_contract(*fp32, *bf16));
+}
+
+TEST(ModelSpec, ReadsTheTablesShippedQuantized) {
+  const std::string head =
+      "name: m\nversion: \"1\"\ntables: {t: 10, u: 20}\nfeatures:\n  - {name: a, source: item, kind: id, table: t}\n";
+  auto shipped = parse(head + "embedding_precision: int4\nquantized_tables: [u, t]\n");
+  ASSERT_TRUE(shipped) << shipped.error().message;
+  EXPECT_EQ(shipped->quantized_tables, (std::vector<std::string>{"u", "t"}));
+  EXPECT_EQ(rowwise_bits(*shipped->embedding_precision), 4);
+  EXPECT_TRUE(parse(head)->quantized_tables.empty());
+  for (const auto& [yaml, field, message] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"embedding_precision: int8\nquantized_tables: [v]\n", "quantized_tables[0]", "'v' is not among tables"},
+           {"embedding_precision: int8\nquantized_tables: [t, t]\n", "quantized_tables[1]", "'t' is listed twice"},
+           {"embedding_precision: int8\nquantized_tables: t\n", "quantized_tables", "want a list of table names"},
+           // The files' bits are embedding_precision's: written (not following precision), and rowwise.
+           {"precision: int8\nquantized_tables: [t]\n", "quantized_tables", "needs embedding_precision int8 or int4"},
+           {"embedding_precision: bf16\nquantized_tables: [t]\n", "quantized_tables", "needs embedding_precision int8 or int4"}}) {
+    auto refused = parse(head + yaml);
+    ASSERT_FALSE(refused) << yaml;
+    EXPECT_EQ(refused.error().field, field) << yaml;
+    EXPECT_NE(refused.error().message.find(message), std::string::npos) << refused.error().message;
+  }
 }
 
 TEST(ModelSpec, ErrorsNameLineAndField) {
