@@ -249,18 +249,7 @@ json Operator::reconcile(const json& object, const json& nodes, const json& nrts
       if (remembered_.contains(node)) pass.remembered_topologies.push_back(node);
     }
   }
-  // A class no plan has any more while a Node of the pool still carries its
-  // label is one whose topology went unread (its NRT gone before this
-  // process ever read it, or unreadable): its objects are kept, not deleted.
-  std::set<std::string> held;
-  const json& node_items = field(nodes, {"items"});
-  for (const json& node : node_items.is_array() ? node_items : json::array()) {
-    const std::string class_name = text_field(node, {"metadata", "labels", pool::kClassLabel});
-    if (!class_name.empty() && pool::selected(node, spec->node_selector) &&
-        std::none_of(plan->classes.begin(), plan->classes.end(), [&](const auto& c) { return c.name == class_name; })) {
-      held.insert(class_name);
-    }
-  }
+  const std::set<std::string> held = pool::held_classes(nodes, spec->node_selector, *plan);
   std::set<std::string> wanted;
   // A route that cannot hold every class is refused (Degraded), the rest
   // still served, and a route already there left as it is: deleting it

@@ -204,6 +204,20 @@ bool selected(const json& node, const std::map<std::string, std::string>& node_s
                      [&](const auto& kv) { return text_field(labels, {kv.first}) == kv.second; });
 }
 
+std::set<std::string> held_classes(const json& node_list, const std::map<std::string, std::string>& node_selector,
+                                   const fleet::FleetPlan& plan) {
+  std::set<std::string> held;
+  const json& items = field(node_list, {"items"});
+  for (const json& node : items.is_array() ? items : json::array()) {
+    const std::string class_name = text_field(node, {"metadata", "labels", kClassLabel});
+    if (!class_name.empty() && selected(node, node_selector) &&
+        std::none_of(plan.classes.begin(), plan.classes.end(), [&](const auto& c) { return c.name == class_name; })) {
+      held.insert(class_name);
+    }
+  }
+  return held;
+}
+
 Result<std::vector<fleet::FleetNode>> fleet_of(const json& node_list, const json& nrt_list,
                                                const std::map<std::string, std::string>& node_selector) {
   // The reader takes objects as kubectl prints them: a List whose items say their kind.

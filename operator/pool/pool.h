@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,14 @@ Result<PoolSpec> parse_pool(const nlohmann::json& object);
 
 // Whether a Node object carries every label of the pool's node selector.
 bool selected(const nlohmann::json& node, const std::map<std::string, std::string>& node_selector);
+
+// The classes a Node of the pool (`node_list`: the API server's reply) is
+// still labelled with that `plan` has no more: their topology went unread
+// (its NodeResourceTopology gone before this process ever read it, or
+// unreadable), so their objects are kept, not deleted, and the route keeps
+// its backends.
+std::set<std::string> held_classes(const nlohmann::json& node_list, const std::map<std::string, std::string>& node_selector,
+                                   const fleet::FleetPlan& plan);
 
 // The pool's fleet: the Node and NodeResourceTopology list replies (items
 // without kind, as the API server sends them), nodes outside the pool's

@@ -196,32 +196,7 @@ class Decoder {
           has_user = true;
           return entity(c, depth, out.features.user.id, user_);
         case 5: return entry(c, depth, context_);
-        case 6: {
-          // An item is whole once read (items are never merged): it is
-          // checked at once, and a request past the limit stops here.
-          auto& items = out.features.items;
-          if (items.size() == limits_.max_items) {
-            refused = bad("items", "more than " + std::to_string(limits_.max_items) + " items; the limit is " +
-                                       std::to_string(limits_.max_items))
-                          .value();
-            return false;
-          }
-          auto& item = items.emplace_back();
-          FeatureMap map;
-          if (!entity(c, depth, item.id, map)) return false;
-          const Where where{"items", static_cast<int>(items.size() - 1), "features"};
-          if (item.id.empty()) {
-            refused = bad(Where{"items", where.index}.str() + ".id", "required").value();
-            return false;
-          }
-          auto features = map.take(where, limits_);
-          if (!features) {
-            refused = features.error();
-            return false;
-          }
-          item.features = std::move(*features);
-          return true;
-        }
+        case 6: return item(c, depth, out.features.items, refused);
         default: return false;
       }
     });
@@ -244,6 +219,32 @@ class Decoder {
   }
 
  private:
+  // An item is whole once read (items are never merged): it is checked at
+  // once, and a request past the limit stops here.
+  bool item(Cursor& c, int depth, std::vector<features::Entity>& items, std::optional<Error>& refused) {
+    if (items.size() == limits_.max_items) {
+      refused = bad("items", "more than " + std::to_string(limits_.max_items) + " items; the limit is " +
+                                 std::to_string(limits_.max_items))
+                    .value();
+      return false;
+    }
+    auto& added = items.emplace_back();
+    FeatureMap map;
+    if (!entity(c, depth, added.id, map)) return false;
+    const Where where{"items", static_cast<int>(items.size() - 1), "features"};
+    if (added.id.empty()) {
+      refused = bad(Where{"items", where.index}.str() + ".id", "required").value();
+      return false;
+    }
+    auto features = map.take(where, limits_);
+    if (!features) {
+      refused = features.error();
+      return false;
+    }
+    added.features = std::move(*features);
+    return true;
+  }
+
   bool fail(const char* at, const char* why) {
     if (failed_at_ == nullptr) {
       failed_at_ = at;

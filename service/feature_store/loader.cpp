@@ -30,6 +30,28 @@ Result<std::vector<features::ModelSpec>> read_specs(const LoadConfig& c) {
   return specs;
 }
 
+// Where the loader writes: one server, or a cluster (each command to its
+// key's master), and its address without the password.
+using Send = std::function<Result<std::vector<redis::Reply>>(const std::vector<redis::Command>&)>;
+struct Server {
+  Send send;
+  std::string where;
+};
+Result<Server> connect(const redis::AnyUrl& url, double timeout_seconds) {
+  if (const auto* cluster = std::get_if<redis::ClusterUrl>(&url)) {
+    auto connection = redis::ClusterConnection::open(*cluster, timeout_seconds);
+    if (!connection) return tl::unexpected(connection.error());
+    return Server{[shared = std::make_shared<redis::ClusterConnection>(std::move(*connection))](const auto& batch) {
+                    return shared->pipeline(batch);
+                  },
+                  cluster->redacted()};
+  }
+  auto connection = redis::Connection::open(std::get<redis::Url>(url), timeout_seconds);
+  if (!connection) return tl::unexpected(connection.error());
+  return Server{[shared = std::make_shared<redis::Connection>(std::move(*connection))](const auto& batch) { return shared->pipeline(batch); },
+                std::get<redis::Url>(url).redacted()};
+}
+
 }  // namespace
 
 std::vector<OptionSpec> load_options(LoadConfig& c) {
@@ -57,24 +79,10 @@ Result<Loaded> load(const LoadConfig& c) {
   for (const auto& spec : *specs) models.push_back(&spec);
   auto layout = Layout::build(models);
   if (!layout) return tl::unexpected(layout.error());
-  // One server, or a cluster: each command to its key's master.
-  std::function<Result<std::vector<redis::Reply>>(const std::vector<redis::Command>&)> send;
-  std::string where;
-  if (const auto* cluster = std::get_if<redis::ClusterUrl>(&*url)) {
-    auto connection = redis::ClusterConnection::open(*cluster, c.timeout_seconds);
-    if (!connection) return tl::unexpected(connection.error());
-    where = cluster->redacted();
-    send = [shared = std::make_shared<redis::ClusterConnection>(std::move(*connection))](const auto& batch) {
-      return shared->pipeline(batch);
-    };
-  } else {
-    auto connection = redis::Connection::open(std::get<redis::Url>(*url), c.timeout_seconds);
-    if (!connection) return tl::unexpected(connection.error());
-    where = std::get<redis::Url>(*url).redacted();
-    send = [shared = std::make_shared<redis::Connection>(std::move(*connection))](const auto& batch) {
-      return shared->pipeline(batch);
-    };
-  }
+  auto server = connect(*url, c.timeout_seconds);
+  if (!server) return tl::unexpected(server.error());
+  const Send& send = server->send;
+  const std::string& where = server->where;
 
   Loaded loaded{0, 0, where};
   const auto now = std::chrono::system_clock::now();

@@ -147,6 +147,14 @@ void narrow_tables(torch::jit::Graph& graph, features::TablePrecision precision,
   });
 }
 
+// The graph report's line for chain `op`'s layer `l` left fp32, and why.
+std::string kept_fp32(Node* op, std::size_t l, std::int64_t inputs, std::int64_t outputs, kernels::LinearPrecision precision) {
+  const std::string layer = "linear_chain " + name_of(op->output()) + ": its " + (l == 0 ? "first layer" : "layer " + std::to_string(l)) +
+                            " (" + std::to_string(inputs) + " -> " + std::to_string(outputs) + ")";
+  if (precision != kernels::LinearPrecision::kFp32) return layer + " reads features, not the model's activations: kept fp32 (the drift bound)";
+  return layer + (outputs <= kernels::kNarrowOutputs ? ", a score's, kept fp32" : ", too wide for int8's int32 sums, kept fp32");
+}
+
 // Every chain's layers in `to.chains` (layer_precision), packed anew; the
 // weight constant each layer keeps for ATen's path (ops.cpp linear_chain)
 // is a bf16 copy, or for int8 only its shape.
@@ -169,16 +177,11 @@ void narrow_chains(torch::jit::Graph& graph, const Narrowing& to, const NarrowMe
       Value* w = weights->input(l);
       const at::Tensor weight = constant_tensor(w)->contiguous();
       const auto inputs = weight.size(1), outputs = weight.size(0);
-      const std::string layer = "linear_chain " + name_of(op->output()) + ": its " + (l == 0 ? "first layer" : "layer " + std::to_string(l)) +
-                                " (" + std::to_string(inputs) + " -> " + std::to_string(outputs) + ")";
       const kernels::LinearPrecision precision = layer_precision(to.chains, inputs, outputs);
       if ((l == 0 && !to.first_layers) || precision == kernels::LinearPrecision::kFp32) {
         packed.push_back(op->input(3)->node()->input(l));
         kept_weights.push_back(w);
-        report.not_applied.push_back(layer + (precision == kernels::LinearPrecision::kFp32
-                                                  ? (outputs <= kernels::kNarrowOutputs ? ", a score's, kept fp32"
-                                                                                        : ", too wide for int8's int32 sums, kept fp32")
-                                                  : " reads features, not the model's activations: kept fp32 (the drift bound)"));
+        report.not_applied.push_back(kept_fp32(op, l, inputs, outputs, precision));
         continue;
       }
       packed.push_back(graph.insertConstant(pack(weight, precision)));

@@ -12,6 +12,7 @@
 #include <cstdlib>
 
 #include "demo_dir.h"
+#include "precision_support.h"
 #include "dlrm_dir.h"
 #include "model/model.h"
 #include "model/rows.h"
@@ -22,40 +23,10 @@ namespace {
 using features::Precision;
 using features::TablePrecision;
 using numaserve::testing::demo_dir;
+using numaserve::testing::load;
+using numaserve::testing::max_difference;
 using numaserve::testing::ranker_a_with;
 using numaserve::testing::scripted_dir;
-
-Result<std::unique_ptr<TorchModel>> load(const std::filesystem::path& dir, std::optional<Precision> precision,
-                                         std::optional<TablePrecision> tables = std::nullopt) {
-  LoadOptions options;
-  options.precision = precision;
-  options.embedding_precision = tables;
-  return TorchModel::load(dir, options);
-}
-
-// NUMASERVE_CPU_INT8=off for one scope: a CPU without VNNI.
-struct NoInt8Cpu {
-  NoInt8Cpu() { setenv("NUMASERVE_CPU_INT8", "off", 1); }
-  ~NoInt8Cpu() { unsetenv("NUMASERVE_CPU_INT8"); }
-};
-
-// Why this CPU runs no int8 products (empty: it does), asked of the load itself.
-const std::string& no_int8_here() {
-  static const std::string why = [] {
-    auto probe = load(demo_dir() / "ranker_a", Precision::kInt8, TablePrecision::kFp32);
-    return !probe ? probe.error().message : std::string();
-  }();
-  return why;
-}
-
-#define SKIP_WITHOUT_INT8()                                                       \
-  if (!no_int8_here().empty()) GTEST_SKIP() << "no int8 products here: " << no_int8_here()
-
-double max_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  double out = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) out = std::max(out, std::abs(static_cast<double>(a[i]) - b[i]));
-  return out;
-}
 
 std::string rewrite_lines(const TorchModel& m, bool applied) {
   std::string out;
@@ -82,7 +53,7 @@ void expect_within_bound_of_fp32(const TorchModel& narrowed, const TorchModel& f
 }
 
 TEST(Int8, TheDemoRankerAndTheReferenceDlrmServeInt8WithinTheBoundOfFp32) {
-  SKIP_WITHOUT_INT8();
+  SKIP_WITHOUT(Precision::kInt8, "int8 products");
   // Not the reference DLRM with sum bags of up to 100 rows of N(0, 1): even
   // bf16 moves its unbounded scores 0.03 (precision_test.cpp).
   for (const auto& dir : {demo_dir() / "ranker_a", scripted_dir() / "dlrm_flat_weighted", scripted_dir() / "dlrm_diagonal_mean"}) {
@@ -102,7 +73,7 @@ TEST(Int8, TheDemoRankerAndTheReferenceDlrmServeInt8WithinTheBoundOfFp32) {
 }
 
 TEST(Int8, RowwiseTablesServeOnAnyCpuWithFp32LayersWithinTheBound) {
-  NoInt8Cpu cpu;  // the tables need no instruction
+  testing::CpuWithout cpu("NUMASERVE_CPU_INT8");  // the tables need no instruction
   for (const auto tables : {TablePrecision::kInt8, TablePrecision::kInt4}) {
     auto narrowed = load(demo_dir() / "ranker_a", Precision::kFp32, tables);
     auto fp32 = load(demo_dir() / "ranker_a", Precision::kFp32);
@@ -144,7 +115,7 @@ TEST(Int8, WeightBytesAreTheServedSize) {
 // last layer (64 -> 1) stays fp32 either way: an 8-bit product there would
 // move the score itself, and it costs nothing.
 TEST(Int8, EveryLayerTheBoundAllowsRunsInInt8ButTheScores) {
-  SKIP_WITHOUT_INT8();
+  SKIP_WITHOUT(Precision::kInt8, "int8 products");
   auto m = load(demo_dir() / "ranker_a", Precision::kInt8);
   ASSERT_TRUE(m) << m.error().message;
   std::string applied = rewrite_lines(**m, true), kept = rewrite_lines(**m, false);
@@ -174,7 +145,7 @@ TEST(Int8, AnIdPastItsTableFailsAsInFp32) {
 }
 
 TEST(Int8, ACpuWithoutVnniRefusesInt8NamingTheInstruction) {
-  NoInt8Cpu cpu;
+  testing::CpuWithout cpu("NUMASERVE_CPU_INT8");
   auto refused = load(demo_dir() / "ranker_a", Precision::kInt8);
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().field, "precision");
@@ -184,7 +155,7 @@ TEST(Int8, ACpuWithoutVnniRefusesInt8NamingTheInstruction) {
 }
 
 TEST(Int8, ACpuWithoutVnniServesInt8IfAvailableInFp32AndSaysWhy) {
-  NoInt8Cpu cpu;
+  testing::CpuWithout cpu("NUMASERVE_CPU_INT8");
   auto model = load(demo_dir() / "ranker_a", Precision::kInt8IfAvailable);
   ASSERT_TRUE(model) << model.error().message;
   const auto report = (*model)->precision();
@@ -201,7 +172,7 @@ TEST(Int8, ACpuWithoutVnniServesInt8IfAvailableInFp32AndSaysWhy) {
 // The benchmark narrows the fused ops to AVX2 to measure an older machine:
 // no int8 products there, whatever this CPU has, and the load says which path.
 TEST(Int8, AKernelPathWithoutInt8ProductsServesFp32LayersNamingIt) {
-  SKIP_WITHOUT_INT8();
+  SKIP_WITHOUT(Precision::kInt8, "int8 products");
   const std::string best = kernel_isa();
   ASSERT_TRUE(set_kernel_isa("avx2"));
   auto model = load(demo_dir() / "ranker_a", Precision::kInt8IfAvailable);
@@ -240,7 +211,7 @@ TEST(Int8, IfAvailableNarrowsTheLayersOnlyWhereTheyAreFaster) {
 
 // Asked outright for a part the model has not: refused, naming the field.
 TEST(Int8, AModelWithNothingToNarrowIsRefusedNamingTheField) {
-  SKIP_WITHOUT_INT8();
+  SKIP_WITHOUT(Precision::kInt8, "int8 products");
   // drifting has tables and no linear layer.
   auto layers = load(scripted_dir() / "drifting", Precision::kInt8, TablePrecision::kFp32);
   ASSERT_FALSE(layers);
@@ -268,7 +239,7 @@ TEST(Int8, ModelYamlSetsTheTablesPrecision) {
 }
 
 TEST(Int8, TheDriftOnRequestsIsReportedInRankingTerms) {
-  SKIP_WITHOUT_INT8();
+  SKIP_WITHOUT(Precision::kInt8, "int8 products");
   const auto spec = *features::read_model_spec((demo_dir() / "ranker_a").string());
   std::vector<features::Batch> requests;
   for (std::uint64_t seed = 1; seed <= 20; ++seed) requests.push_back(random_rows(spec, 50, seed));

@@ -11,6 +11,7 @@
 #include <cstdlib>
 
 #include "demo_dir.h"
+#include "precision_support.h"
 #include "dlrm_dir.h"
 #include "model/model.h"
 #include "model/rows.h"
@@ -19,31 +20,9 @@ namespace numaserve::model {
 namespace {
 
 using numaserve::testing::demo_dir;
+using numaserve::testing::load;
+using numaserve::testing::max_difference;
 using numaserve::testing::scripted_dir;
-
-Result<std::unique_ptr<TorchModel>> load(const std::filesystem::path& dir, features::Precision precision) {
-  LoadOptions options;
-  options.precision = precision;
-  return TorchModel::load(dir, options);
-}
-
-// NUMASERVE_CPU_BF16=off for one scope: a CPU without bf16 instructions.
-struct NoBf16Cpu {
-  NoBf16Cpu() { setenv("NUMASERVE_CPU_BF16", "off", 1); }
-  ~NoBf16Cpu() { unsetenv("NUMASERVE_CPU_BF16"); }
-};
-
-// Why this CPU serves no bf16 (empty: it does), asked of the load itself.
-const std::string& no_bf16_here() {
-  static const std::string why = [] {
-    auto probe = load(demo_dir() / "ranker_a", features::Precision::kBf16);
-    return !probe ? probe.error().message : std::string();
-  }();
-  return why;
-}
-
-#define SKIP_WITHOUT_BF16()                                                       \
-  if (!no_bf16_here().empty()) GTEST_SKIP() << "no bf16 here: " << no_bf16_here()
 
 // The model loaded both ways (bf16 where this CPU has it).
 struct Both {
@@ -59,14 +38,8 @@ Both load_both(const std::filesystem::path& dir) {
   return out;
 }
 
-double max_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  double out = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) out = std::max(out, std::abs(static_cast<double>(a[i]) - b[i]));
-  return out;
-}
-
 void expect_within_bound_of_fp32(const std::filesystem::path& dir) {
-  SKIP_WITHOUT_BF16();
+  SKIP_WITHOUT(features::Precision::kBf16, "bf16");
   const Both m = load_both(dir);
   ASSERT_TRUE(m.bf16 && m.fp32);
   const TorchModel& bf16 = *m.bf16;
@@ -101,7 +74,7 @@ TEST(Bf16, TheReferenceDlrmServesWithinTheBoundOfFp32WithWeightedAndMeanBags) {
 // bound (0.0074 here: its top MLP's first layer reads the interaction's 31
 // values): the load keeps each chain's first layer fp32 and says so.
 TEST(Bf16, AChainsFirstLayerStaysFp32WhereBf16WouldMoveTheScoresTooFar) {
-  SKIP_WITHOUT_BF16();
+  SKIP_WITHOUT(features::Precision::kBf16, "bf16");
   auto m = load(scripted_dir() / "dlrm_diagonal_mean", features::Precision::kBf16);
   ASSERT_TRUE(m) << m.error().message;
   std::string kept;
@@ -114,7 +87,7 @@ TEST(Bf16, AChainsFirstLayerStaysFp32WhereBf16WouldMoveTheScoresTooFar) {
 }
 
 TEST(Bf16, TablesTakeHalfTheMemoryAndEveryLinearLayerRunsInBf16) {
-  SKIP_WITHOUT_BF16();
+  SKIP_WITHOUT(features::Precision::kBf16, "bf16");
   const Both m = load_both(demo_dir() / "ranker_a");
   ASSERT_TRUE(m.bf16 && m.fp32);
   const TorchModel& bf16 = *m.bf16;
@@ -143,7 +116,7 @@ TEST(Bf16, TablesTakeHalfTheMemoryAndEveryLinearLayerRunsInBf16) {
 }
 
 TEST(Bf16, ATableAnotherOpReadsStaysFp32) {
-  SKIP_WITHOUT_BF16();
+  SKIP_WITHOUT(features::Precision::kBf16, "bf16");
   const Both m = load_both(scripted_dir() / "shared_table");
   ASSERT_TRUE(m.bf16 && m.fp32);
   std::string applied, kept;
@@ -162,7 +135,7 @@ TEST(Bf16, ATableAnotherOpReadsStaysFp32) {
 }
 
 TEST(Bf16, AnIdPastItsTableFailsAsInFp32) {
-  SKIP_WITHOUT_BF16();
+  SKIP_WITHOUT(features::Precision::kBf16, "bf16");
   const Both m = load_both(demo_dir() / "ranker_a");
   ASSERT_TRUE(m.bf16 && m.fp32);
   const TorchModel& bf16 = *m.bf16;
@@ -175,7 +148,7 @@ TEST(Bf16, AnIdPastItsTableFailsAsInFp32) {
 }
 
 TEST(Bf16, AModelWhoseScoresDriftIsRefusedNamingTheBound) {
-  SKIP_WITHOUT_BF16();
+  SKIP_WITHOUT(features::Precision::kBf16, "bf16");
   auto drifting = load(scripted_dir() / "drifting", features::Precision::kBf16);
   ASSERT_FALSE(drifting);
   EXPECT_EQ(drifting.error().field, "precision_max_drift");
@@ -186,7 +159,7 @@ TEST(Bf16, AModelWhoseScoresDriftIsRefusedNamingTheBound) {
 }
 
 TEST(Bf16, ModelYamlSetsThePrecisionAndTheBound) {
-  SKIP_WITHOUT_BF16();
+  SKIP_WITHOUT(features::Precision::kBf16, "bf16");
   const auto dir = numaserve::testing::ranker_a_with("precision: bf16\nprecision_max_drift: 1e-7\n");
   LoadOptions options;  // no override: model.yaml's
   auto strict = TorchModel::load(dir, options);
@@ -200,7 +173,7 @@ TEST(Bf16, ModelYamlSetsThePrecisionAndTheBound) {
 }
 
 TEST(Bf16, ACpuWithoutBf16RefusesBf16NamingWhatItLacks) {
-  NoBf16Cpu cpu;
+  testing::CpuWithout cpu("NUMASERVE_CPU_BF16");
   auto refused = load(demo_dir() / "ranker_a", features::Precision::kBf16);
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().field, "precision");
@@ -209,7 +182,7 @@ TEST(Bf16, ACpuWithoutBf16RefusesBf16NamingWhatItLacks) {
 }
 
 TEST(Bf16, ACpuWithoutBf16ServesBf16IfAvailableInFp32AndSaysWhy) {
-  NoBf16Cpu cpu;
+  testing::CpuWithout cpu("NUMASERVE_CPU_BF16");
   auto model = load(demo_dir() / "ranker_a", features::Precision::kBf16IfAvailable);
   ASSERT_TRUE(model) << model.error().message;
   const auto report = (*model)->precision();
@@ -238,7 +211,7 @@ TEST(Bf16, WithoutGraphOptimizationsBf16IsRefusedOrFallsBack) {
 }
 
 TEST(Bf16, TheDriftOnRequestsIsReportedInRankingTerms) {
-  SKIP_WITHOUT_BF16();
+  SKIP_WITHOUT(features::Precision::kBf16, "bf16");
   const auto spec = *features::read_model_spec((demo_dir() / "ranker_a").string());
   std::vector<features::Batch> requests;
   std::vector<std::vector<float>> labels;

@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 namespace numaserve::op::pool {
 namespace {
 
@@ -218,6 +220,22 @@ TEST(ServingPool, TheNodeSelectorBoundsThePoolsFleet) {
   std::vector<std::string> names;
   for (const auto& n : *nodes) names.push_back(n.name);
   EXPECT_EQ(names, (std::vector<std::string>{"e5-1", "gold-1"}));
+}
+
+// A Node of the pool labelled with a class the plan no longer has (its
+// topology unread) holds that class: its objects stay. One outside the
+// pool's selector, or of a class the plan has, holds nothing.
+TEST(ServingPool, AClassOnlyUnreadNodesStillCarryIsHeld) {
+  const fleet::FleetPlan plan = plan_for(parsed());
+  const std::map<std::string, std::string> selector = {{"pool", "a"}};
+  ASSERT_FALSE(plan.classes.empty());
+  const std::string planned = plan.classes.front().name;
+  const json nodes = node_list({{"e5-1", {{"pool", "a"}, {kClassLabel, planned}}},
+                                {"gone-1", {{"pool", "a"}, {kClassLabel, "old-class"}}},
+                                {"other-1", {{kClassLabel, "elsewhere"}}},
+                                {"new-1", {{"pool", "a"}}}});
+  EXPECT_EQ(held_classes(nodes, selector, plan), (std::set<std::string>{"old-class"}));
+  EXPECT_TRUE(held_classes(json::object(), selector, plan).empty());  // a reply without items
 }
 
 TEST(ServingPool, MistakesTheSchemaCannotCatchNameTheField) {
