@@ -109,14 +109,15 @@ void Service::warm_up_step(std::size_t worker) {
   if (--left == 0) readiness_.worker_warm(std::nullopt);
 }
 
-http::Turn Service::turn(std::size_t worker) {
+Turn Service::turn(std::size_t worker) {
   if (warmup_left_[worker] > 0) {
     warm_up_step(worker);
-    return http::Turn{true, std::nullopt, {}};
+    return Turn{true, std::nullopt, {}};
   }
-  auto turn = batcher_.run_turn(worker);
+  Turn turn = batcher_.run_turn(worker);
   const bool warming = warm_queues_[worker].pending.load(std::memory_order_acquire) && warm_step(worker);
-  return http::Turn{turn.more_work || warming, turn.wake_at, std::move(turn.wake_workers)};
+  turn.more_work = turn.more_work || warming;
+  return turn;
 }
 
 struct Service::Warming {

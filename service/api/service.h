@@ -95,7 +95,7 @@ class Service {
 
   // The transport's calls, on each worker's own thread.
   void start_worker(std::size_t worker);
-  http::Turn turn(std::size_t worker);
+  Turn turn(std::size_t worker);
 
   const ServiceConfig& config() const { return config_; }
   ModelTable& models() { return models_; }

@@ -29,6 +29,7 @@
 
 #include "features/extract.h"
 #include "numaserve/common/result.h"
+#include "numaserve/common/turn.h"
 
 namespace numaserve::batching {
 
@@ -63,14 +64,6 @@ struct Job {
   Clock::time_point deadline = Clock::time_point::max();
   // Called once, on the thread of the worker that ran (or refused) it.
   std::function<void(Outcome&&)> done;
-};
-
-// What a worker's turn leaves to do: the transport's http::Turn, field for
-// field (api::Service::turn hands it on; the batcher does not know HTTP).
-struct Turn {
-  bool more_work = false;                   // its queue is not empty: turn again soon
-  std::optional<Clock::time_point> wake_at;  // max_batch_delay: the batch starts then
-  std::vector<std::size_t> wake_workers;    // idle workers that may take a share
 };
 
 struct WorkerStats {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "http/message.h"
+#include "numaserve/common/turn.h"
 
 namespace numaserve::http {
 
@@ -49,13 +50,6 @@ class Responder {
 
  private:
   std::shared_ptr<ReplySink> sink_;
-};
-
-// What the application asks of the worker after its turn.
-struct Turn {
-  bool more_work = false;  // run again as soon as the ready network events are handled
-  std::optional<std::chrono::steady_clock::time_point> wake_at;  // else sleep at most until then
-  std::vector<std::size_t> wake_workers;  // workers to give a turn now (idle ones that may take work)
 };
 
 // The application, called only on the workers' own threads.
