@@ -2,13 +2,13 @@
 // tables of options/ (and model/'s demo_options); what each subcommand does
 // lives in its part: startup/ (serve, supervise), model/ (make-demo-models,
 // and the LibTorch runtime handed to start-up), http/probe (health),
-// feature_store/loader (feature-store load), api/extraction (extract).
+// feature_store/loader (feature-store load), api/extract_command (extract).
 #include <CLI/CLI.hpp>
 
 #include <csignal>
 #include <iostream>
 
-#include "api/extraction.h"
+#include "api/extract_command.h"
 #include "feature_store/loader.h"
 #include "http/probe.h"
 #include "model/demo_models.h"

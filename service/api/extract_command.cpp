@@ -1,4 +1,4 @@
-#include "api/extraction.h"
+#include "api/extract_command.h"
 
 #include <fstream>
 #include <functional>

@@ -1,6 +1,6 @@
 // `numaserve extract` by its output: what /predict would feed the model,
 // line by line, and what it would refuse, with the status and field.
-#include "api/extraction.h"
+#include "api/extract_command.h"
 
 #include <gtest/gtest.h>
 
