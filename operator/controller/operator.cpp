@@ -250,21 +250,12 @@ json Operator::reconcile(const json& object, const json& nodes, const json& nrts
     }
   }
   const std::set<std::string> held = pool::held_classes(nodes, spec->node_selector, *plan);
+  pool::PassObjects objects = pool::pass_objects(*spec, *plan, pass.ready, held);
+  if (objects.route_refused) failed(pass, objects.route_refused->message, "InvalidPool");
+  std::vector<json>& desired = objects.desired;
   std::set<std::string> wanted;
-  // A route that cannot hold every class is refused (Degraded), the rest
-  // still served, and a route already there left as it is: deleting it
-  // would cut the Gateway's traffic off.
-  pool::PoolSpec serving = *spec;
-  if (auto fits = pool::route_fits(*spec, *plan); !fits) {
-    failed(pass, fits.error().message, "InvalidPool");
-    serving.route_parents = json::array();
-    wanted.insert(collection("HTTPRoute", spec->namespace_name) + "/" + spec->name);
-  }
-  std::vector<json> desired = pool::desired_objects(serving, *plan, pass.ready);
   for (const json& d : desired) wanted.insert(path_of(d, spec->namespace_name));
-  // While a class is held, the route keeps the backends it has: written
-  // from this plan, it would take the held class's traffic away.
-  if (!held.empty()) std::erase_if(desired, [](const json& d) { return d["kind"] == "HTTPRoute"; });
+  if (objects.keep_route) wanted.insert(collection("HTTPRoute", spec->namespace_name) + "/" + spec->name);
   // Stopped leading: no more writes this pass, the status included.
   if (!apply_desired(desired, *live, spec->namespace_name, pass) || !delete_unwanted(*live, wanted, held, pass)) {
     return json(*plan);

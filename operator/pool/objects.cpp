@@ -160,4 +160,19 @@ Status route_fits(const PoolSpec& pool, const fleet::FleetPlan& plan) {
                     "spec.httpRoute");
 }
 
+PassObjects pass_objects(const PoolSpec& pool, const fleet::FleetPlan& plan, const std::map<std::string, std::int64_t>& ready,
+                         const std::set<std::string>& held) {
+  PassObjects out;
+  PoolSpec serving = pool;
+  if (auto fits = route_fits(pool, plan); !fits) {
+    out.route_refused = fits.error();
+    serving.route_parents = nlohmann::json::array();
+  }
+  out.desired = desired_objects(serving, plan, ready);
+  const bool routed = !serving.route_parents.empty();
+  if (routed && !held.empty()) std::erase_if(out.desired, [](const nlohmann::json& d) { return d["kind"] == "HTTPRoute"; });
+  out.keep_route = out.route_refused.has_value() || (routed && !held.empty());
+  return out;
+}
+
 }  // namespace numaserve::op::pool

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -27,5 +29,18 @@ std::vector<nlohmann::json> desired_objects(const PoolSpec& pool, const fleet::F
                                             const std::map<std::string, std::int64_t>& ready = {});
 // Whether the pool's route can hold a backend per class.
 Status route_fits(const PoolSpec& pool, const fleet::FleetPlan& plan);
+
+// What a pass writes for the pool on `plan`: `desired` to create or update;
+// the route, when `keep_route`, left as it is (not written, not deleted):
+// refused (`route_refused`, the pool Degraded: deleting it would cut the
+// Gateway's traffic off) or while a class is `held` (written from this
+// plan, it would take the held class's traffic away).
+struct PassObjects {
+  std::vector<nlohmann::json> desired;
+  bool keep_route = false;
+  std::optional<Error> route_refused;
+};
+PassObjects pass_objects(const PoolSpec& pool, const fleet::FleetPlan& plan, const std::map<std::string, std::int64_t>& ready,
+                         const std::set<std::string>& held);
 
 }  // namespace numaserve::op::pool

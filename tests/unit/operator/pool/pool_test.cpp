@@ -199,6 +199,41 @@ TEST(ServingPool, EachClassGetsAServiceAndTheRouteWeighsThemByReadyCpus) {
   EXPECT_EQ(bad_port.error().field, "spec.service.ports[0].port");
 }
 
+// What a pass writes: the route with the rest; while a class is held, or
+// when the route cannot hold every class (the pool Degraded), the route
+// already there left as it is, the rest still written.
+TEST(ServingPool, APassKeepsTheRouteItMayNotWrite) {
+  const json ports = json::array({{{"name", "http"}, {"port", 8080}}});
+  const PoolSpec pool = parsed({{"service", {{"ports", ports}}}, {"httpRoute", {{"parentRefs", {{{"name", "gw"}}}}}}});
+  const auto plan = plan_for(pool);
+  auto routes = [](const std::vector<json>& objects) {
+    return std::count_if(objects.begin(), objects.end(), [](const json& o) { return o["kind"] == "HTTPRoute"; });
+  };
+  const PassObjects plain = pass_objects(pool, plan, {}, {});
+  EXPECT_EQ(routes(plain.desired), 1);
+  EXPECT_FALSE(plain.keep_route);
+  EXPECT_FALSE(plain.route_refused);
+
+  const PassObjects holding = pass_objects(pool, plan, {}, {"old-class"});
+  EXPECT_EQ(routes(holding.desired), 0);
+  EXPECT_EQ(holding.desired.size(), plain.desired.size() - 1);
+  EXPECT_TRUE(holding.keep_route);
+  EXPECT_FALSE(holding.route_refused);
+
+  fleet::FleetPlan many = plan;
+  while (many.classes.size() <= kMostBackends) many.classes.push_back(many.classes.front());
+  const PassObjects refused = pass_objects(pool, many, {}, {});
+  EXPECT_EQ(routes(refused.desired), 0);
+  EXPECT_FALSE(refused.desired.empty());  // the classes' objects still written
+  EXPECT_TRUE(refused.keep_route);
+  ASSERT_TRUE(refused.route_refused);
+  EXPECT_EQ(refused.route_refused->field, "spec.httpRoute");
+
+  const PassObjects unrouted = pass_objects(parsed(), plan, {}, {"old-class"});  // no route to keep
+  EXPECT_EQ(routes(unrouted.desired), 0);
+  EXPECT_FALSE(unrouted.keep_route);
+}
+
 TEST(ServingPool, HeadroomAndUniformSizing) {
   // Two E5 machines and one Gold: 22 CPUs put 89.8% to work.
   const PoolSpec pool = parsed({{"sizing", "uniform"}, {"uniformMinUse", 0.85}, {"headroom", 1}});
