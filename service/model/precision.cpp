@@ -84,12 +84,14 @@ Status decide(Decision& plan, const TorchModel::Impl& impl, const std::filesyste
     if (!asked.tables_written) plan.to.tables = features::TablePrecision::kFp32;
     return {};
   };
-  if (!plan.cpu.usable) return unavailable(plan.cpu.missing);
-  if (plan.to.chains != kernels::LinearPrecision::kFp32 && linear_kernels(plan.to.chains) == "portable") {
+  // Layers served fp32 here still leave the tables to check below.
+  if (!plan.cpu.usable) {
+    if (auto s = unavailable(plan.cpu.missing); !s) return s;
+  } else if (plan.to.chains != kernels::LinearPrecision::kFp32 && linear_kernels(plan.to.chains) == "portable") {
     // The CPU has the instructions but the fused ops were narrowed to a
     // path without them (numaserve-bench --kernels): its portable reference
     // is far slower than fp32's.
-    return unavailable("the kernels' path here (" + kernel_isa() + ") has no " + plan.name.substr(0, 4) + " product");
+    if (auto s = unavailable("the kernels' path here (" + kernel_isa() + ") has no " + plan.name.substr(0, 4) + " product"); !s) return s;
   }
   if (!impl.optimized) {
     const std::string why = "it runs in the rewritten forward, and there is none (graph optimizations " + impl.report.state +

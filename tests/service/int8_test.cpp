@@ -169,6 +169,21 @@ TEST(Int8, ACpuWithoutVnniServesInt8IfAvailableInFp32AndSaysWhy) {
   EXPECT_EQ(*(*model)->forward(batch), *(*fp32)->forward(batch));  // fp32's very scores
 }
 
+// Layers falling back to fp32 leave the tables written to narrow: without a
+// rewritten forward to narrow them in, that is refused naming the key, not
+// served in a forward graph optimizations were turned off for.
+TEST(Int8, TablesWrittenWithoutARewrittenForwardAreRefusedWhereTheLayersFallBack) {
+  testing::CpuWithout cpu("NUMASERVE_CPU_INT8");
+  LoadOptions options;
+  options.precision = Precision::kInt8IfAvailable;
+  options.embedding_precision = TablePrecision::kInt8;
+  options.graph_optimizations = false;
+  auto refused = TorchModel::load(demo_dir() / "ranker_a", options);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().field, "embedding_precision");
+  EXPECT_NE(refused.error().message.find("there is none (graph optimizations"), std::string::npos) << refused.error().message;
+}
+
 // The benchmark narrows the fused ops to AVX2 to measure an older machine:
 // no int8 products there, whatever this CPU has, and the load says which path.
 TEST(Int8, AKernelPathWithoutInt8ProductsServesFp32LayersNamingIt) {
