@@ -85,9 +85,6 @@ std::string signature_of(const c10::FunctionSchema& schema) {
   return out;
 }
 
-// The module's embedding tables and their rows: a parameter emb_<table>, or
-// the weight of a submodule emb_<table> (an nn.EmbeddingBag), as the Python
-// package's export() reads them.
 constexpr const char* kForward = "(dense: Tensor, indices: List[Tensor], offsets: List[Tensor]) -> Tensor";
 
 // The tensors below borrow the batch's memory: forward() never writes its
@@ -205,10 +202,6 @@ void constant_tensors(torch::jit::Block* block, std::vector<at::Tensor>& out) {
     if (auto value = torch::jit::toIValue(n->output()); value && value->isTensor()) out.push_back(value->toTensor());
   }
 }
-
-}  // namespace
-
-namespace {
 
 // Every emb_<table> of model.pt must be one of model.yaml's tables, of its
 // rows: a model.pt exported for another contract fails here, not on its

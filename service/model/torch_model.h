@@ -52,8 +52,9 @@ struct Asked {
 Status serve_narrowed(TorchModel::Impl& impl, const features::ModelSpec& spec, const std::filesystem::path& dir, const Asked& asked,
                       const LoadOptions& options);
 
-// model.pt's embedding tables: each emb_<table> parameter, or the weight of
-// an emb_<table> submodule (an nn.EmbeddingBag).
+// model.pt's embedding tables, as the Python package's export() reads them:
+// each emb_<table> parameter, or the weight of an emb_<table> submodule (an
+// nn.EmbeddingBag).
 struct ModuleTable {
   std::string table;  // model.yaml's name
   at::Tensor weight;
