@@ -37,16 +37,22 @@ def _check_signature(scripted):
         raise ExportError("forward", f"forward: want {_SIGNATURE}, got forward(self, {got}) -> {', '.join(returns)}")
 
 
+def _table_slots(scripted):
+    """Every emb_<table> of the module: (table, owner, attribute)."""
+    slots = [(name[len("emb_"):], scripted, name) for name, _ in scripted.named_parameters(recurse=False)
+             if name.startswith("emb_")]
+    slots += [(name[len("emb_"):], child, "weight") for name, child in scripted.named_children()
+              if name.startswith("emb_") and hasattr(child, "weight")]
+    return slots
+
+
 def _check_tables(scripted, spec):
     """Every emb_<table> (a parameter, or the weight of a submodule such as
     an nn.EmbeddingBag) must have model.yaml's rows: hashed ids go up to
     rows - 1, and a smaller table would be read past its end."""
-    found = {name: p for name, p in scripted.named_parameters(recurse=False) if name.startswith("emb_")}
-    for name, child in scripted.named_children():
-        if name.startswith("emb_") and hasattr(child, "weight"):
-            found[name] = child.weight
-    for name, weight in sorted(found.items()):
-        table = name[len("emb_"):]
+    found = {table: getattr(owner, attribute) for table, owner, attribute in _table_slots(scripted)}
+    for table, weight in sorted(found.items()):
+        name = "emb_" + table
         if table not in spec.tables:
             raise ExportError("tables", f"{name}: model.yaml has no table '{table}' (tables: {', '.join(spec.tables)})")
         if weight.dim() < 1 or weight.shape[0] != spec.tables[table]:
@@ -108,15 +114,6 @@ def _write_rowwise(path, weight, bits, table):
         f.write(_ROWWISE_MAGIC + struct.pack("<IIQQ", 1, bits, rows, dim))
         for start in range(0, rows, _ROWWISE_SLICE):
             f.write(_rowwise_slice(w[start:start + _ROWWISE_SLICE].contiguous(), bits, table))
-
-
-def _table_slots(scripted):
-    """Every emb_<table> of the module: (table, owner, attribute)."""
-    slots = [(name[len("emb_"):], scripted, name) for name, _ in scripted.named_parameters(recurse=False)
-             if name.startswith("emb_")]
-    slots += [(name[len("emb_"):], child, "weight") for name, child in scripted.named_children()
-              if name.startswith("emb_") and hasattr(child, "weight")]
-    return slots
 
 
 @contextlib.contextmanager

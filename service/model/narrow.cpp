@@ -76,9 +76,11 @@ at::Tensor bf16_copy(const at::Tensor& fp32, const NarrowMemory& memory) {
 
 // Calls `visit` for each table listed to each numaserve::embedding_bags op
 // of `graph`, with the op's row bits for it, and writes the op's row bits
-// back; an error from `visit` stops the walk. A table that `visit` replaced
-// is seen again, as its replacement, where another entry lists it.
-Status each_listed_table(torch::jit::Graph& graph, const std::function<Status(Value* table, std::int64_t& bits)>& visit) {
+// back; an error from `visit` stops the walk. `visit` answers the value it
+// put in the table's place (nullptr: none); an entry that lists that value
+// (the table listed again) takes its bits without a visit.
+Status each_listed_table(torch::jit::Graph& graph, const std::function<Result<Value*>(Value* table, std::int64_t& bits)>& visit) {
+  std::map<Value*, std::int64_t> replaced;  // a table's replacement -> its row bits
   std::vector<Node*> bags;
   nodes_of_kind(graph.block(), c10::Symbol::fromQualString("numaserve::embedding_bags"), bags);
   for (Node* op : bags) {
@@ -88,7 +90,13 @@ Status each_listed_table(torch::jit::Graph& graph, const std::function<Status(Va
     std::vector<std::int64_t> row_bits;
     for (const auto& b : *listed) row_bits.push_back(b.toInt());
     for (std::size_t k = 0; k < list->inputs().size(); ++k) {
-      if (auto s = visit(list->input(k), row_bits[k]); !s) return s;
+      if (const auto again = replaced.find(list->input(k)); again != replaced.end()) {
+        row_bits[k] = again->second;
+        continue;
+      }
+      auto put = visit(list->input(k), row_bits[k]);
+      if (!put) return tl::unexpected(put.error());
+      if (*put != nullptr) replaced[*put] = row_bits[k];
     }
     op->replaceInput(6, graph.insertConstant(row_bits));
   }
@@ -101,19 +109,13 @@ Status each_listed_table(torch::jit::Graph& graph, const std::function<Status(Va
 void narrow_tables(torch::jit::Graph& graph, features::TablePrecision precision, const NarrowMemory& memory,
                    api::GraphRewrite& report) {
   std::map<const void*, std::pair<Value*, int>> narrowed;  // fp32 data -> (its copy, its row bits)
-  std::map<Value*, int> bits_of;                             // a copy -> its row bits
-  (void)each_listed_table(graph, [&](Value* table, std::int64_t& row_bits) -> Status {
-    // A table listed twice: its first entry's replacement replaced both.
-    if (const auto copy = bits_of.find(table); copy != bits_of.end()) {
-      row_bits = copy->second;
-      return {};
-    }
+  (void)each_listed_table(graph, [&](Value* table, std::int64_t& row_bits) -> Result<Value*> {
     const auto weight = constant_tensor(table);
-    if (!weight || weight->scalar_type() != at::kFloat || weight->dim() != 2) return {};
+    if (!weight || weight->scalar_type() != at::kFloat || weight->dim() != 2) return nullptr;
     const std::string what = "embedding table " + name_of(table) + " (" + shape_of(*weight) + ")";
     if (!only_bags_read(table)) {
       report.not_applied.push_back(what + ": also read by another op, kept fp32");
-      return {};
+      return nullptr;
     }
     auto done = narrowed.find(weight->data_ptr());
     if (done == narrowed.end()) {
@@ -132,18 +134,17 @@ void narrow_tables(torch::jit::Graph& graph, features::TablePrecision precision,
         if (!kernels::quantize_rows(in.data_ptr<float>(), rows, dim, bits, copy.data_ptr<std::uint8_t>())) {
           report.not_applied.push_back(what + ": holds values that are not finite or beyond fp16's range (the rows' scale "
                                        "and bias), kept fp32");
-          return {};
+          return nullptr;
         }
       }
       const std::string to = bits == 0 ? "bf16" : bits == 8 ? "int8 rowwise" : "int4 rowwise";
       done = narrowed.emplace(weight->data_ptr(), std::pair{graph.insertConstant(copy), bits}).first;
-      bits_of[done->second.first] = bits;
       report.applied.push_back(what + " -> " + to);
     }
     table->replaceAllUsesWith(done->second.first);
     row_bits = done->second.second;
     if (!still_read(graph.block(), weight->storage().unsafeGetStorageImpl())) memory.unread(*weight);
-    return {};
+    return done->second.first;
   });
 }
 
@@ -225,31 +226,24 @@ Status ship_tables(torch::jit::Module& optimized, const std::vector<ShippedTable
   std::map<const void*, const ShippedTable*> by_placeholder;
   for (const auto& t : tables) by_placeholder[t.placeholder.data_ptr()] = &t;
   std::map<const ShippedTable*, Value*> shipped;  // a table -> its rows' constant
-  std::map<Value*, int> bits_of;                  // the rows' constant -> its bits
-  auto refused = [&](const ShippedTable& t, const std::string& why) -> Status {
+  auto refused = [&](const ShippedTable& t, const std::string& why) {
     return make_error(Error::Code::kInvalidArgument, t.file + ": " + why + " (graph report: embedding_bags)", "quantized_tables");
   };
-  auto s = each_listed_table(*graph, [&](Value* table, std::int64_t& row_bits) -> Status {
-    // A table listed again: its first entry's replacement replaced it.
-    if (const auto again = bits_of.find(table); again != bits_of.end()) {
-      row_bits = again->second;
-      return {};
-    }
+  auto s = each_listed_table(*graph, [&](Value* table, std::int64_t& row_bits) -> Result<Value*> {
     const auto weight = constant_tensor(table);
     const auto found = weight ? by_placeholder.find(weight->data_ptr()) : by_placeholder.end();
-    if (found == by_placeholder.end()) return {};
+    if (found == by_placeholder.end()) return nullptr;
     const ShippedTable& t = *found->second;
     if (!only_bags_read(table)) return refused(t, "model.pt's emb_" + t.name + " is read by an op other than the embedding bags");
     auto [slot, fresh] = shipped.try_emplace(&t, nullptr);
     if (fresh) {
       slot->second = graph->insertConstant(t.rows);
-      bits_of[slot->second] = t.bits;
       report.applied.push_back("embedding table " + name_of(table) + " (" + shape_of(*weight) + ") -> " + (t.bits == 8 ? "int8" : "int4") +
                                " rowwise, shipped in " + t.file);
     }
     table->replaceAllUsesWith(slot->second);
     row_bits = t.bits;
-    return {};
+    return slot->second;
   });
   if (!s) return s;
   for (const auto& t : tables) {

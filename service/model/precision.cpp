@@ -63,6 +63,11 @@ std::string tables_label(const std::string& served, const std::string& narrowed)
   return served < narrowed ? served + "+" + narrowed : narrowed + "+" + served;
 }
 
+// Why a narrowing cannot run: the rewritten forward it runs in is missing.
+std::string no_rewritten_forward(const TorchModel::Impl& impl) {
+  return "there is none (graph optimizations " + impl.report.state + (impl.report.reason.empty() ? "" : ": " + impl.report.reason) + ")";
+}
+
 // What a load narrows and why not: `to`, as asked, narrowed to what this CPU,
 // this kernel path and this model allow (-if-available), or refused (asked
 // outright). `report.reason` says why a precision asked is not served.
@@ -73,29 +78,31 @@ struct Decision {
   Instructions cpu;
 };
 
-Status decide(Decision& plan, const TorchModel::Impl& impl, const std::filesystem::path& dir, const Asked& asked, api::PrecisionReport& report) {
+// A precision asked outright that cannot be served here: refused, `why`.
+tl::unexpected<Error> refused_outright(const Decision& decision, const std::string& why) {
+  return make_error(Error::Code::kInvalidArgument,
+                    decision.where + why + " (precision " + decision.name + "-if-available serves it in fp32 instead)", "precision");
+}
+
+Status decide(Decision& decision, const TorchModel::Impl& impl, const std::filesystem::path& dir, const Asked& asked, api::PrecisionReport& report) {
   auto unavailable = [&](const std::string& why) -> Status {
-    if (plan.outright) {
-      return make_error(Error::Code::kInvalidArgument,
-                        plan.where + why + " (precision " + plan.name + "-if-available serves it in fp32 instead)", "precision");
-    }
+    if (decision.outright) return refused_outright(decision, why);
     report.reason = why;
-    plan.to.chains = kernels::LinearPrecision::kFp32;
-    if (!asked.tables_written) plan.to.tables = features::TablePrecision::kFp32;
+    decision.to.chains = kernels::LinearPrecision::kFp32;
+    if (!asked.tables_written) decision.to.tables = features::TablePrecision::kFp32;
     return {};
   };
   // Layers served fp32 here still leave the tables to check below.
-  if (!plan.cpu.usable) {
-    if (auto s = unavailable(plan.cpu.missing); !s) return s;
-  } else if (plan.to.chains != kernels::LinearPrecision::kFp32 && linear_kernels(plan.to.chains) == "portable") {
+  if (!decision.cpu.usable) {
+    if (auto s = unavailable(decision.cpu.missing); !s) return s;
+  } else if (decision.to.chains != kernels::LinearPrecision::kFp32 && linear_kernels(decision.to.chains) == "portable") {
     // The CPU has the instructions but the fused ops were narrowed to a
     // path without them (numaserve-bench --kernels): its portable reference
     // is far slower than fp32's.
-    if (auto s = unavailable("the kernels' path here (" + kernel_isa() + ") has no " + plan.name.substr(0, 4) + " product"); !s) return s;
+    if (auto s = unavailable("the kernels' path here (" + kernel_isa() + ") has no " + decision.name.substr(0, 4) + " product"); !s) return s;
   }
   if (!impl.optimized) {
-    const std::string why = "it runs in the rewritten forward, and there is none (graph optimizations " + impl.report.state +
-                            (impl.report.reason.empty() ? "" : ": " + impl.report.reason) + ")";
+    const std::string why = "it runs in the rewritten forward, and " + no_rewritten_forward(impl);
     if (asked.tables_written && asked.tables != features::TablePrecision::kFp32) {
       return make_error(Error::Code::kInvalidArgument, dir.string() + ": embedding_precision " +
                             std::string(features::kTablePrecisionNames.name(asked.tables)) + ": " + why, "embedding_precision");
@@ -105,12 +112,12 @@ Status decide(Decision& plan, const TorchModel::Impl& impl, const std::filesyste
   // Having the instructions is not being faster (a CPU may run bf16 products
   // no faster than fp32's, and each layer converts its inputs): the model's
   // own linear chains timed in both precisions decide -if-available.
-  if (plan.to.chains == kernels::LinearPrecision::kFp32 || plan.outright) return {};
-  const ChainTiming timing = time_linear_chains(*impl.optimized, kTimingRows, plan.to.chains);
+  if (decision.to.chains == kernels::LinearPrecision::kFp32 || decision.outright) return {};
+  const ChainTiming timing = time_linear_chains(*impl.optimized, kTimingRows, decision.to.chains);
   report.fp32_us = timing.fp32_us;
   report.candidate_us = timing.candidate_us;
   if (timing.chains == 0 || timing.candidate_us < timing.fp32_us) return {};
-  const std::string short_name = plan.name.substr(0, 4);
+  const std::string short_name = decision.name.substr(0, 4);
   return unavailable(short_name + " is not faster on this CPU: the linear layers took " + format_number(timing.candidate_us) +
                      " us in " + short_name + " and " + format_number(timing.fp32_us) + " us in fp32 on " +
                      std::to_string(kTimingRows) + " rows");
@@ -185,22 +192,22 @@ Result<api::GraphRewrite> narrow_fresh(torch::jit::Module& fresh, const TorchMod
 // Asked outright, something must narrow: the layers, or the tables that
 // follow them; a table precision written must find a table (or tables
 // shipped in it). -if-available says why its layers stayed fp32.
-Status applied_as_asked(const api::GraphRewrite& rewrite, const Decision& plan, TorchModel::Impl& impl,
+Status applied_as_asked(const api::GraphRewrite& rewrite, const Decision& decision, TorchModel::Impl& impl,
                         const std::filesystem::path& dir, const Asked& asked) {
   auto narrowed = [&rewrite](const std::string& what) { return applied(rewrite, what); };
   const bool tables = narrowed("embedding table") || !impl.shipped.empty();
-  if (plan.to.chains != kernels::LinearPrecision::kFp32 && !narrowed("linear_chain")) {
-    if (plan.outright && !tables) {
+  if (decision.to.chains != kernels::LinearPrecision::kFp32 && !narrowed("linear_chain")) {
+    if (decision.outright && !tables) {
       return make_error(Error::Code::kInvalidArgument,
-                        plan.where + "the forward has no linear layer or embedding table numaserve's kernels take (graph report: "
+                        decision.where + "the forward has no linear layer or embedding table numaserve's kernels take (graph report: "
                                      "linear_chains, embedding_bags)",
                         "precision");
     }
     impl.precision.reason = "the forward has no linear layer numaserve's kernels take";
   }
-  if (plan.to.tables != features::TablePrecision::kFp32 && !tables && asked.tables_written) {
+  if (decision.to.tables != features::TablePrecision::kFp32 && !tables && asked.tables_written) {
     return make_error(Error::Code::kInvalidArgument,
-                      dir.string() + ": embedding_precision " + std::string(features::kTablePrecisionNames.name(plan.to.tables)) +
+                      dir.string() + ": embedding_precision " + std::string(features::kTablePrecisionNames.name(decision.to.tables)) +
                           ": the forward has no embedding table only numaserve::embedding_bags reads (graph report: precision)",
                       "embedding_precision");
   }
@@ -217,29 +224,26 @@ Status applied_as_asked(const api::GraphRewrite& rewrite, const Decision& plan, 
 Status serve_narrowed(TorchModel::Impl& impl, const features::ModelSpec& spec, const std::filesystem::path& dir, const Asked& asked,
                       const LoadOptions& options) {
   api::PrecisionReport& report = impl.precision;
-  Decision plan{Narrowing{asked.tables, chains_of(asked.precision), true},
+  Decision decision{Narrowing{asked.tables, chains_of(asked.precision), true},
             std::string(features::kPrecisionNames.name(asked.precision)), "",
             asked.precision == features::Precision::kBf16 || asked.precision == features::Precision::kInt8,
             instructions_for(chains_of(asked.precision))};
-  plan.where = dir.string() + ": precision " + plan.name + ": ";
-  const std::string& where = plan.where;
-  if (auto s = decide(plan, impl, dir, asked, report); !s) return s;
-  Narrowing& to = plan.to;
+  decision.where = dir.string() + ": precision " + decision.name + ": ";
+  const std::string& where = decision.where;
+  if (auto s = decide(decision, impl, dir, asked, report); !s) return s;
+  Narrowing& to = decision.to;
   if (to.chains == kernels::LinearPrecision::kFp32 && to.tables == features::TablePrecision::kFp32) return {};
   auto checks = reference_scores(impl, spec, where);
   if (!checks) return tl::unexpected(checks.error());
   auto fresh = fresh_forward(impl, options);
   if (!fresh) {
-    if (plan.outright) {
-      return make_error(Error::Code::kInvalidArgument, where + fresh.error().message + " (precision " + plan.name +
-                                                           "-if-available serves it in fp32 instead)", "precision");
-    }
+    if (decision.outright) return refused_outright(decision, fresh.error().message);
     report.reason = fresh.error().message;
     return {};
   }
   auto rewrite = narrow_fresh(*fresh, impl, spec, options, to, *checks, where);
   if (!rewrite) return tl::unexpected(rewrite.error());
-  if (auto s = applied_as_asked(*rewrite, plan, impl, dir, asked); !s) return s;
+  if (auto s = applied_as_asked(*rewrite, decision, impl, dir, asked); !s) return s;
   auto narrowed = [&rewrite](const std::string& what) { return applied(*rewrite, what); };
   auto measured = drift_of(*fresh, *checks, where);
   if (!measured) return tl::unexpected(measured.error());
@@ -252,8 +256,8 @@ Status serve_narrowed(TorchModel::Impl& impl, const features::ModelSpec& spec, c
                       "precision_max_drift");
   }
   if (narrowed("linear_chain")) {
-    report.served = plan.name.substr(0, 4);
-    report.instructions = plan.cpu.names;
+    report.served = decision.name.substr(0, 4);
+    report.instructions = decision.cpu.names;
   }
   if (narrowed("embedding table")) report.tables = tables_label(report.tables, std::string(features::kTablePrecisionNames.name(to.tables)));
   report.max_drift = drift;
@@ -318,8 +322,7 @@ Result<std::vector<ShippedTable>> read_shipped_tables(torch::jit::Module& module
 Status serve_shipped(TorchModel::Impl& impl, const std::filesystem::path& dir, const LoadOptions& options) {
   if (!impl.optimized) {
     return make_error(Error::Code::kInvalidArgument,
-                      dir.string() + ": quantized_tables run in the rewritten forward, and there is none (graph optimizations " +
-                          impl.report.state + (impl.report.reason.empty() ? "" : ": " + impl.report.reason) + ")",
+                      dir.string() + ": quantized_tables run in the rewritten forward, and " + no_rewritten_forward(impl),
                       "quantized_tables");
   }
   // Into a fresh copy: the optimized forward ran its check, and keeps the
