@@ -169,9 +169,9 @@ PassObjects pass_objects(const PoolSpec& pool, const fleet::FleetPlan& plan, con
     serving.route_parents = nlohmann::json::array();
   }
   out.desired = desired_objects(serving, plan, ready);
-  const bool routed = !serving.route_parents.empty();
-  if (routed && !held.empty()) std::erase_if(out.desired, [](const nlohmann::json& d) { return d["kind"] == "HTTPRoute"; });
-  out.keep_route = out.route_refused.has_value() || (routed && !held.empty());
+  const bool route_held = !serving.route_parents.empty() && !held.empty();
+  if (route_held) std::erase_if(out.desired, [](const nlohmann::json& d) { return d["kind"] == "HTTPRoute"; });
+  out.keep_route = out.route_refused.has_value() || route_held;
   return out;
 }
 
