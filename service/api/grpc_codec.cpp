@@ -219,13 +219,13 @@ Result<std::string> parse_repository_model(std::string_view message) {
   return in->model_name();
 }
 
-std::string repository_index_reply(const std::vector<RepositoryEntry>& entries) {
+std::string repository_index_reply(const std::vector<lifecycle::RepositoryEntry>& entries) {
   inference::RepositoryIndexResponse out;
   for (const auto& e : entries) {
     auto* model = out.add_models();
     model->set_name(e.name);
     model->set_version(e.version);
-    model->set_state(std::string(repository::state_name(e.state)));
+    model->set_state(std::string(lifecycle::state_name(e.state)));
     model->set_reason(e.reason);
   }
   return serialized(out);

@@ -14,8 +14,8 @@
 #include "features/model_spec.h"
 #include "numaserve/common/result.h"
 
-namespace numaserve::api {
-struct RepositoryEntry;  // service.h
+namespace numaserve::lifecycle {
+struct RepositoryEntry;  // lifecycle/control.h
 }
 
 namespace numaserve::api::grpc_codec {
@@ -44,7 +44,7 @@ std::string model_metadata_reply(const features::ModelSpec& model, const std::ve
 Result<bool> parse_repository_index(std::string_view message);  // true: only what is ready
 // A RepositoryModelLoad or -Unload request (the same fields): the model named.
 Result<std::string> parse_repository_model(std::string_view message);
-std::string repository_index_reply(const std::vector<RepositoryEntry>& entries);
+std::string repository_index_reply(const std::vector<lifecycle::RepositoryEntry>& entries);
 
 struct InferCall {
   ModelRef model;

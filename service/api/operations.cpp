@@ -43,7 +43,7 @@ json precision_json(const PrecisionReport& p) {
 
 // Each version served: its labels, weights, graph rewrites and where its
 // pages are (the share on `nodes`, the service's).
-json versions_json(const ModelTable& table, const CpuSet& nodes) {
+json versions_json(const lifecycle::ModelTable& table, const CpuSet& nodes) {
   json models = json::array();
   for (const auto& v : table.all()) {
     const Model* m = v->model.get();

@@ -31,7 +31,7 @@ struct Prediction {
   Call call;
   const PredictCodec* codec;
   PredictRequest request;
-  HeldVersion version;
+  lifecycle::HeldVersion version;
   Clock::time_point start, fetch_start;
 };
 

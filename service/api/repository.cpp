@@ -16,7 +16,7 @@
 namespace numaserve::api {
 namespace {
 
-Result<RepositoryControl*> control_of(Service& service) {
+Result<lifecycle::RepositoryControl*> control_of(Service& service) {
   if (service.repository() == nullptr) {
     return make_error(Error::Code::kNotFound, "this service has no model repository (it serves --model-dir)", "model_repository");
   }
@@ -31,19 +31,19 @@ http::Reply json_reply(int status, std::string body) {
 }
 
 // Every version the repository holds, or only those serving.
-Result<std::vector<RepositoryEntry>> listed(Service& service, bool only_ready) {
+Result<std::vector<lifecycle::RepositoryEntry>> listed(Service& service, bool only_ready) {
   auto control = control_of(service);
   if (!control) return tl::unexpected(control.error());
   auto entries = (*control)->index();
   if (only_ready) {
-    std::erase_if(entries, [](const RepositoryEntry& e) { return e.state != repository::VersionState::kReady; });
+    std::erase_if(entries, [](const lifecycle::RepositoryEntry& e) { return e.state != lifecycle::VersionState::kReady; });
   }
   return entries;
 }
 
 // Load and unload answer when the manager is done: {} on REST, the empty
 // response message on gRPC.
-using Action = void (RepositoryControl::*)(const std::string&, std::function<void(Status)>);
+using Action = void (lifecycle::RepositoryControl::*)(const std::string&, std::function<void(Status)>);
 Answer act(Service& service, Call& call, const std::string& model, Action action) {
   auto control = control_of(service);
   if (!control) return tl::unexpected(control.error());
@@ -88,7 +88,7 @@ Answer repository_index(Service& service, Call& call) {
   if (!entries) return tl::unexpected(entries.error());
   auto out = nlohmann::json::array();
   for (const auto& e : *entries) {
-    nlohmann::json entry{{"name", e.name}, {"version", e.version}, {"state", repository::state_name(e.state)}};
+    nlohmann::json entry{{"name", e.name}, {"version", e.version}, {"state", lifecycle::state_name(e.state)}};
     if (!e.reason.empty()) entry["reason"] = e.reason;
     out.push_back(std::move(entry));
   }
@@ -96,10 +96,10 @@ Answer repository_index(Service& service, Call& call) {
 }
 
 Answer repository_load(Service& service, Call& call) {
-  return act(service, call, call.params.name, &RepositoryControl::load);
+  return act(service, call, call.params.name, &lifecycle::RepositoryControl::load);
 }
 Answer repository_unload(Service& service, Call& call) {
-  return act(service, call, call.params.name, &RepositoryControl::unload);
+  return act(service, call, call.params.name, &lifecycle::RepositoryControl::unload);
 }
 
 Answer grpc_repository_index(Service& service, Call& call) {
@@ -112,9 +112,9 @@ Answer grpc_repository_index(Service& service, Call& call) {
   reply.body = grpc_codec::repository_index_reply(*entries);
   return reply;
 }
-Answer grpc_repository_load(Service& service, Call& call) { return grpc_act(service, call, &RepositoryControl::load); }
+Answer grpc_repository_load(Service& service, Call& call) { return grpc_act(service, call, &lifecycle::RepositoryControl::load); }
 Answer grpc_repository_unload(Service& service, Call& call) {
-  return grpc_act(service, call, &RepositoryControl::unload);
+  return grpc_act(service, call, &lifecycle::RepositoryControl::unload);
 }
 
 }  // namespace numaserve::api

@@ -57,7 +57,7 @@ Service::Service(Parts parts, std::vector<std::string> model_names)
                [this](std::size_t slot, const features::Batch& batch, std::size_t requests) -> Result<std::vector<float>> {
                  metrics_.observe_batch(batch.rows, requests);
                  // Held by the batch's requests: it cannot be freed meanwhile.
-                 const HeldVersion version = models_.slot(slot);
+                 const lifecycle::HeldVersion version = models_.slot(slot);
                  if (!version) return make_error(Error::Code::kInternal, "a batch's model version is gone");
                  return version->model->forward(batch);
                }),
@@ -121,14 +121,21 @@ Turn Service::turn(std::size_t worker) {
 }
 
 struct Service::Warming {
-  HeldVersion version;
+  lifecycle::HeldVersion version;
   std::function<void(Status)> done;
   std::atomic<std::size_t> workers_left;
   std::mutex mutex;
   std::optional<Error> failure;
 };
 
-void Service::warm(HeldVersion version, std::function<void(Status)> done) {
+lifecycle::ServiceHooks Service::lifecycle_hooks() {
+  return {&models_, &metrics_, [this](const features::ModelSpec& spec) { return add_model(spec); },
+          [this](lifecycle::HeldVersion version, std::function<void(Status)> done) {
+            warm(std::move(version), std::move(done));
+          }};
+}
+
+void Service::warm(lifecycle::HeldVersion version, std::function<void(Status)> done) {
   const std::size_t workers = warm_queues_.size();
   if (workers == 0 || config_.warmup_rounds == 0) return done({});
   auto warming = std::make_shared<Warming>();
@@ -205,12 +212,12 @@ struct Service::Pending {
   http::Responder responder;
   std::string_view route;
   http::Protocol protocol;
-  HeldVersion version;  // from admission to the reply
+  lifecycle::HeldVersion version;  // from admission to the reply
   Clock::time_point start;
   Encoder encode;
 };
 
-void Service::enqueue(Call& call, HeldVersion version, features::Batch batch, Clock::time_point start, Encoder encode) {
+void Service::enqueue(Call& call, lifecycle::HeldVersion version, features::Batch batch, Clock::time_point start, Encoder encode) {
   const std::size_t slot = version->slot;
   auto pending = std::make_shared<Pending>(
       Pending{std::move(call.responder), call.route, call.request.protocol, std::move(version), start, std::move(encode)});

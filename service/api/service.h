@@ -29,14 +29,13 @@
 #include "api/call.h"
 #include "api/config.h"
 #include "api/model.h"
-#include "api/model_table.h"
 #include "api/readiness.h"
+#include "lifecycle/control.h"
 #include "batching/batcher.h"
 #include "feature_store/store.h"
 #include "metrics/metrics.h"
 #include "numa/numa.h"
 #include "numaserve/common/placement.h"
-#include "repository/plan.h"
 #include "threads/threads.h"
 
 namespace numaserve::api {
@@ -68,23 +67,6 @@ struct Parts {
   std::function<void(std::size_t worker)> wake_worker;
 };
 
-// What the repository's admin routes ask of whoever loads versions
-// (reload/'s manager), so api/ need not know how a version is loaded.
-struct RepositoryEntry {
-  std::string name, version;
-  repository::VersionState state = repository::VersionState::kUnavailable;
-  std::string reason;
-};
-class RepositoryControl {
- public:
-  virtual ~RepositoryControl() = default;
-  virtual std::vector<RepositoryEntry> index() const = 0;
-  // `done` is called once, from any thread: when the versions the
-  // repository wants of `name` serve, or with why not.
-  virtual void load(const std::string& name, std::function<void(Status)> done) = 0;
-  virtual void unload(const std::string& name, std::function<void(Status)> done) = 0;
-};
-
 class Service {
  public:
   // An error when its model table refuses one of parts.models (a version
@@ -98,8 +80,8 @@ class Service {
   Turn turn(std::size_t worker);
 
   const ServiceConfig& config() const { return config_; }
-  ModelTable& models() { return models_; }
-  const ModelTable& models() const { return models_; }
+  lifecycle::ModelTable& models() { return models_; }
+  const lifecycle::ModelTable& models() const { return models_; }
 
   feature_store::FeatureStore& store() { return *store_; }
   metrics::Metrics& metrics() { return metrics_; }
@@ -111,8 +93,8 @@ class Service {
 
   // The repository's manager, when there is one (--model-repository); set
   // before the transport starts.
-  void attach(RepositoryControl& control) { repository_ = &control; }
-  RepositoryControl* repository() const { return repository_; }
+  void attach(lifecycle::RepositoryControl& control) { repository_ = &control; }
+  lifecycle::RepositoryControl* repository() const { return repository_; }
 
   // A model served from now on, added after start (the repository's
   // manager, before its first version is prepared): the feature store
@@ -126,7 +108,11 @@ class Service {
   // that turn's batch, so a reload adds at most one warm-up forward between
   // two batches. `done` is called once, on the last worker to finish, with
   // the first failure if any. From any thread, once the workers serve.
-  void warm(HeldVersion version, std::function<void(Status)> done);
+  void warm(lifecycle::HeldVersion version, std::function<void(Status)> done);
+
+  // What the repository's manager acts on (lifecycle/control.h): this
+  // service's version table, metrics, add_model and warm.
+  lifecycle::ServiceHooks lifecycle_hooks();
 
   // A request starts: counted in flight until finish().
   void begin_request() { in_flight_.fetch_add(1, std::memory_order_relaxed); }
@@ -135,7 +121,7 @@ class Service {
   // outlast the call's deadline refuses it as exceeded (504).
   Status admit(const Call& call);
   // The version a request names (ModelTable::resolve), held to its reply.
-  Result<HeldVersion> find_model(const std::optional<std::string>& name, const std::string& version = {}) const {
+  Result<lifecycle::HeldVersion> find_model(const std::optional<std::string>& name, const std::string& version = {}) const {
     return models_.resolve(name, version);
   }
   // The request's own id, or one made: "ns-<pid>-<n>".
@@ -144,7 +130,7 @@ class Service {
   // call's responder; `encode` makes the reply from the scores, on the
   // worker that ran the forward. `start`: when the request was taken up.
   using Encoder = std::function<http::Reply(std::vector<float>&& scores)>;
-  void enqueue(Call& call, HeldVersion version, features::Batch batch, batching::Clock::time_point start,
+  void enqueue(Call& call, lifecycle::HeldVersion version, features::Batch batch, batching::Clock::time_point start,
                Encoder encode);
   // Counts a reply and sends it; from any worker's thread.
   void finish(std::string_view route, http::Responder& responder, http::Reply reply);
@@ -166,12 +152,12 @@ class Service {
 
   const ServiceConfig config_;
   const PlacementReport placement_;
-  ModelTable models_;
+  lifecycle::ModelTable models_;
   const std::unique_ptr<feature_store::FeatureStore> store_;
   const std::function<void(unsigned)> prepare_worker_thread_;
   const std::function<void(metrics::Gauges&)> transport_gauges_;
   const std::function<void(std::size_t)> wake_worker_;
-  RepositoryControl* repository_ = nullptr;
+  lifecycle::RepositoryControl* repository_ = nullptr;
   // Ids given to requests that bring none, "ns-<pid>-<n>": the pid keeps
   // the supervisor's replicas apart; read once, not a syscall per request.
   const std::string request_id_prefix_;

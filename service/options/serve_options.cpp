@@ -43,8 +43,8 @@ OptionSpec either_option(std::string name, const std::string& no, const std::str
           }};
 }
 
-OptionSpec control_mode_option(reload::ControlMode& target) {
-  using reload::ControlMode;
+OptionSpec control_mode_option(lifecycle::ControlMode& target) {
+  using lifecycle::ControlMode;
   static const std::pair<const char*, ControlMode> kModes[] = {
       {"none", ControlMode::kNone}, {"poll", ControlMode::kPoll}, {"explicit", ControlMode::kExplicit}};
   std::string current;
@@ -65,7 +65,7 @@ OptionSpec control_mode_option(reload::ControlMode& target) {
           }};
 }
 
-std::vector<OptionSpec> reload_options(reload::ReloadConfig& r) {
+std::vector<OptionSpec> reload_options(lifecycle::ReloadConfig& r) {
   return {
       text_option("model_repository", "DIR",
                   "A model repository, DIR/<model>/<version>/{model.pt,model.yaml} with an optional "

@@ -16,7 +16,7 @@
 #include "feature_store/config.h"
 #include "features/model_spec.h"
 #include "http/config.h"
-#include "reload/config.h"
+#include "lifecycle/config.h"
 #include "numaserve/common/options.h"
 #include "supervisor/supervisor.h"
 #include "threads/threads.h"
@@ -25,7 +25,7 @@ namespace numaserve::serve {
 
 struct ServeOptions {
   std::vector<std::string> model_dirs;
-  reload::ReloadConfig reload;  // --model-repository and its reloads
+  lifecycle::ReloadConfig reload;  // --model-repository and its reloads
   std::string feature_store;  // a JSON Lines file, or a Redis URL; empty: inline features only
   std::string feature_store_password_file;
   feature_store::StoreConfig store;  // with a Redis URL

@@ -92,7 +92,7 @@ bool in_atomic_writer_volume(const fs::path& dir) {
 }
 
 // Whether `dir` is complete by the header's rules, why, and its fingerprint.
-void judge(Version& v, const std::set<fs::path>& renamed, ReadAt at) {
+void judge(VersionDir& v, const std::set<fs::path>& renamed, ReadAt at) {
   std::error_code ec;
   bool has_pt = false, has_yaml = false, has_marker = false;
   std::string fingerprint;
@@ -131,8 +131,8 @@ void judge(Version& v, const std::set<fs::path>& renamed, ReadAt at) {
 
 bool hidden(const fs::path& p) { return p.filename().string().starts_with("."); }
 
-Model read_model(const fs::path& dir, const std::string& name, const std::set<fs::path>& renamed, ReadAt at) {
-  Model model{name, dir, Policy{}, {}};
+ModelDir read_model(const fs::path& dir, const std::string& name, const std::set<fs::path>& renamed, ReadAt at) {
+  ModelDir model{name, dir, Policy{}, {}};
   const fs::path policy_file = dir / kPolicyFile;
   std::error_code ec;
   if (fs::exists(policy_file, ec)) {
@@ -142,12 +142,12 @@ Model read_model(const fs::path& dir, const std::string& name, const std::set<fs
   for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
     const std::string number = it->path().filename().string();
     if (!is_version_number(number) || !it->is_directory(ec)) continue;
-    Version v{number, dir / number, false, {}, {}};
+    VersionDir v{number, dir / number, false, {}, {}};
     judge(v, renamed, at);
     model.versions.push_back(std::move(v));
   }
   std::sort(model.versions.begin(), model.versions.end(),
-            [](const Version& a, const Version& b) { return std::stoull(a.number) < std::stoull(b.number); });
+            [](const VersionDir& a, const VersionDir& b) { return std::stoull(a.number) < std::stoull(b.number); });
   return model;
 }
 
@@ -185,20 +185,20 @@ Result<Policy> parse_policy(const std::string& text, const std::string& file) {
   return policy;
 }
 
-Result<std::vector<Model>> scan(const fs::path& root, ReadAt at, const std::set<fs::path>& renamed) {
+Result<std::vector<ModelDir>> scan(const fs::path& root, ReadAt at, const std::set<fs::path>& renamed) {
   std::error_code ec;
-  std::vector<Model> models;
+  std::vector<ModelDir> models;
   auto it = fs::directory_iterator(root, ec);
   if (ec) return make_error(Error::Code::kNotFound, root.string() + ": cannot read the model repository: " + ec.message(), "model_repository");
   for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
     if (hidden(it->path()) || !it->is_directory(ec)) continue;
     models.push_back(read_model(it->path(), it->path().filename().string(), renamed, at));
   }
-  std::sort(models.begin(), models.end(), [](const Model& a, const Model& b) { return a.name < b.name; });
+  std::sort(models.begin(), models.end(), [](const ModelDir& a, const ModelDir& b) { return a.name < b.name; });
   return models;
 }
 
-Result<Model> scan_model(const fs::path& root, const std::string& name, ReadAt at, const std::set<fs::path>& renamed) {
+Result<ModelDir> scan_model(const fs::path& root, const std::string& name, ReadAt at, const std::set<fs::path>& renamed) {
   if (auto ok = check_model_name(name); !ok) return tl::unexpected(ok.error());
   std::error_code ec;
   if (!fs::is_directory(root / name, ec)) {
@@ -207,7 +207,7 @@ Result<Model> scan_model(const fs::path& root, const std::string& name, ReadAt a
   return read_model(root / name, name, renamed, at);
 }
 
-std::vector<std::string> wanted(const Policy& policy, const std::vector<Version>& versions) {
+std::vector<std::string> wanted(const Policy& policy, const std::vector<VersionDir>& versions) {
   std::vector<std::string> out;
   for (const auto& v : versions) {
     if (!v.complete) continue;

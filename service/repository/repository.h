@@ -4,7 +4,7 @@
 //   DIR/<model>/<version>/model.pt, model.yaml
 // versions being positive integers (Triton's and TF Serving's layout). Pure
 // reading: which versions exist, which are complete, which the policy wants.
-// What to do about them is reload/'s.
+// What to do about them is lifecycle/'s.
 //
 // A version directory counts only when complete. When the repository is
 // read decides what that takes (ReadAt):
@@ -19,7 +19,7 @@
 //        it last);
 //     2. it appeared by a rename (written elsewhere on the same filesystem,
 //        then moved into place, alone or inside its model's directory) and
-//        the watcher saw the move (reload/);
+//        the watcher saw the move (lifecycle/watcher.h);
 //     3. it lives in a Kubernetes atomic-writer volume (configMap, secret,
 //        projected, downwardAPI; git-sync works the same way): its real path
 //        goes through a "..<timestamp>" directory, which the kubelet swaps
@@ -64,7 +64,7 @@ struct Policy {
 // Errors name the file and line.
 Result<Policy> parse_policy(const std::string& text, const std::string& file);
 
-struct Version {
+struct VersionDir {
   std::string number;          // the directory's name: a positive integer
   std::filesystem::path dir;
   bool complete = false;
@@ -74,11 +74,11 @@ struct Version {
   std::string fingerprint;
 };
 
-struct Model {
+struct ModelDir {
   std::string name;
   std::filesystem::path dir;
   Result<Policy> policy = Policy{};
-  std::vector<Version> versions;  // every version directory, lowest first
+  std::vector<VersionDir> versions;  // every version directory, lowest first
 };
 
 // When the repository is read (the header's rules).
@@ -87,15 +87,15 @@ enum class ReadAt { kStartUp, kLoadCall, kPolling };
 // Every model directory under `root`, hidden entries (".*", the kubelet's
 // "..data") left out. `renamed`: version directories a watcher saw moved
 // into place. An error only when `root` itself cannot be read.
-Result<std::vector<Model>> scan(const std::filesystem::path& root, ReadAt at,
+Result<std::vector<ModelDir>> scan(const std::filesystem::path& root, ReadAt at,
                                 const std::set<std::filesystem::path>& renamed = {});
 
 // One model's directory only: what a load call names.
-Result<Model> scan_model(const std::filesystem::path& root, const std::string& name, ReadAt at,
+Result<ModelDir> scan_model(const std::filesystem::path& root, const std::string& name, ReadAt at,
                          const std::set<std::filesystem::path>& renamed = {});
 
 // The complete versions the policy wants, lowest first.
-std::vector<std::string> wanted(const Policy& policy, const std::vector<Version>& versions);
+std::vector<std::string> wanted(const Policy& policy, const std::vector<VersionDir>& versions);
 
 // A model's name as requests and the repository routes give it: one path
 // segment, no "/", not "." or "..", not hidden. Nothing outside the

@@ -13,7 +13,7 @@
 #include "feature_store/store.h"
 #include "http/server.h"
 #include "numa/numa.h"
-#include "reload/manager.h"
+#include "lifecycle/manager.h"
 #include "numaserve/common/duration.h"
 #include "numaserve/common/log.h"
 #include "numaserve/common/placement.h"
@@ -178,7 +178,7 @@ Status start_serving(const ServeOptions& o, http::Server& server, api::Router& r
 // end the transport cuts what is left (logged, counted) and the exit status
 // is 1. Returns the exit status.
 int drain(const ServeOptions& o, const sigset_t& signals, http::Server& server, api::Service& service,
-          reload::Manager* manager) {
+          lifecycle::Manager* manager) {
   int signal = 0;
   while (sigwait(&signals, &signal) == 0 && signal == SIGUSR1) {
     service.readiness().open_group();
@@ -239,10 +239,10 @@ Status check_model_source(const ServeOptions& o) {
     return make_error(Error::Code::kInvalidArgument,
                       "no model: give --model-dir DIR (a directory with model.pt and model.yaml) or --model-repository DIR", "model_dir");
   }
-  if (!repository && o.reload.control_mode != reload::ControlMode::kNone) {
+  if (!repository && o.reload.control_mode != lifecycle::ControlMode::kNone) {
     return make_error(Error::Code::kInvalidArgument, "--model-control-mode poll|explicit needs --model-repository", "model_control_mode");
   }
-  if (o.reload.control_mode == reload::ControlMode::kExplicit && o.http.admin_port < 0) {
+  if (o.reload.control_mode == lifecycle::ControlMode::kExplicit && o.http.admin_port < 0) {
     return make_error(Error::Code::kInvalidArgument,
                       "--model-control-mode explicit takes its load calls on the admin port only: give --admin-port", "admin_port");
   }
@@ -260,9 +260,9 @@ int serve(const ServeOptions& o, const std::string& version, const Runtime& runt
 
   auto report = place(o);
   if (!report) return fail(report.error().message);
-  std::unique_ptr<reload::Manager> manager;
+  std::unique_ptr<lifecycle::Manager> manager;
   if (!o.reload.repository.empty()) {
-    manager = std::make_unique<reload::Manager>(o.reload, runtime.load, [&runtime] { runtime.prepare_worker_thread(1); });
+    manager = std::make_unique<lifecycle::Manager>(o.reload, runtime.load, [&runtime] { runtime.prepare_worker_thread(1); });
   }
   auto models = manager ? manager->load_initial() : load_models(o, runtime);
   if (!models) return fail(models.error().message);
@@ -290,7 +290,7 @@ int serve(const ServeOptions& o, const std::string& version, const Runtime& runt
     return fail("warm-up failed: " + warm.error().message);
   }
   if (manager) {
-    if (auto started = manager->start(service); !started) {
+    if (auto started = manager->start(service.lifecycle_hooks()); !started) {
       server.stop();
       return fail(started.error().message);
     }

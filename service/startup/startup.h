@@ -30,7 +30,7 @@ struct Runtime {
   // Loads dir/model.pt and dir/model.yaml as `version` (empty: model.yaml's)
   // and checks it runs, reading model.pt at up to `cpu_share` of one CPU;
   // the calling thread's binding decides where the weights land. The
-  // repository manager's reload::Loader.
+  // repository manager's lifecycle::Loader.
   std::function<Result<std::unique_ptr<api::Model>>(const std::filesystem::path& dir, const std::string& version,
                                                     double cpu_share)>
       load;

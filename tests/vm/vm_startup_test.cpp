@@ -173,7 +173,7 @@ TEST_F(InVm, AReloadedVersionsPagesAreOnThePodsNode) {
   std::ofstream(repo / "tiny_ranker" / "config.yaml") << "version_policy: {specific: [1]}\n";
   serve::ServeOptions options = loopback_options(port);
   options.reload.repository = repo.string();
-  options.reload.control_mode = reload::ControlMode::kExplicit;
+  options.reload.control_mode = lifecycle::ControlMode::kExplicit;
   options.http.admin_port = admin;
   const std::string log_path = "/tmp/numaserve-reload.log";
   RunningChild child(dir, log_path, [&options] { return startup::serve(options, "vm-test", fake_runtime()); });

@@ -190,7 +190,7 @@ TEST(Router, ARemovedVersionFinishesTheRequestsThatHoldIt) {
   Harness h({.versions = {"2"}});
   const auto name = h.model().spec().name;
   auto held = h.send("POST", "/predict", kPredict);  // resolved to version 2, queued
-  std::weak_ptr<const ServedVersion> removed = h.service().models().remove(name, "2");
+  std::weak_ptr<const lifecycle::ServedVersion> removed = h.service().models().remove(name, "2");
   EXPECT_FALSE(removed.expired()) << "the queued request holds it";
   h.run_turns();
   ASSERT_TRUE(held->reply);
@@ -201,7 +201,7 @@ TEST(Router, ARemovedVersionFinishesTheRequestsThatHoldIt) {
 }
 
 TEST(ModelTable, RefusesAnUnknownNameATakenVersionAndAnotherFeatureContract) {
-  ModelTable table({fixture_spec().name});
+  lifecycle::ModelTable table({fixture_spec().name});
   ASSERT_TRUE(table.add(std::make_unique<FakeModel>(fixture_spec())));
   auto other_name = fixture_spec();
   other_name.name = "elsewhere";
@@ -367,11 +367,11 @@ TEST(Router, TheTransportsRefusalsHaveTheServicesErrorShape) {
 
 // What the repository routes ask of the manager, recorded; each call answered
 // at once, the load of "broken" with an error.
-class FakeControl final : public RepositoryControl {
+class FakeControl final : public lifecycle::RepositoryControl {
  public:
-  std::vector<RepositoryEntry> index() const override {
-    return {{"ranker", "1", repository::VersionState::kReady, ""},
-            {"ranker", "2", repository::VersionState::kUnavailable, "model.pt: not a TorchScript archive"}};
+  std::vector<lifecycle::RepositoryEntry> index() const override {
+    return {{"ranker", "1", lifecycle::VersionState::kReady, ""},
+            {"ranker", "2", lifecycle::VersionState::kUnavailable, "model.pt: not a TorchScript archive"}};
   }
   void load(const std::string& name, std::function<void(Status)> done) override {
     calls.push_back("load " + name);

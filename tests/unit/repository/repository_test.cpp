@@ -33,12 +33,12 @@ class RepositoryTest : public ::testing::Test {
   // The kernel's timestamps are coarse (a tick): later writes must land in a later one.
   static void next_tick() { std::this_thread::sleep_for(std::chrono::milliseconds(30)); }
 
-  const Version& version_of(const Model& m, const std::string& number) {
+  const VersionDir& version_of(const ModelDir& m, const std::string& number) {
     for (const auto& v : m.versions) {
       if (v.number == number) return v;
     }
     ADD_FAILURE() << "no version " << number;
-    static const Version none;
+    static const VersionDir none;
     return none;
   }
 
@@ -92,11 +92,11 @@ TEST(Policy, ErrorsNameTheFileTheLineAndTheField) {
   }
 }
 
-Version complete(const std::string& n) { return Version{n, {}, true, "", ""}; }
-Version incomplete(const std::string& n) { return Version{n, {}, false, "", ""}; }
+VersionDir complete(const std::string& n) { return VersionDir{n, {}, true, "", ""}; }
+VersionDir incomplete(const std::string& n) { return VersionDir{n, {}, false, "", ""}; }
 
 TEST(Wanted, LatestSpecificAndAllAmongCompleteVersionsOnly) {
-  const std::vector<Version> versions = {complete("1"), complete("2"), complete("3"), incomplete("4")};
+  const std::vector<VersionDir> versions = {complete("1"), complete("2"), complete("3"), incomplete("4")};
   EXPECT_EQ(wanted(Policy{}, versions), (std::vector<std::string>{"3"}));
   Policy two;
   two.latest = 2;

@@ -1,11 +1,15 @@
-#include "repository/plan.h"
+#include "lifecycle/plan.h"
 
 #include <gtest/gtest.h>
 
 #include <sstream>
 
-namespace numaserve::repository {
+namespace numaserve::lifecycle {
 namespace {
+
+using repository::ModelDir;
+using repository::Policy;
+using repository::VersionDir;
 
 // "1,3" -> {"1", "3"}
 std::vector<std::string> list(const std::string& text) {
@@ -15,8 +19,8 @@ std::vector<std::string> list(const std::string& text) {
   return out;
 }
 
-Version version(const std::string& number, bool complete = true, const std::string& why = "at start-up") {
-  return Version{number, "/repo/m/" + number, complete, why, "fingerprint-" + number};
+VersionDir version(const std::string& number, bool complete = true, const std::string& why = "at start-up") {
+  return VersionDir{number, "/repo/m/" + number, complete, why, "fingerprint-" + number};
 }
 
 Policy latest(std::size_t n) { return Policy{Policy::Kind::kLatest, n, {}, {}}; }
@@ -29,7 +33,7 @@ constexpr const char* kBeingWritten = "being written in place: waiting for the m
 // and 2 on disk with what each policy serves of them.
 struct Change {
   const char* name;
-  std::vector<Version> disk;
+  std::vector<VersionDir> disk;
   std::map<std::string, std::string> failed;  // version -> fingerprint that failed
   bool asked = false;
   std::map<std::string, std::string> labels;
@@ -101,8 +105,8 @@ TEST(VersionPlan, EveryPolicyUnderEveryRepositoryChange) {
         SCOPED_TRACE(std::string(row.policy_name) + ", " + change.name + (availability ? ", availability" : ", resource"));
         Policy policy = row.policy;
         policy.labels = change.labels;
-        const Model model{"m", "/repo/m", policy, change.disk};
-        const Plan p = plan({&model, list(row.served), {}, change.failed, change.asked, availability});
+        const ModelDir model{"m", "/repo/m", policy, change.disk};
+        const VersionPlan p = plan_versions({&model, list(row.served), {}, change.failed, change.asked, availability});
         const Expected& want = row.by_change.at(change.name);
         EXPECT_EQ(p.load, list(want.load));
         EXPECT_EQ(p.retire, list(want.retire));
@@ -120,8 +124,8 @@ TEST(VersionPlan, EveryPolicyUnderEveryRepositoryChange) {
 }
 
 TEST(VersionPlan, AvailabilityRetiresOnlyOnceAWantedVersionServes) {
-  const Model model{"m", "/repo/m", latest(1), {version("1"), version("2"), version("3")}};
-  const Plan p = plan({&model, {"2"}, {}, {}, false, true});
+  const ModelDir model{"m", "/repo/m", latest(1), {version("1"), version("2"), version("3")}};
+  const VersionPlan p = plan_versions({&model, {"2"}, {}, {}, false, true});
   ASSERT_EQ(p.load, list("3"));
   EXPECT_EQ(retire_after_loads(p, list("2,3")), list("2"));  // 3 loaded: 2 goes
   EXPECT_EQ(retire_after_loads(p, list("2")), list(""));     // 3 failed: 2 keeps serving
@@ -129,8 +133,8 @@ TEST(VersionPlan, AvailabilityRetiresOnlyOnceAWantedVersionServes) {
 }
 
 TEST(VersionPlan, ResourceLoadsTheRetiredBackWhenNothingServes) {
-  const Model model{"m", "/repo/m", latest(1), {version("1"), version("2"), version("3")}};
-  const Plan p = plan({&model, {"2"}, {}, {}, false, false});
+  const ModelDir model{"m", "/repo/m", latest(1), {version("1"), version("2"), version("3")}};
+  const VersionPlan p = plan_versions({&model, {"2"}, {}, {}, false, false});
   ASSERT_TRUE(p.retire_first);
   EXPECT_EQ(p.retire, list("2"));
   EXPECT_EQ(retire_after_loads(p, {}), list(""));  // already gone before the loads
@@ -140,24 +144,24 @@ TEST(VersionPlan, ResourceLoadsTheRetiredBackWhenNothingServes) {
 
 TEST(VersionPlan, NeverTheLastVersionServingAndTheHighestByNumberStays) {
   // Versions 9 and 10 serve; the policy now wants 11, which is not on disk.
-  const Model model{"m", "/repo/m", specific("11"), {version("9"), version("10")}};
-  const Plan p = plan({&model, {"10", "9"}, {}, {}, false, true});
+  const ModelDir model{"m", "/repo/m", specific("11"), {version("9"), version("10")}};
+  const VersionPlan p = plan_versions({&model, {"10", "9"}, {}, {}, false, true});
   EXPECT_EQ(p.retire, list("9,10"));  // by number, not as text
   EXPECT_EQ(retire_after_loads(p, list("9,10")), list("9"));
 }
 
 TEST(VersionPlan, VersionsGoneFromDiskLeaveTheIndexUnlessServingOrBeingUnloaded) {
-  const Model model{"m", "/repo/m", latest(1), {version("1")}};
+  const ModelDir model{"m", "/repo/m", latest(1), {version("1")}};
   const std::map<std::string, VersionState> shown = {
       {"1", VersionState::kReady}, {"2", VersionState::kReady}, {"3", VersionState::kUnavailable}, {"4", VersionState::kUnloading}};
-  const Plan p = plan({&model, {"1", "2"}, shown, {}, false, true});
+  const VersionPlan p = plan_versions({&model, {"1", "2"}, shown, {}, false, true});
   EXPECT_EQ(p.forget, list("3"));
 }
 
 TEST(VersionPlan, ARefusedPolicyChangesNothing) {
-  const Model model{"m", "/repo/m", tl::unexpected(Error{Error::Code::kInvalidArgument, "config.yaml line 1: ...", "version_policy"}),
+  const ModelDir model{"m", "/repo/m", tl::unexpected(Error{Error::Code::kInvalidArgument, "config.yaml line 1: ...", "version_policy"}),
                     {version("1"), version("2")}};
-  const Plan p = plan({&model, {"1"}, {}, {}, false, true});
+  const VersionPlan p = plan_versions({&model, {"1"}, {}, {}, false, true});
   EXPECT_TRUE(p.load.empty());
   EXPECT_TRUE(p.retire.empty());
   EXPECT_TRUE(p.unavailable.empty());
@@ -171,4 +175,4 @@ TEST(VersionPlan, StateNamesAreTritonsRepositoryWords) {
 }
 
 }  // namespace
-}  // namespace numaserve::repository
+}  // namespace numaserve::lifecycle

@@ -4,7 +4,7 @@
 
 #include <string>
 
-namespace numaserve::reload {
+namespace numaserve::lifecycle {
 
 // What makes the service look at the repository again after start:
 // nothing, the filesystem (inotify and a periodic rescan) or the admin
@@ -32,4 +32,4 @@ struct ReloadConfig {
   double rescan_seconds = 10;
 };
 
-}  // namespace numaserve::reload
+}  // namespace numaserve::lifecycle

@@ -45,11 +45,12 @@
 #include <thread>
 #include <vector>
 
-#include "api/service.h"
-#include "reload/config.h"
-#include "repository/plan.h"
+#include "api/model.h"
+#include "lifecycle/control.h"
+#include "lifecycle/config.h"
+#include "lifecycle/plan.h"
 
-namespace numaserve::reload {
+namespace numaserve::lifecycle {
 
 class Watcher;
 
@@ -60,7 +61,7 @@ class Watcher;
 using Loader = std::function<Result<std::unique_ptr<api::Model>>(const std::filesystem::path& dir, const std::string& version,
                                                                  double cpu_share)>;
 
-class Manager final : public api::RepositoryControl {
+class Manager final : public RepositoryControl {
  public:
   // `prepare_thread`: the model runtime's setup of a loading thread
   // (one intra-op thread: a load must not fan out over the workers' CPUs).
@@ -74,10 +75,10 @@ class Manager final : public api::RepositoryControl {
   Result<std::vector<std::unique_ptr<api::Model>>> load_initial();
   // The service built on load_initial()'s models: labels set, then the
   // manager's thread started (poll mode: the watcher with it).
-  Status start(api::Service& service);
+  Status start(ServiceHooks hooks);
   void stop();
 
-  std::vector<api::RepositoryEntry> index() const override;
+  std::vector<RepositoryEntry> index() const override;
   void load(const std::string& name, std::function<void(Status)> done) override;
   void unload(const std::string& name, std::function<void(Status)> done) override;
 
@@ -90,14 +91,14 @@ class Manager final : public api::RepositoryControl {
 
   void run();
   void reconcile_all();
-  Status reconcile(repository::Model& model, bool asked);  // `model` as just read
-  Status load_version(const repository::Model& model, const repository::Version& v, bool asked);
-  Status check_memory(const repository::Version& v) const;
+  Status reconcile(repository::ModelDir& model, bool asked);  // `model` as just read
+  Status load_version(const repository::ModelDir& model, const repository::VersionDir& v, bool asked);
+  Status check_memory(const repository::VersionDir& v) const;
   // Warms a prepared version on every worker, within kWarmupLimit.
-  Status warm(const api::HeldVersion& version) const;
+  Status warm(const HeldVersion& version) const;
   // A version that did not load: recorded (not retried until its files
   // change), shown, counted and logged; returns the error naming it.
-  Status refuse(const std::string& name, const repository::Version& v, const std::string& result, Error e, bool asked);
+  Status refuse(const std::string& name, const repository::VersionDir& v, const std::string& result, Error e, bool asked);
   void retire(const std::string& name, const std::string& version, const char* why);
   void free_retired(bool wait);
   // Runs `work` on a new thread (it inherits this one's CPUs and memory
@@ -105,7 +106,7 @@ class Manager final : public api::RepositoryControl {
   // thread per load because one cannot leave SCHED_IDLE without
   // CAP_SYS_NICE, so the manager's own could not be switched back.
   void on_load_thread(const std::function<void()>& work) const;
-  void set_entry(const std::string& name, const std::string& version, repository::VersionState state, std::string reason = {});
+  void set_entry(const std::string& name, const std::string& version, VersionState state, std::string reason = {});
   void apply_labels(const std::string& name, const std::map<std::string, std::string>& labels);
   // A load or unload call, queued for the manager's thread (checked here first).
   void ask(Request::Kind kind, const std::string& name, std::function<void(Status)> done);
@@ -115,7 +116,7 @@ class Manager final : public api::RepositoryControl {
   const ReloadConfig config_;
   const Loader loader_;
   const std::function<void()> prepare_thread_;
-  api::Service* service_ = nullptr;
+  ServiceHooks hooks_;
   std::set<std::string> names_;  // the models the service knows (start-up's, then each added: Service::add_model)
   std::map<std::string, std::map<std::string, std::string>> labels_at_start_;  // set once the service exists
 
@@ -123,14 +124,14 @@ class Manager final : public api::RepositoryControl {
   std::deque<Request> requests_;
   bool stopping_ = false;
   // What the index shows, name -> version -> entry (the manager's thread writes).
-  std::map<std::string, std::map<std::string, api::RepositoryEntry>> entries_;
+  std::map<std::string, std::map<std::string, RepositoryEntry>> entries_;
 
   // The manager's thread alone from here.
   std::map<std::string, std::map<std::string, std::string>> failed_;  // name -> version -> the fingerprint that failed
   std::set<std::string> unloaded_;             // by an unload call, until a load call
   std::set<std::filesystem::path> renamed_;    // version directories the watcher saw moved into place
   struct Retiring {
-    api::HeldVersion version;  // unpublished, freed when no request holds it
+    HeldVersion version;  // unpublished, freed when no request holds it
     const char* why;           // the index's reason once freed
   };
   std::vector<Retiring> retiring_;
@@ -139,4 +140,4 @@ class Manager final : public api::RepositoryControl {
   std::unique_ptr<Watcher> watcher_;
 };
 
-}  // namespace numaserve::reload
+}  // namespace numaserve::lifecycle

@@ -1,9 +1,9 @@
-#include "api/model_table.h"
+#include "lifecycle/model_table.h"
 
 #include <algorithm>
 #include <mutex>
 
-namespace numaserve::api {
+namespace numaserve::lifecycle {
 
 bool version_less(const std::string& a, const std::string& b) {
   auto number = [](const std::string& s) {
@@ -73,7 +73,7 @@ HeldVersion ModelTable::slot(std::size_t slot) const {
   return it == slots_.end() ? nullptr : it->second.lock();
 }
 
-Result<std::shared_ptr<ServedVersion>> ModelTable::prepare(std::unique_ptr<Model> model) const {
+Result<std::shared_ptr<ServedVersion>> ModelTable::prepare(std::unique_ptr<api::Model> model) const {
   const features::ModelSpec& spec = model->spec();
   std::shared_lock lock(mutex_);
   const auto at = std::find(names_.begin(), names_.end(), spec.name);
@@ -108,7 +108,7 @@ void ModelTable::publish(HeldVersion version) {
   e.versions[version->version] = std::move(version);
 }
 
-Result<HeldVersion> ModelTable::add(std::unique_ptr<Model> model) {
+Result<HeldVersion> ModelTable::add(std::unique_ptr<api::Model> model) {
   auto prepared = prepare(std::move(model));
   if (!prepared) return tl::unexpected(prepared.error());
   publish(*prepared);
@@ -193,4 +193,4 @@ std::map<std::string, std::string> ModelTable::labels(const std::string& name) c
   return e == nullptr ? std::map<std::string, std::string>{} : e->labels;
 }
 
-}  // namespace numaserve::api
+}  // namespace numaserve::lifecycle

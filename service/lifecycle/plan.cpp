@@ -1,8 +1,8 @@
-#include "repository/plan.h"
+#include "lifecycle/plan.h"
 
 #include <algorithm>
 
-namespace numaserve::repository {
+namespace numaserve::lifecycle {
 namespace {
 
 bool contains(const std::vector<std::string>& v, const std::string& s) { return std::find(v.begin(), v.end(), s) != v.end(); }
@@ -22,9 +22,9 @@ std::string_view state_name(VersionState state) {
   return "UNAVAILABLE";
 }
 
-Plan plan(const PlanInput& input) {
-  const Model& model = *input.model;
-  Plan out;
+VersionPlan plan_versions(const VersionPlanInput& input) {
+  const repository::ModelDir& model = *input.model;
+  VersionPlan out;
   if (!model.policy) return out;  // a refused policy changes nothing
   out.want = wanted(*model.policy, model.versions);
   for (const auto& v : model.versions) {
@@ -51,7 +51,7 @@ Plan plan(const PlanInput& input) {
   return out;
 }
 
-std::vector<std::string> retire_after_loads(const Plan& plan, const std::vector<std::string>& serving) {
+std::vector<std::string> retire_after_loads(const VersionPlan& plan, const std::vector<std::string>& serving) {
   if (plan.retire_first) return {};  // gone before the loads
   std::vector<std::string> out = plan.retire;
   const bool wanted_serves = std::any_of(serving.begin(), serving.end(), [&](const auto& n) { return contains(plan.want, n); });
@@ -59,9 +59,9 @@ std::vector<std::string> retire_after_loads(const Plan& plan, const std::vector<
   return out;
 }
 
-std::vector<std::string> restore(const Plan& plan, const std::vector<std::string>& serving) {
+std::vector<std::string> restore(const VersionPlan& plan, const std::vector<std::string>& serving) {
   if (!plan.retire_first || !serving.empty()) return {};
   return plan.retire;
 }
 
-}  // namespace numaserve::repository
+}  // namespace numaserve::lifecycle

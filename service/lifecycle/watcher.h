@@ -13,7 +13,7 @@
 
 #include "numaserve/common/result.h"
 
-namespace numaserve::reload {
+namespace numaserve::lifecycle {
 
 class Watcher {
  public:
@@ -40,4 +40,4 @@ class Watcher {
   std::map<int, std::filesystem::path> dirs_;  // watch descriptor -> the directory as named under root
 };
 
-}  // namespace numaserve::reload
+}  // namespace numaserve::lifecycle

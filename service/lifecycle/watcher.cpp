@@ -1,4 +1,4 @@
-#include "reload/watcher.h"
+#include "lifecycle/watcher.h"
 
 #include <sys/inotify.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 
 #include "repository/repository.h"
 
-namespace numaserve::reload {
+namespace numaserve::lifecycle {
 
 namespace fs = std::filesystem;
 
@@ -80,4 +80,4 @@ bool Watcher::read(std::set<fs::path>& renamed) {
   }
 }
 
-}  // namespace numaserve::reload
+}  // namespace numaserve::lifecycle

@@ -1,4 +1,4 @@
-#include "reload/manager.h"
+#include "lifecycle/manager.h"
 
 #include <malloc.h>
 #include <poll.h>
@@ -14,13 +14,12 @@
 #include "numaserve/common/log.h"
 #include "numaserve/common/options.h"
 #include "numaserve/common/placement.h"
-#include "reload/watcher.h"
+#include "lifecycle/watcher.h"
 
-namespace numaserve::reload {
+namespace numaserve::lifecycle {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-using repository::VersionState;
 
 namespace {
 
@@ -39,14 +38,14 @@ std::string mib(std::uint64_t bytes) { return std::to_string(bytes >> 20) + " Mi
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-std::vector<std::string> served_numbers(const api::ModelTable& table, const std::string& name) {
+std::vector<std::string> served_numbers(const ModelTable& table, const std::string& name) {
   std::vector<std::string> out;
   for (const auto& v : table.versions(name)) out.push_back(v->version);
   return out;
 }
 
 // A model's name is its directory's: model.yaml must say the same.
-Status same_name(const std::string& name, const repository::Version& v, const api::Model& loaded) {
+Status same_name(const std::string& name, const repository::VersionDir& v, const api::Model& loaded) {
   if (loaded.spec().name == name) return {};
   return make_error(Error::Code::kInvalidArgument,
                     (v.dir / "model.yaml").string() + ": names the model '" + loaded.spec().name + "', its directory '" + name +
@@ -88,16 +87,16 @@ Manager::~Manager() {
 
 void Manager::set_entry(const std::string& name, const std::string& version, VersionState state, std::string reason) {
   std::lock_guard lock(mutex_);
-  entries_[name][version] = api::RepositoryEntry{name, version, std::move(state), std::move(reason)};
+  entries_[name][version] = RepositoryEntry{name, version, std::move(state), std::move(reason)};
 }
 
-std::vector<api::RepositoryEntry> Manager::index() const {
+std::vector<RepositoryEntry> Manager::index() const {
   std::lock_guard lock(mutex_);
-  std::vector<api::RepositoryEntry> out;
+  std::vector<RepositoryEntry> out;
   for (const auto& [name, versions] : entries_) {
-    std::vector<const api::RepositoryEntry*> sorted;
+    std::vector<const RepositoryEntry*> sorted;
     for (const auto& [number, e] : versions) sorted.push_back(&e);
-    std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return api::version_less(a->version, b->version); });
+    std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return version_less(a->version, b->version); });
     for (const auto* e : sorted) out.push_back(*e);
   }
   return out;
@@ -113,7 +112,7 @@ Result<std::vector<std::unique_ptr<api::Model>>> Manager::load_initial() {
   for (const auto& model : *models) {
     if (!model.policy) return tl::unexpected(model.policy.error());
     // Nothing serves and nothing failed yet: the plan loads what the policy wants.
-    const repository::Plan plan = repository::plan({&model, {}, {}, {}, true, config_.availability});
+    const VersionPlan plan = plan_versions({&model, {}, {}, {}, true, config_.availability});
     std::optional<features::ModelSpec> contract;
     std::string failures;
     for (const auto& v : model.versions) {
@@ -154,8 +153,8 @@ Result<std::vector<std::unique_ptr<api::Model>>> Manager::load_initial() {
   return out;
 }
 
-Status Manager::start(api::Service& service) {
-  service_ = &service;
+Status Manager::start(ServiceHooks hooks) {
+  hooks_ = std::move(hooks);
   for (const auto& [name, labels] : labels_at_start_) apply_labels(name, labels);
   if (config_.control_mode == ControlMode::kPoll) {
     auto watcher = Watcher::open(config_.repository);
@@ -274,14 +273,14 @@ void Manager::serve_request(Request& r) {
   }
   if (r.kind == Request::Kind::kUnload) {
     unloaded_.insert(r.name);
-    service_->models().set_unloaded(r.name, true);
-    for (const auto& number : served_numbers(service_->models(), r.name)) retire(r.name, number, kUnloadCall);
+    hooks_.models->set_unloaded(r.name, true);
+    for (const auto& number : served_numbers(*hooks_.models, r.name)) retire(r.name, number, kUnloadCall);
     free_retired(true);
     log(LogLevel::kInfo, "model unloaded", {{"model", r.name}});
     return r.done({});
   }
   unloaded_.erase(r.name);
-  service_->models().set_unloaded(r.name, false);
+  hooks_.models->set_unloaded(r.name, false);
   auto model = repository::scan_model(config_.repository, r.name, repository::ReadAt::kLoadCall, renamed_);
   if (!model) {
     log(LogLevel::kWarning, "model directory unreadable; still serving what serves", {{"model", r.name}, {"reason", model.error().message}});
@@ -305,27 +304,27 @@ void Manager::reconcile_all() {
   // A model whose directory went is unloaded, each version once its last
   // request has answered; it serves again if its directory comes back.
   for (const auto& name : names_) {
-    const auto served = served_numbers(service_->models(), name);
+    const auto served = served_numbers(*hooks_.models, name);
     if (present.contains(name) || served.empty()) continue;
-    service_->models().set_unloaded(name, true);
+    hooks_.models->set_unloaded(name, true);
     for (const auto& number : served) retire(name, number, kDirectoryGone);
     log(LogLevel::kInfo, "model directory removed: unloading it", {{"model", name}});
   }
 }
 
-Status Manager::reconcile(repository::Model& model, bool asked) {
+Status Manager::reconcile(repository::ModelDir& model, bool asked) {
   const std::string& name = model.name;
   if (!model.policy) {
     log(LogLevel::kWarning, "version policy refused; still serving what serves", {{"model", name}, {"reason", model.policy.error().message}});
     return tl::unexpected(model.policy.error());
   }
-  auto& table = service_->models();
-  repository::PlanInput input{&model, served_numbers(table, name), {}, failed_[name], asked, config_.availability};
+  auto& table = *hooks_.models;
+  VersionPlanInput input{&model, served_numbers(table, name), {}, failed_[name], asked, config_.availability};
   {
     std::lock_guard lock(mutex_);
     for (const auto& [number, e] : entries_[name]) input.shown[number] = e.state;
   }
-  const repository::Plan plan = repository::plan(input);
+  const VersionPlan plan = plan_versions(input);
   {
     std::lock_guard lock(mutex_);
     for (const auto& number : plan.forget) entries_[name].erase(number);
@@ -341,19 +340,19 @@ Status Manager::reconcile(repository::Model& model, bool asked) {
   };
   if (plan.retire_first) {
     // resource: the old versions go first, so only one is in memory.
-    for (const auto& number : plan.retire) retire(name, number, repository::kNotWanted);
+    for (const auto& number : plan.retire) retire(name, number, kNotWanted);
     free_retired(true);
   }
   load(plan.load, asked);
-  load(repository::restore(plan, served_numbers(table, name)), true);
-  for (const auto& number : repository::retire_after_loads(plan, served_numbers(table, name))) {
-    retire(name, number, repository::kNotWanted);
+  load(restore(plan, served_numbers(table, name)), true);
+  for (const auto& number : retire_after_loads(plan, served_numbers(table, name))) {
+    retire(name, number, kNotWanted);
   }
   apply_labels(name, model.policy->labels);
   return result;
 }
 
-Status Manager::check_memory(const repository::Version& v) const {
+Status Manager::check_memory(const repository::VersionDir& v) const {
   auto memory = discover_cgroup_memory("/");
   if (!memory || !*memory) return {};  // no memory cgroup to read: nothing to check against
   const auto room = (*memory)->room();
@@ -372,13 +371,13 @@ Status Manager::check_memory(const repository::Version& v) const {
                     "memory");
 }
 
-Status Manager::load_version(const repository::Model& model, const repository::Version& v, bool asked) {
+Status Manager::load_version(const repository::ModelDir& model, const repository::VersionDir& v, bool asked) {
   const std::string& name = model.name;
   set_entry(name, v.number, VersionState::kLoading);
   const auto started = Clock::now();
   std::string result = "memory";
   Status ok;
-  std::shared_ptr<api::ServedVersion> prepared;
+  std::shared_ptr<ServedVersion> prepared;
   on_load_thread([&] {
     log(LogLevel::kInfo, "loading version",
         {{"model", name}, {"version", v.number}, {"complete", v.why}, {"priority", sched_getscheduler(0) == SCHED_IDLE ? "idle" : "normal"},
@@ -392,13 +391,13 @@ Status Manager::load_version(const repository::Model& model, const repository::V
     } else if (auto named = same_name(name, v, **loaded); !named) {
       result = "name";
       ok = named;
-    } else if (auto added = service_->add_model((*loaded)->spec()); !added) {
+    } else if (auto added = hooks_.add_model((*loaded)->spec()); !added) {
       result = "store";  // a model new since start the feature store cannot serve
       ok = added;
     } else {
       names_.insert(name);
       result = "contract";
-      auto p = service_->models().prepare(std::move(*loaded));
+      auto p = hooks_.models->prepare(std::move(*loaded));
       if (!p) ok = tl::unexpected(p.error());
       else prepared = std::move(*p);
     }
@@ -413,39 +412,39 @@ Status Manager::load_version(const repository::Model& model, const repository::V
   }
   if (!ok) return refuse(name, v, result, std::move(ok.error()), asked);
   failed_[name].erase(v.number);
-  service_->models().publish(prepared);
+  hooks_.models->publish(prepared);
   set_entry(name, v.number, VersionState::kReady);
-  service_->metrics().count_load(name, "ok");
-  service_->metrics().observe_load(name, load_seconds, warm_seconds);
+  hooks_.metrics->count_load(name, "ok");
+  hooks_.metrics->observe_load(name, load_seconds, warm_seconds);
   log(LogLevel::kInfo, "version serving",
       {{"model", name}, {"version", v.number}, {"load_seconds", std::to_string(load_seconds)}, {"warmup_seconds", std::to_string(warm_seconds)}});
   return {};
 }
 
-Status Manager::warm(const api::HeldVersion& version) const {
+Status Manager::warm(const HeldVersion& version) const {
   auto promise = std::make_shared<std::promise<Status>>();
   auto future = promise->get_future();
-  service_->warm(version, [promise](Status s) { promise->set_value(std::move(s)); });
+  hooks_.warm(version, [promise](Status s) { promise->set_value(std::move(s)); });
   if (future.wait_for(kWarmupLimit) != std::future_status::ready) {
     return make_error(Error::Code::kUnavailable, "its warm-up did not end within 300 s", "version");
   }
   return future.get();
 }
 
-Status Manager::refuse(const std::string& name, const repository::Version& v, const std::string& result, Error e, bool asked) {
+Status Manager::refuse(const std::string& name, const repository::VersionDir& v, const std::string& result, Error e, bool asked) {
   // Which version, in the reply of a load call and the index.
   if (!e.message.starts_with("model " + name + " version ")) e.message = "model " + name + " version " + v.number + ": " + e.message;
   if (e.field.empty()) e.field = "version";
   failed_[name][v.number] = v.fingerprint;
   set_entry(name, v.number, VersionState::kUnavailable, e.message);
-  service_->metrics().count_load(name, result);
+  hooks_.metrics->count_load(name, result);
   log(LogLevel::kWarning, "version refused; what served still serves",
       {{"model", name}, {"version", v.number}, {"result", result}, {"reason", e.message}, {"asked", asked ? "true" : "false"}});
   return tl::unexpected(std::move(e));
 }
 
 void Manager::retire(const std::string& name, const std::string& version, const char* why) {
-  if (auto held = service_->models().remove(name, version)) {
+  if (auto held = hooks_.models->remove(name, version)) {
     set_entry(name, version, VersionState::kUnloading);
     retiring_.push_back(Retiring{std::move(held), why});
   }
@@ -458,7 +457,7 @@ void Manager::free_retired(bool wait) {
     // (from copies: the names live in what is freed).
     struct Freed {
       std::string name, version, why;
-      api::HeldVersion held;  // moved last: a braced list is evaluated in order
+      HeldVersion held;  // moved last: a braced list is evaluated in order
     };
     std::vector<Freed> freed;
     std::erase_if(retiring_, [&](Retiring& r) {
@@ -483,9 +482,9 @@ void Manager::free_retired(bool wait) {
 }
 
 void Manager::apply_labels(const std::string& name, const std::map<std::string, std::string>& labels) {
-  for (const auto& why : service_->models().set_labels(name, labels)) {
+  for (const auto& why : hooks_.models->set_labels(name, labels)) {
     log(LogLevel::kWarning, "label refused", {{"model", name}, {"reason", why}});
   }
 }
 
-}  // namespace numaserve::reload
+}  // namespace numaserve::lifecycle

@@ -3,7 +3,7 @@
 // metrics), with a fake loader in place of LibTorch: what the repository
 // and the load calls do to what serves and to the index, in milliseconds.
 // The rules themselves are plan_test.cpp's; this checks they are acted on.
-#include "reload/manager.h"
+#include "lifecycle/manager.h"
 
 #include <gtest/gtest.h>
 #include <pthread.h>
@@ -14,15 +14,16 @@
 #include <future>
 #include <thread>
 
+#include "api/service.h"
 #include "fake_model.h"
 #include "test_dir.h"
 #include "feature_store/embedded.h"
 
-namespace numaserve::reload {
+namespace numaserve::lifecycle {
 namespace {
 
 namespace fs = std::filesystem;
-using repository::VersionState;
+using lifecycle::VersionState;
 
 class ManagerTest : public ::testing::Test {
  protected:
@@ -86,7 +87,7 @@ class ManagerTest : public ::testing::Test {
     parts.store = feature_store::EmbeddedStore::open(feature_store::Entities::load(store).value(), {&(*models)[0]->spec()}).value();
     parts.models = std::move(*models);
     service_ = api::Service::create(std::move(parts)).value();
-    ASSERT_TRUE(manager_->start(*service_).has_value());
+    ASSERT_TRUE(manager_->start(service_->lifecycle_hooks()).has_value());
   }
 
   Status call(bool load, const std::string& model = "m") {
@@ -106,7 +107,7 @@ class ManagerTest : public ::testing::Test {
   }
 
   // The index's entry for version `number`, once it shows `state` (up to 5 s).
-  std::optional<api::RepositoryEntry> shown(const std::string& number, VersionState state) const {
+  std::optional<lifecycle::RepositoryEntry> shown(const std::string& number, VersionState state) const {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
     do {
       for (const auto& e : manager_->index()) {
@@ -140,7 +141,7 @@ TEST_F(ManagerTest, ALoadCallServesTheNewVersionAndFreesTheOld) {
   ASSERT_TRUE(shown("2", VersionState::kReady));
   const auto old = shown("1", VersionState::kUnavailable);
   ASSERT_TRUE(old);
-  EXPECT_EQ(old->reason, repository::kNotWanted);
+  EXPECT_EQ(old->reason, lifecycle::kNotWanted);
 }
 
 TEST_F(ManagerTest, AVersionThatFailsLeavesWhatServesAndALoadCallTriesItAgain) {
@@ -234,4 +235,4 @@ TEST_F(ManagerTest, AModelWhoseDirectoryGoesIsUnloadedAndComesBackWithIt) {
 }
 
 }  // namespace
-}  // namespace numaserve::reload
+}  // namespace numaserve::lifecycle

@@ -26,10 +26,10 @@
 #include "api/model.h"
 #include "numaserve/common/result.h"
 
-namespace numaserve::api {
+namespace numaserve::lifecycle {
 
 struct ServedVersion {
-  std::unique_ptr<Model> model;
+  std::unique_ptr<api::Model> model;
   std::string name;     // model.spec().name
   std::string version;  // model.spec().version
   std::size_t model_index = 0;  // the name's place among the table's names (the feature store's index)
@@ -58,10 +58,10 @@ class ModelTable {
   // A version about to be served: its name must be one of names(), its
   // version not served already, its feature contract the first's. Not
   // resolvable until publish(), so it can be warmed up first.
-  Result<std::shared_ptr<ServedVersion>> prepare(std::unique_ptr<Model> model) const;
+  Result<std::shared_ptr<ServedVersion>> prepare(std::unique_ptr<api::Model> model) const;
   // Serves it from now on (a version of the same number is replaced).
   void publish(HeldVersion version);
-  Result<HeldVersion> add(std::unique_ptr<Model> model);  // prepare + publish
+  Result<HeldVersion> add(std::unique_ptr<api::Model> model);  // prepare + publish
   // No longer served: new requests cannot resolve it; those holding it
   // finish on it. Returns it (null if it was not served).
   HeldVersion remove(const std::string& name, const std::string& version);
@@ -100,4 +100,4 @@ class ModelTable {
 // Versions sort by number where both are numbers ("10" after "9"), else as text.
 bool version_less(const std::string& a, const std::string& b);
 
-}  // namespace numaserve::api
+}  // namespace numaserve::lifecycle
