@@ -25,8 +25,8 @@
 namespace {
 
 namespace discover = numaserve::agent::discover;
-namespace fleet = numaserve::agent::fleet;
 namespace plan = numaserve::agent::plan;
+namespace kube = numaserve::kube;
 namespace publish = numaserve::agent::publish;
 namespace opts = numaserve::agent::options;  // the option groups: opts::kRun...
 using numaserve::agent::options::AgentOptions;
@@ -80,21 +80,21 @@ int run_cluster_plan(AgentOptions& o, const std::vector<std::string>& files) {
     std::cerr << kProgram << ": cluster-plan: -o " << o.output << ": want text, json, yaml or helm-values\n";
     return 2;
   }
-  std::vector<std::vector<fleet::FleetNode>> sources;
+  std::vector<std::vector<kube::fleet::FleetNode>> sources;
   for (const std::string& file : files.empty() ? std::vector<std::string>{"-"} : files) {
     auto text = file == "-" ? numaserve::Result<std::string>(std::string(std::istreambuf_iterator<char>(std::cin), {}))
                             : numaserve::read_text_file(file);
     if (!text) return fail(text.error().message);
-    auto nodes = fleet::read_objects(*text, file == "-" ? "<stdin>" : file);
+    auto nodes = kube::fleet::read_objects(*text, file == "-" ? "<stdin>" : file);
     if (!nodes) return fail(nodes.error().message);
     sources.push_back(std::move(*nodes));
   }
   o.fleet.replicas_per_numa_node = o.updater.plan.replicas_per_numa_node;
   o.fleet.pod_memory_fraction = o.updater.plan.pod_memory_fraction;
-  auto planned = fleet::plan_fleet(fleet::merge(std::move(sources)), o.fleet);
+  auto planned = kube::fleet::plan_fleet(kube::fleet::merge(std::move(sources)), o.fleet);
   if (!planned) return fail(planned.error().message);
   if (o.output == "text") {
-    std::cout << fleet::render_text(*planned);
+    std::cout << kube::fleet::render_text(*planned);
   } else if (o.output == "json") {
     std::cout << nlohmann::json(*planned).dump(2) << "\n";
   } else if (o.output == "yaml") {
@@ -103,9 +103,9 @@ int run_cluster_plan(AgentOptions& o, const std::vector<std::string>& files) {
     // The text plan above the values, for whoever reviews the change.
     std::cout << "# Written by numaserve-topology-agent cluster-plan for charts/numaserve:\n"
                  "# one Deployment per machine class (nodes labelled numaserve.io/machine-class).\n";
-    std::istringstream text(fleet::render_text(*planned));
+    std::istringstream text(kube::fleet::render_text(*planned));
     for (std::string line; std::getline(text, line);) std::cout << "#   " << line << "\n";
-    std::cout << publish::to_yaml(fleet::helm_values(*planned));
+    std::cout << publish::to_yaml(kube::fleet::helm_values(*planned));
   }
   return 0;
 }

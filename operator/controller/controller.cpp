@@ -20,7 +20,7 @@ int run_operator(const OperatorConfig& config) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   const int sfd = signalfd(-1, &signals, SFD_CLOEXEC);
 
-  http::StatusServer server;
+  kube::http::StatusServer server;
   if (auto started = server.start(config.endpoint.host, static_cast<int>(config.endpoint.port)); !started) {
     log(LogLevel::kError, started.error().message);
     return 1;

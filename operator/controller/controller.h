@@ -18,17 +18,15 @@
 
 namespace numaserve::op::controller {
 
-namespace apiserver = numaserve::agent::apiserver;
-namespace http = numaserve::agent::http;
 
 struct OperatorConfig {
-  apiserver::ApiServerConfig apiserver;
+  kube::apiserver::ApiServerConfig apiserver;
   std::string namespace_name;  // its pools', Deployments' and Lease's
   std::string identity;        // its name in the Lease (the pod's)
   std::string lease_name = "numaserve-operator";
   std::chrono::duration<double> resync{10};
   std::chrono::seconds lease{15};  // renewed every third of it
-  http::EndpointConfig endpoint{.host = "0.0.0.0", .port = 9301};
+  kube::http::EndpointConfig endpoint{.host = "0.0.0.0", .port = 9301};
 };
 
 // Until SIGTERM or SIGINT (the Lease then released): exit status 0; 1 when

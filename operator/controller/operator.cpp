@@ -71,7 +71,7 @@ Operator::Operator(const OperatorConfig& config)
       election_(config.identity, config.namespace_name, config.lease_name, static_cast<unsigned>(config.lease.count())) {}
 
 // Every failure is kUnavailable, so that kNotAllowed means only "no longer leading".
-Status Operator::checked(const Result<apiserver::Reply>& reply, const std::string& what, bool missing_ok) {
+Status Operator::checked(const Result<kube::apiserver::Reply>& reply, const std::string& what, bool missing_ok) {
   if (reply && (reply->ok() || (missing_ok && reply->status == 404))) return {};
   ++counters_.failed_replies[reply ? reply->status : 0];
   if (!reply) return make_error(Error::Code::kUnavailable, what + ": " + reply.error().message, what);
@@ -174,8 +174,8 @@ json Operator::with_remembered(const json& nodes, const json& nrts) {
   return out;
 }
 
-http::Snapshot Operator::snapshot() const {
-  http::Snapshot s;
+kube::http::Snapshot Operator::snapshot() const {
+  kube::http::Snapshot s;
   s.plan_json = plans_;
   s.metrics = metrics();
   return s;
@@ -231,7 +231,7 @@ json Operator::reconcile(const json& object, const json& nodes, const json& nrts
     return report(object, nullptr, nullptr, pass);
   }
   auto fleet = pool::fleet_of(nodes, nrts, spec->node_selector);
-  auto plan = fleet ? pool::fleet::plan_fleet(*fleet, spec->sizing) : tl::unexpected(fleet.error());
+  auto plan = fleet ? kube::fleet::plan_fleet(*fleet, spec->sizing) : tl::unexpected(fleet.error());
   if (!plan) {
     failed(pass, plan.error().message, "NoPlan");
     return report(object, &*spec, nullptr, pass);
@@ -365,7 +365,7 @@ Status Operator::delete_refused(const pool::PoolSpec& spec, const std::string& s
 
 // The pool's status, written when it changed; the plan's JSON (or the
 // error) for /plan. A pool that did not parse is reported by its name.
-json Operator::report(const json& object, const pool::PoolSpec* spec, const pool::fleet::FleetPlan* plan,
+json Operator::report(const json& object, const pool::PoolSpec* spec, const kube::fleet::FleetPlan* plan,
                       const pool::PassReport& pass) {
   pool::PoolSpec named;
   if (spec != nullptr) {

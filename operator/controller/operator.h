@@ -32,7 +32,7 @@ class Operator {
   void release();
   // Lists the pools, Nodes and NodeResourceTopology objects and reconciles each pool.
   void reconcile_all();
-  http::Snapshot snapshot() const;
+  kube::http::Snapshot snapshot() const;
 
  private:
   // The pool's live Deployments, PDBs, Services and HTTPRoute: "<collection>/<name>" -> object.
@@ -40,7 +40,7 @@ class Operator {
 
   // The API server's answer, as a Status: not 2xx (nor, where `missing_ok`,
   // 404) is kUnavailable, counted by its HTTP status (0: no answer).
-  Status checked(const Result<apiserver::Reply>& reply, const std::string& what, bool missing_ok = false);
+  Status checked(const Result<kube::apiserver::Reply>& reply, const std::string& what, bool missing_ok = false);
   // The NodeResourceTopology list to plan from: the one read, plus for each
   // Node whose object has gone since (its agent restarting, the object
   // deleted and not yet written again) the last one read of it.
@@ -60,7 +60,7 @@ class Operator {
   Status delete_unwanted(const Live& live, const std::set<std::string>& wanted, const std::set<std::string>& held,
                         pool::PassReport& pass);
   Status delete_refused(const pool::PoolSpec& pool, const std::string& selector);
-  nlohmann::json report(const nlohmann::json& object, const pool::PoolSpec* pool, const pool::fleet::FleetPlan* plan,
+  nlohmann::json report(const nlohmann::json& object, const pool::PoolSpec* pool, const kube::fleet::FleetPlan* plan,
                         const pool::PassReport& pass);
   Status write_status(const pool::PoolSpec& pool, const nlohmann::json& status);
   std::string metrics() const;
@@ -74,7 +74,7 @@ class Operator {
   };
 
   OperatorConfig config_;
-  apiserver::ApiServer api_;
+  kube::apiserver::ApiServer api_;
   pool::LeaderElection election_;
   pool::Refusals refusals_;
   Counters counters_;

@@ -44,8 +44,8 @@ OptionTable operator_table(OperatorOptions& o) {
       text_option("lease_name", "NAME", "The coordination.k8s.io Lease its replicas elect a leader by", c.lease_name),
       duration_option("resync_interval", "Plan and reconcile every pool this often", c.resync),
       duration_option("lease_duration", "How long a leader's Lease holds without renewal", c.lease)};
-  for (auto& row : agent::http::endpoint_options(c.endpoint)) rows.push_back(std::move(row));
-  for (auto& row : agent::apiserver::connection_options(o.apiserver)) rows.push_back(std::move(row));
+  for (auto& row : kube::http::endpoint_options(c.endpoint)) rows.push_back(std::move(row));
+  for (auto& row : kube::apiserver::connection_options(o.apiserver)) rows.push_back(std::move(row));
   for (auto& row : log_options(o.log)) rows.push_back(std::move(row));
   return OptionTable(std::move(rows));
 }

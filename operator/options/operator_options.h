@@ -2,7 +2,7 @@
 // The operator's options: the values and the one table that declares them
 // (common/options.h), as the agent's are declared in its own. The API
 // server's and the endpoint's rows are the agent's very rows
-// (apiserver::connection_options, http::endpoint_options). A library of its
+// (kube::apiserver::connection_options, kube::http::endpoint_options). A library of its
 // own so that the table's tests see the table the binary uses.
 
 #include <string>
@@ -20,7 +20,7 @@ std::string default_namespace();
 std::string default_identity();
 
 struct OperatorOptions {
-  agent::apiserver::Connection apiserver;
+  kube::apiserver::Connection apiserver;
   controller::OperatorConfig config;  // apiserver, namespace and identity filled by run_config()
   LogOptions log;
 

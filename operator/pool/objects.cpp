@@ -23,7 +23,7 @@ json labels_of(const PoolSpec& pool, const std::string& class_name) {
 }
 
 // A class's Deployment, PDB and Service, and its backend in the route.
-std::string class_object_name(const PoolSpec& pool, const fleet::ClassPlan& c) { return pool.name + "-" + c.name; }
+std::string class_object_name(const PoolSpec& pool, const kube::fleet::ClassPlan& c) { return pool.name + "-" + c.name; }
 
 json owner_of(const PoolSpec& pool) {
   return json::array({{{"apiVersion", kApiVersion},
@@ -61,7 +61,7 @@ void spread_per_class(json& spec, const json& own, const PoolSpec& pool, const s
 }
 
 // The pool's pod template on one class's nodes, its container sized.
-json class_template(const PoolSpec& pool, const fleet::ClassPlan& c) {
+json class_template(const PoolSpec& pool, const kube::fleet::ClassPlan& c) {
   json t = pool.pod_template;
   const json labels = labels_of(pool, c.name);
   for (const auto& [k, v] : labels.items()) t["metadata"]["labels"][k] = v;
@@ -91,7 +91,7 @@ json class_template(const PoolSpec& pool, const fleet::ClassPlan& c) {
 // The pool's HTTPRoute: one rule, one backendRef per class's Service,
 // weighted by the CPUs its ready replicas serve with (a class with none
 // ready gets none of the traffic).
-json route(const PoolSpec& pool, const fleet::FleetPlan& plan, const std::map<std::string, std::int64_t>& ready) {
+json route(const PoolSpec& pool, const kube::fleet::FleetPlan& plan, const std::map<std::string, std::int64_t>& ready) {
   json backends = json::array();
   for (const auto& c : plan.classes) {
     const auto it = ready.find(c.name);
@@ -112,12 +112,12 @@ json route(const PoolSpec& pool, const fleet::FleetPlan& plan, const std::map<st
 
 }  // namespace
 
-std::int64_t desired_replicas(const PoolSpec& pool, const fleet::ClassPlan& c) {
+std::int64_t desired_replicas(const PoolSpec& pool, const kube::fleet::ClassPlan& c) {
   const std::uint64_t slots = c.replicas();
   return static_cast<std::int64_t>(slots > pool.headroom ? slots - pool.headroom : 0);
 }
 
-std::vector<json> desired_objects(const PoolSpec& pool, const fleet::FleetPlan& plan,
+std::vector<json> desired_objects(const PoolSpec& pool, const kube::fleet::FleetPlan& plan,
                                   const std::map<std::string, std::int64_t>& ready) {
   std::vector<json> out;
   for (const auto& c : plan.classes) {
@@ -151,7 +151,7 @@ std::vector<json> desired_objects(const PoolSpec& pool, const fleet::FleetPlan& 
   return out;
 }
 
-Status route_fits(const PoolSpec& pool, const fleet::FleetPlan& plan) {
+Status route_fits(const PoolSpec& pool, const kube::fleet::FleetPlan& plan) {
   if (pool.route_parents.empty() || plan.classes.size() <= kMostBackends) return {};
   return make_error(Error::Code::kInvalidArgument,
                     "ServingPool spec.httpRoute: " + std::to_string(plan.classes.size()) +
@@ -160,7 +160,7 @@ Status route_fits(const PoolSpec& pool, const fleet::FleetPlan& plan) {
                     "spec.httpRoute");
 }
 
-PassObjects pass_objects(const PoolSpec& pool, const fleet::FleetPlan& plan, const std::map<std::string, std::int64_t>& ready,
+PassObjects pass_objects(const PoolSpec& pool, const kube::fleet::FleetPlan& plan, const std::map<std::string, std::int64_t>& ready,
                          const std::set<std::string>& held) {
   PassObjects out;
   PoolSpec serving = pool;

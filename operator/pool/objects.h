@@ -19,16 +19,16 @@
 namespace numaserve::op::pool {
 
 // A class's replicas: every NUMA slot of its machines, less the headroom.
-std::int64_t desired_replicas(const PoolSpec& pool, const fleet::ClassPlan& c);
+std::int64_t desired_replicas(const PoolSpec& pool, const kube::fleet::ClassPlan& c);
 
 // The most backendRefs an HTTPRoute rule takes (Gateway API v1).
 inline constexpr std::size_t kMostBackends = 16;
 
 // `ready`: each class's ready replicas (its route weight's factor).
-std::vector<nlohmann::json> desired_objects(const PoolSpec& pool, const fleet::FleetPlan& plan,
+std::vector<nlohmann::json> desired_objects(const PoolSpec& pool, const kube::fleet::FleetPlan& plan,
                                             const std::map<std::string, std::int64_t>& ready = {});
 // Whether the pool's route can hold a backend per class.
-Status route_fits(const PoolSpec& pool, const fleet::FleetPlan& plan);
+Status route_fits(const PoolSpec& pool, const kube::fleet::FleetPlan& plan);
 
 // What a pass writes for the pool on `plan`: `desired` to create or update;
 // the route, when `keep_route`, left as it is (not written, not deleted):
@@ -40,7 +40,7 @@ struct PassObjects {
   bool keep_route = false;
   std::optional<Error> route_refused;
 };
-PassObjects pass_objects(const PoolSpec& pool, const fleet::FleetPlan& plan, const std::map<std::string, std::int64_t>& ready,
+PassObjects pass_objects(const PoolSpec& pool, const kube::fleet::FleetPlan& plan, const std::map<std::string, std::int64_t>& ready,
                          const std::set<std::string>& held);
 
 }  // namespace numaserve::op::pool

@@ -178,7 +178,7 @@ Result<PoolSpec> parse_pool(const json& object) {
     }
   }
   if (spec.contains("sizing") && !spec["sizing"].is_string()) return bad("spec.sizing", "want per-class or uniform");
-  auto sizing = fleet::parse_sizing(spec.contains("sizing") ? text_field(spec, {"sizing"}) : "per-class");
+  auto sizing = kube::fleet::parse_sizing(spec.contains("sizing") ? text_field(spec, {"sizing"}) : "per-class");
   if (!sizing) return bad("spec.sizing", "want per-class or uniform");
   pool.sizing.sizing = *sizing;
   if (auto s = read_count(spec, "replicasPerNumaNode", 1, pool.sizing.replicas_per_numa_node); !s) return tl::unexpected(s.error());
@@ -205,7 +205,7 @@ bool selected(const json& node, const std::map<std::string, std::string>& node_s
 }
 
 std::set<std::string> held_classes(const json& node_list, const std::map<std::string, std::string>& node_selector,
-                                   const fleet::FleetPlan& plan) {
+                                   const kube::fleet::FleetPlan& plan) {
   std::set<std::string> held;
   const json& items = field(node_list, {"items"});
   for (const json& node : items.is_array() ? items : json::array()) {
@@ -218,7 +218,7 @@ std::set<std::string> held_classes(const json& node_list, const std::map<std::st
   return held;
 }
 
-Result<std::vector<fleet::FleetNode>> fleet_of(const json& node_list, const json& nrt_list,
+Result<std::vector<kube::fleet::FleetNode>> fleet_of(const json& node_list, const json& nrt_list,
                                                const std::map<std::string, std::string>& node_selector) {
   // The reader takes objects as kubectl prints them: a List whose items say their kind.
   json list = {{"apiVersion", "v1"}, {"kind", "List"}, {"items", json::array()}};
@@ -243,7 +243,7 @@ Result<std::vector<fleet::FleetNode>> fleet_of(const json& node_list, const json
       list["items"].push_back(std::move(item));
     }
   }
-  return fleet::read_objects(list.dump(), "the API server's Node and NodeResourceTopology lists");
+  return kube::fleet::read_objects(list.dump(), "the API server's Node and NodeResourceTopology lists");
 }
 
 }  // namespace numaserve::op::pool

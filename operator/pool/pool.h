@@ -20,12 +20,11 @@
 
 namespace numaserve::op::pool {
 
-namespace fleet = numaserve::agent::fleet;
 
 inline constexpr const char* kFieldManager = "numaserve-operator";
 inline constexpr const char* kApiVersion = "numaserve.io/v1alpha1";
 inline constexpr const char* kPoolLabel = "numaserve.io/pool";
-inline constexpr const char* kClassLabel = fleet::label::kMachineClass;
+inline constexpr const char* kClassLabel = kube::fleet::label::kMachineClass;
 
 struct PoolSpec {
   std::string name;
@@ -34,7 +33,7 @@ struct PoolSpec {
   std::int64_t generation = 0;
   nlohmann::json pod_template;  // spec.template: the service's PodTemplateSpec
   std::string container;        // the container sized per class ("" = the first)
-  fleet::FleetConfig sizing;
+  kube::fleet::FleetConfig sizing;
   unsigned headroom = 0;                  // NUMA slots left free per class
   nlohmann::json max_unavailable = 1;     // per class: rollouts and the PDB
   std::map<std::string, std::string> node_selector;  // the pool's nodes; empty: every node
@@ -61,12 +60,12 @@ bool selected(const nlohmann::json& node, const std::map<std::string, std::strin
 // unreadable), so their objects are kept, not deleted, and the route keeps
 // its backends.
 std::set<std::string> held_classes(const nlohmann::json& node_list, const std::map<std::string, std::string>& node_selector,
-                                   const fleet::FleetPlan& plan);
+                                   const kube::fleet::FleetPlan& plan);
 
 // The pool's fleet: the Node and NodeResourceTopology list replies (items
 // without kind, as the API server sends them), nodes outside the pool's
 // node selector left out.
-Result<std::vector<fleet::FleetNode>> fleet_of(const nlohmann::json& node_list, const nlohmann::json& nrt_list,
+Result<std::vector<kube::fleet::FleetNode>> fleet_of(const nlohmann::json& node_list, const nlohmann::json& nrt_list,
                                                const std::map<std::string, std::string>& node_selector);
 
 }  // namespace numaserve::op::pool

@@ -29,7 +29,7 @@ struct Totals {
   std::string short_class;  // the first class below its minimum
 };
 
-json classes_json(const PoolSpec& pool, const fleet::FleetPlan& plan, const PassReport& pass, Totals& totals) {
+json classes_json(const PoolSpec& pool, const kube::fleet::FleetPlan& plan, const PassReport& pass, Totals& totals) {
   json out = json::array();
   for (const auto& c : plan.classes) {
     const std::int64_t desired = desired_replicas(pool, c);
@@ -53,7 +53,7 @@ json classes_json(const PoolSpec& pool, const fleet::FleetPlan& plan, const Pass
 }
 
 // How far one Service's equal split reaches, and what the pool does about it.
-json traffic_json(const PoolSpec& pool, const fleet::FleetPlan& plan) {
+json traffic_json(const PoolSpec& pool, const kube::fleet::FleetPlan& plan) {
   const double share = plan.equal_split_share();
   char line[200];
   std::snprintf(line, sizeof line, "one Service through kube-proxy puts %.0f%% of the planned CPUs to work", 100 * share);
@@ -66,7 +66,7 @@ json traffic_json(const PoolSpec& pool, const fleet::FleetPlan& plan) {
   return {{"equalSplitShare", share}, {"weightedRoute", !pool.route_parents.empty()}, {"message", message}};
 }
 
-std::vector<Condition> conditions_of(const fleet::FleetPlan* plan, const PassReport& pass, const Totals& t,
+std::vector<Condition> conditions_of(const kube::fleet::FleetPlan* plan, const PassReport& pass, const Totals& t,
                                      const json& refusing) {
   std::vector<Condition> out;
   const std::string replicas = std::to_string(t.ready) + " of " + std::to_string(t.desired) + " replicas ready in " +
@@ -137,7 +137,7 @@ std::int64_t max_unavailable_of(const json& max_unavailable, std::int64_t replic
   return percent <= 0 ? 0 : replicas * percent / 100;
 }
 
-json pool_status(const PoolSpec& pool, const fleet::FleetPlan* plan, const PassReport& pass, const Refusals& refusals,
+json pool_status(const PoolSpec& pool, const kube::fleet::FleetPlan* plan, const PassReport& pass, const Refusals& refusals,
                  const json& previous, const std::string& now, Refusals::Clock::time_point steady_now) {
   if (pass.read_failed && previous.is_object() && previous.contains("conditions")) {
     json status = previous;
@@ -154,7 +154,7 @@ json pool_status(const PoolSpec& pool, const fleet::FleetPlan* plan, const PassR
   json status = {{"observedGeneration", pool.generation}, {"classes", json::array()}, {"unplanned", json::array()}};
   Totals totals;
   if (plan != nullptr) {
-    status["sizing"] = std::string(fleet::to_string(plan->sizing));
+    status["sizing"] = std::string(kube::fleet::to_string(plan->sizing));
     status["classes"] = classes_json(pool, *plan, pass, totals);
     for (const auto& u : plan->unplanned) status["unplanned"].push_back({{"node", u.node}, {"reason", u.reason}});
     status["cpusUsed"] = plan->cpus_used();

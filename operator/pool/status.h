@@ -45,7 +45,7 @@ struct PassReport {
 // Deployment rounds it) as a count.
 std::int64_t max_unavailable_of(const nlohmann::json& max_unavailable, std::int64_t replicas);
 
-nlohmann::json pool_status(const PoolSpec& pool, const fleet::FleetPlan* plan, const PassReport& pass,
+nlohmann::json pool_status(const PoolSpec& pool, const kube::fleet::FleetPlan* plan, const PassReport& pass,
                            const Refusals& refusals, const nlohmann::json& previous, const std::string& now,
                            Refusals::Clock::time_point steady_now);
 

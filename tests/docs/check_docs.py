@@ -28,7 +28,7 @@ import re
 import sys
 import unicodedata
 
-TOP_LEVEL = ("service", "topology-agent", "operator", "common", "tests", "charts", "docs", "bench",
+TOP_LEVEL = ("service", "topology-agent", "kube", "operator", "common", "tests", "charts", "docs", "bench",
              "scripts", "docker", "manifests", "cmake", ".ci", "python", "examples")
 # The generated tables, and the file that holds them.
 OPTION_TABLES = ("service-options", "agent-options", "operator-options")

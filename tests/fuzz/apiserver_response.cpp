@@ -10,7 +10,7 @@ using namespace numaserve;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string body(fuzz::text(data, size));
-  const std::string reason = agent::apiserver::refusal_reason(body);
+  const std::string reason = kube::apiserver::refusal_reason(body);
   const auto status = nlohmann::json::parse(body, nullptr, false);
   if (status.is_object() && status.contains("message") && status["message"].is_string()) {
     FUZZ_CHECK(reason == status["message"].get<std::string>(), "%s", "the Status message changed on the way");

@@ -8,7 +8,7 @@
 #include "fleet/fleet.h"
 #include "fuzz.h"
 
-using namespace numaserve::agent::fleet;
+using namespace numaserve::kube::fleet;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   auto nodes = read_objects(numaserve::fuzz::text(data, size), "fuzz.yaml");

@@ -67,7 +67,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   auto fleet = pool::fleet_of(nodes(), nrts(), parsed->node_selector);
   FUZZ_CHECK(fleet.has_value(), "%s", "the fixed fleet did not read");
-  auto plan = pool::fleet::plan_fleet(*fleet, parsed->sizing);
+  auto plan = numaserve::kube::fleet::plan_fleet(*fleet, parsed->sizing);
   pool::Refusals refusals;
   const json previous = doc.contains("status") ? doc["status"] : json::object();
   if (!plan) {

@@ -40,7 +40,7 @@ const failures = [];
 const fail = (what, message) => failures.push(`${what}: ${message}`);
 const byKind = (kind) => objects.filter((o) => o.kind === kind);
 
-// What topology-agent/apiserver sends: server-side apply (PATCH) of the
+// What kube/apiserver sends: server-side apply (PATCH) of the
 // node's labels and of the NodeResourceTopology, whose first apply creates it.
 const AGENT_USES = new Set(["/nodes/patch", "topology.node.k8s.io/noderesourcetopologies/create",
   "topology.node.k8s.io/noderesourcetopologies/patch"]);

@@ -137,7 +137,7 @@ for xml in 16amd64-4distances 32em64t-2n8c2t-pci-normalio 64intel64-fakeKNL-SNC4
   grep -q "cpu: \"$cpu\"" "$out/plan-$xml.yaml" || fail "plan-$xml: the planned $cpu CPUs are not what the pod asks"
 done
 # A fleet's plan (cluster-plan -o helm-values: the golden of the fixture
-# machines, tests/unit/agent/fleet/fleet_test.cpp) as the chart takes it: one
+# machines, tests/unit/kube/fleet/fleet_test.cpp) as the chart takes it: one
 # Deployment, PDB and HPA per class, each class's pods its own, one Service.
 fleet_values=$FIXTURES/fleet/golden/fixture-machines.per-class.helm-values.yaml
 classes=$(grep -c '^  - name: ' "$fleet_values")

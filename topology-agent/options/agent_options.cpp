@@ -180,8 +180,8 @@ std::vector<Row> run_rows(AgentOptions& o) {
                          o.no_apiserver)}
   };
   // The endpoint's and the API server's rows, shared with the operator.
-  for (auto& spec : http::endpoint_options(o.endpoint)) rows.push_back({kRun, std::move(spec)});
-  for (auto& spec : apiserver::connection_options(o.apiserver)) rows.push_back({kRun, std::move(spec)});
+  for (auto& spec : kube::http::endpoint_options(o.endpoint)) rows.push_back({kRun, std::move(spec)});
+  for (auto& spec : kube::apiserver::connection_options(o.apiserver)) rows.push_back({kRun, std::move(spec)});
   return rows;
 }
 
@@ -202,13 +202,13 @@ std::vector<Row> fleet_rows(AgentOptions& o) {
   return {
     {kFleet, {"sizing", "POLICY",
               "cluster-plan: per-class (each machine class its own replica size) or uniform (one size for the fleet)",
-              std::string(fleet::to_string(o.fleet.sizing)),
-              [&o](const std::string& t) { return set_parsed("sizing", t, fleet::parse_sizing, o.fleet.sizing); }}},
+              std::string(kube::fleet::to_string(o.fleet.sizing)),
+              [&o](const std::string& t) { return set_parsed("sizing", t, kube::fleet::parse_sizing, o.fleet.sizing); }}},
     {kFleet, {"hugepages_per_replica", "SIZES",
               "cluster-plan: hugepages each replica asks, e.g. hugepages-2Mi=1Gi (a NUMA zone holds as many as its "
               "hugepages cover)",
               "", [&o](const std::string& t) {
-                return set_parsed("hugepages_per_replica", t, fleet::parse_hugepages, o.fleet.hugepages_per_replica);
+                return set_parsed("hugepages_per_replica", t, kube::fleet::parse_hugepages, o.fleet.hugepages_per_replica);
               }}},
     {kFleet, fraction_option("uniform_min_use",
                              "cluster-plan --sizing uniform: the least share of the planned nodes' CPUs at work",

@@ -38,18 +38,18 @@ struct AgentOptions {
   // What run does; discover and plan use its plan and fingerprint method.
   updater::UpdaterConfig updater;  // discover, publish and apiserver are filled from the rows below
   updater::LoopConfig loop;
-  http::EndpointConfig endpoint;
+  kube::http::EndpointConfig endpoint;
   std::string kubelet_dropin_dir;
   bool oneshot = false;
   bool no_publish = false;
-  apiserver::Connection apiserver;
+  kube::apiserver::Connection apiserver;
   bool no_apiserver = false;
   LogOptions log;  // run's
   // The subcommands' own flags.
   bool json = false;            // discover
   std::string svg;              // discover, plan
   std::string output = "text";  // plan -o: a rendering's name (publish/renderings.h); cluster-plan -o
-  fleet::FleetConfig fleet;     // cluster-plan; replicas per NUMA node and memory share from the plan's rows
+  kube::fleet::FleetConfig fleet;     // cluster-plan; replicas per NUMA node and memory share from the plan's rows
 
   discover::DiscoverConfig discover_config() const;
   // The updater's whole config: the rows' values, the API server's from the

@@ -126,20 +126,20 @@ std::map<std::string, std::string> make_node_labels(const discover::NodeReport& 
     if (!node.memory_only()) min_cpus = min_cpus == 0 ? node.cpus.count() : std::min(min_cpus, node.cpus.count());
   }
   std::map<std::string, std::string> labels = {
-      {fleet::label::kNumaNodes, std::to_string(t.nodes_with_cpus().count())},
-      {fleet::label::kMemoryOnlyNumaNodes, std::to_string(t.nodes.size() - t.nodes_with_cpus().count())},
-      {fleet::label::kCpusPerNumaNode, std::to_string(min_cpus)},
-      {fleet::label::kSmt, t.threads_per_core() > 1 ? "true" : "false"},
-      {fleet::label::kThreadsPerCore, std::to_string(t.threads_per_core())}};
+      {kube::fleet::label::kNumaNodes, std::to_string(t.nodes_with_cpus().count())},
+      {kube::fleet::label::kMemoryOnlyNumaNodes, std::to_string(t.nodes.size() - t.nodes_with_cpus().count())},
+      {kube::fleet::label::kCpusPerNumaNode, std::to_string(min_cpus)},
+      {kube::fleet::label::kSmt, t.threads_per_core() > 1 ? "true" : "false"},
+      {kube::fleet::label::kThreadsPerCore, std::to_string(t.threads_per_core())}};
   // The class cluster-plan will find for this node, from the same object
   // the agent publishes: agent and plan cannot disagree.
-  if (auto shape = fleet::shape_of(make_node_resource_topology("", report, plan), t.threads_per_core())) {
-    labels[fleet::label::kMachineClass] = fleet::machine_class(*shape);
+  if (auto shape = kube::fleet::shape_of(make_node_resource_topology("", report, plan), t.threads_per_core())) {
+    labels[kube::fleet::label::kMachineClass] = kube::fleet::machine_class(*shape);
   }
   if (plan) {
-    labels[fleet::label::kReplicaCpus] = std::to_string(plan->pod.cpus);
-    labels[fleet::label::kReplicaMemory] = format_quantity(plan->pod.memory_bytes);
-    labels[fleet::label::kReplicas] = std::to_string(plan->pod.replicas_per_machine);
+    labels[kube::fleet::label::kReplicaCpus] = std::to_string(plan->pod.cpus);
+    labels[kube::fleet::label::kReplicaMemory] = format_quantity(plan->pod.memory_bytes);
+    labels[kube::fleet::label::kReplicas] = std::to_string(plan->pod.replicas_per_machine);
   }
   return labels;
 }

@@ -27,7 +27,7 @@ nlohmann::json make_node_resource_topology(const std::string& node_name, const d
                                            FingerprintMethod method = FingerprintMethod::kWithExclusiveResources);
 
 // numaserve.io/* labels; values are valid Kubernetes label values. The
-// replica's labels only with a plan; machine-class is fleet::machine_class()
+// replica's labels only with a plan; machine-class is kube::fleet::machine_class()
 // of the node's NodeResourceTopology (what cluster-plan groups nodes by).
 std::map<std::string, std::string> make_node_labels(const discover::NodeReport& report, const plan::Plan* plan);
 

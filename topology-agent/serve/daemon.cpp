@@ -7,7 +7,7 @@ namespace numaserve::agent::serve {
 namespace {
 
 // A cycle's result served at the endpoint, its errors and warnings logged.
-void report_cycle(http::StatusServer& server, const updater::CycleResult& result, const updater::Counters& counters,
+void report_cycle(kube::http::StatusServer& server, const updater::CycleResult& result, const updater::Counters& counters,
                   const std::string& reason) {
   server.publish(snapshot_of(result, counters));
   for (const auto& error : result.errors) log(LogLevel::kError, error);
@@ -32,7 +32,7 @@ int run_daemon(DaemonConfig config) {
   // the loop's signalfd reads SIGHUP, SIGTERM and SIGINT.
   updater::block_signals();
 
-  http::StatusServer server;
+  kube::http::StatusServer server;
   if (!config.oneshot) {
     if (auto started = server.start(config.endpoint.host, static_cast<int>(config.endpoint.port)); !started) {
       log(LogLevel::kError, started.error().message);

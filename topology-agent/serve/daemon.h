@@ -12,7 +12,7 @@ namespace numaserve::agent::serve {
 struct DaemonConfig {
   updater::UpdaterConfig updater;
   updater::LoopConfig loop;  // watched: filled from updater.discover
-  http::EndpointConfig endpoint;
+  kube::http::EndpointConfig endpoint;
   bool oneshot = false;
 };
 

@@ -90,8 +90,8 @@ std::string render_metrics(const updater::CycleResult& last, const updater::Coun
   return out;
 }
 
-http::Snapshot snapshot_of(const updater::CycleResult& last, const updater::Counters& counters) {
-  http::Snapshot snapshot;
+kube::http::Snapshot snapshot_of(const updater::CycleResult& last, const updater::Counters& counters) {
+  kube::http::Snapshot snapshot;
   if (last.report) snapshot.topology_json = nlohmann::json(*last.report).dump(2) + "\n";
   if (last.plan) snapshot.plan_json = nlohmann::json(*last.plan).dump(2) + "\n";
   snapshot.metrics = render_metrics(last, counters);

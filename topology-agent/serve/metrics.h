@@ -15,6 +15,6 @@ std::string render_metrics(const updater::CycleResult& last, const updater::Coun
 
 // Everything the endpoint serves after a cycle. Unhealthy only when the
 // machine could not be discovered: a failed publish still serves its data.
-http::Snapshot snapshot_of(const updater::CycleResult& last, const updater::Counters& counters);
+kube::http::Snapshot snapshot_of(const updater::CycleResult& last, const updater::Counters& counters);
 
 }  // namespace numaserve::agent::serve

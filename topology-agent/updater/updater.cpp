@@ -103,7 +103,7 @@ void Updater::publish(const Rendered& rendered, CycleResult& result) {
   if (!rendered.stale_hints.empty()) count_written(publish::remove_hints(config_.hints_dir, rendered.stale_hints), result);
   count_written(publish::write_hints(config_.hints_dir, rendered.hints), result);
   if (config_.apiserver) {
-    apiserver::ApiServer api(*config_.apiserver);
+    kube::apiserver::ApiServer api(*config_.apiserver);
     const auto& nrt = *rendered.node_resource_topology;
     const auto& labels = *rendered.labels;
     apply_if_changed("nrt", nrt.dump(), [&] { return api.apply_node_resource_topology(nrt); }, result);

@@ -36,7 +36,7 @@ struct UpdaterConfig {
   bool publish = true;  // false: discover and plan only (--no-publish)
   publish::FingerprintMethod fingerprint_method = publish::FingerprintMethod::kWithExclusiveResources;
   // In a cluster: where to server-side apply the NodeResourceTopology and labels.
-  std::optional<apiserver::ApiServerConfig> apiserver;
+  std::optional<kube::apiserver::ApiServerConfig> apiserver;
 };
 
 struct Counters {

@@ -12,7 +12,7 @@ namespace numaserve::agent {
 namespace {
 
 TEST_F(Agent, HttpEndpointServesEachRoute) {
-  http::StatusServer server;
+  kube::http::StatusServer server;
   ASSERT_TRUE(server.start("127.0.0.1", 0).has_value());
   httplib::Client client("127.0.0.1", server.port());
 
@@ -52,7 +52,7 @@ TEST_F(Agent, HttpEndpointServesEachRoute) {
 }
 
 TEST(StatusServer, PortInUseIsAClearError) {
-  http::StatusServer first, second;
+  kube::http::StatusServer first, second;
   ASSERT_TRUE(first.start("127.0.0.1", 0).has_value());
   auto taken = second.start("127.0.0.1", first.port());
   ASSERT_FALSE(taken.has_value());

@@ -159,7 +159,7 @@ TEST_F(Agent, DiscoveryFailureIsCountedNotFatal) {
 // Rendering decides what a cycle publishes without touching anything.
 TEST(Render, WithoutAPlanThePlansFilesAreStaleAndTheNrtStillGoesOut) {
   auto config = config_in("/nonexistent");
-  config.apiserver = apiserver::ApiServerConfig{};
+  config.apiserver = kube::apiserver::ApiServerConfig{};
   config.kubelet_dropin_dir = "/nonexistent/kubelet.conf.d";
   updater::CycleResult result;
   result.report = *discover::discover_node(config.discover);

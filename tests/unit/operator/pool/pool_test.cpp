@@ -70,15 +70,15 @@ json two_generations_nrts() {
           {"items", {nrt_item("e5-1", 26, 120 * kGi), nrt_item("e5-2", 26, 120 * kGi), nrt_item("gold-1", 46, 180 * kGi)}}};
 }
 
-fleet::FleetPlan plan_for(const PoolSpec& pool) {
+kube::fleet::FleetPlan plan_for(const PoolSpec& pool) {
   auto nodes = fleet_of(node_list({{"e5-1", {}}, {"e5-2", {}}, {"gold-1", {}}}), two_generations_nrts(), pool.node_selector);
   EXPECT_TRUE(nodes) << nodes.error().message;
-  auto plan = fleet::plan_fleet(nodes.value_or(std::vector<fleet::FleetNode>{}), pool.sizing);
+  auto plan = kube::fleet::plan_fleet(nodes.value_or(std::vector<kube::fleet::FleetNode>{}), pool.sizing);
   EXPECT_TRUE(plan) << plan.error().message;
-  return plan.value_or(fleet::FleetPlan{});
+  return plan.value_or(kube::fleet::FleetPlan{});
 }
 
-std::string class_of_node(const fleet::FleetPlan& plan, const std::string& node) {
+std::string class_of_node(const kube::fleet::FleetPlan& plan, const std::string& node) {
   for (const auto& c : plan.classes) {
     if (std::find(c.nodes.begin(), c.nodes.end(), node) != c.nodes.end()) return c.name;
   }
@@ -86,7 +86,7 @@ std::string class_of_node(const fleet::FleetPlan& plan, const std::string& node)
 }
 
 const json* find(const std::vector<json>& objects, const std::string& kind, const std::string& class_of_node,
-                 const fleet::FleetPlan& plan) {
+                 const kube::fleet::FleetPlan& plan) {
   for (const auto& c : plan.classes) {
     if (std::find(c.nodes.begin(), c.nodes.end(), class_of_node) == c.nodes.end()) continue;
     for (const auto& o : objects) {
@@ -184,7 +184,7 @@ TEST(ServingPool, EachClassGetsAServiceAndTheRouteWeighsThemByReadyCpus) {
   EXPECT_EQ((*cold_route)["spec"]["rules"][0]["backendRefs"][0]["weight"], 0);
   EXPECT_TRUE(route_fits(pool, plan));
   // More classes than a rule's backendRefs: refused, naming the field.
-  fleet::FleetPlan many = plan;
+  kube::fleet::FleetPlan many = plan;
   while (many.classes.size() <= kMostBackends) many.classes.push_back(many.classes.front());
   const auto refused = route_fits(pool, many);
   ASSERT_FALSE(refused);
@@ -220,7 +220,7 @@ TEST(ServingPool, APassKeepsTheRouteItMayNotWrite) {
   EXPECT_TRUE(holding.keep_route);
   EXPECT_FALSE(holding.route_refused);
 
-  fleet::FleetPlan many = plan;
+  kube::fleet::FleetPlan many = plan;
   while (many.classes.size() <= kMostBackends) many.classes.push_back(many.classes.front());
   const PassObjects refused = pass_objects(pool, many, {}, {});
   EXPECT_EQ(routes(refused.desired), 0);
@@ -261,7 +261,7 @@ TEST(ServingPool, TheNodeSelectorBoundsThePoolsFleet) {
 // topology unread) holds that class: its objects stay. One outside the
 // pool's selector, or of a class the plan has, holds nothing.
 TEST(ServingPool, AClassOnlyUnreadNodesStillCarryIsHeld) {
-  const fleet::FleetPlan plan = plan_for(parsed());
+  const kube::fleet::FleetPlan plan = plan_for(parsed());
   const std::map<std::string, std::string> selector = {{"pool", "a"}};
   ASSERT_FALSE(plan.classes.empty());
   const std::string planned = plan.classes.front().name;
@@ -364,7 +364,7 @@ json condition(const json& status, const std::string& type) {
 }
 
 // A pass that found every class's replicas ready.
-PassReport all_ready(const PoolSpec& pool, const fleet::FleetPlan& plan) {
+PassReport all_ready(const PoolSpec& pool, const kube::fleet::FleetPlan& plan) {
   PassReport pass;
   for (const auto& c : plan.classes) pass.ready[c.name] = desired_replicas(pool, c);
   return pass;
@@ -442,7 +442,7 @@ TEST(PoolStatus, AReadThatFailedChangesOnlyDegradedAndTheError) {
   unread.error = "GET /apis/apps/v1/namespaces/ranking/deployments: no answer";
   unread.fault = "ApiServerError";
   unread.read_failed = true;  // the ready replicas read nothing: zero for every class
-  for (const fleet::FleetPlan* with : {&plan, static_cast<const fleet::FleetPlan*>(nullptr)}) {
+  for (const kube::fleet::FleetPlan* with : {&plan, static_cast<const kube::fleet::FleetPlan*>(nullptr)}) {
     const json status = pool_status(pool, with, unread, refusals, ready, "t1", now);
     EXPECT_EQ(status["classes"], ready["classes"]);
     EXPECT_EQ(condition(status, "Available"), condition(ready, "Available"));

@@ -10,7 +10,7 @@
 #include "publish/nrt.h"
 #include "publish/yaml.h"
 
-namespace numaserve::agent::fleet {
+namespace numaserve::kube::fleet {
 namespace {
 
 constexpr std::uint64_t kGi = 1ull << 30;
@@ -252,13 +252,13 @@ TEST(ReadObjects, MalformedInputNamesTheFileTheObjectAndTheField) {
 // strings, where the agent wrote numbers).
 TEST(MachineClass, TheAgentsLabelIsTheClassClusterPlanFinds) {
   for (const std::string xml : {"32em64t-2n8c2t-pci-normalio", "16amd64-4distances", "64intel64-fakeKNL-SNC4-hybrid"}) {
-    auto report = discover::discover_node(discover::DiscoverConfig::of(
+    auto report = agent::discover::discover_node(agent::discover::DiscoverConfig::of(
         TopologySource::xml((testing::fixtures_dir() / ("topologies/xml/" + xml + ".xml")).string())));
     ASSERT_TRUE(report) << xml;
-    auto planned = plan::plan_node(report->topology, {});
+    auto planned = agent::plan::plan_node(report->topology, {});
     ASSERT_TRUE(planned) << xml;
-    const auto labels = publish::make_node_labels(*report, &*planned);
-    auto read = read_objects(publish::to_yaml(publish::make_node_resource_topology("w", *report, &*planned)), "nrt.yaml");
+    const auto labels = agent::publish::make_node_labels(*report, &*planned);
+    auto read = read_objects(agent::publish::to_yaml(agent::publish::make_node_resource_topology("w", *report, &*planned)), "nrt.yaml");
     ASSERT_TRUE(read) << read.error().message;
     ASSERT_EQ(read->size(), 1u);
     const unsigned threads = report->topology.threads_per_core();
@@ -281,17 +281,17 @@ struct Machine {
 };
 
 std::string agent_objects(const Machine& m) {
-  auto config = discover::DiscoverConfig::of(m.source);
+  auto config = agent::discover::DiscoverConfig::of(m.source);
   config.kubelet_config = testing::fixtures_dir() / "kubelet" / m.kubelet / "config.yaml";
-  auto report = discover::discover_node(config);
+  auto report = agent::discover::discover_node(config);
   EXPECT_TRUE(report) << m.node << ": " << report.error().message;
   if (!report) return "";
-  auto planned = plan::plan_node(report->topology, {});
-  const plan::Plan* p = planned ? &*planned : nullptr;
+  auto planned = agent::plan::plan_node(report->topology, {});
+  const agent::plan::Plan* p = planned ? &*planned : nullptr;
   nlohmann::json node = {{"apiVersion", "v1"},
                          {"kind", "Node"},
-                         {"metadata", {{"name", m.node}, {"labels", publish::make_node_labels(*report, p)}}}};
-  return publish::to_yaml(publish::make_node_resource_topology(m.node, *report, p)) + "---\n" + publish::to_yaml(node) +
+                         {"metadata", {{"name", m.node}, {"labels", agent::publish::make_node_labels(*report, p)}}}};
+  return agent::publish::to_yaml(agent::publish::make_node_resource_topology(m.node, *report, p)) + "---\n" + agent::publish::to_yaml(node) +
          "---\n";
 }
 
@@ -314,7 +314,7 @@ void expect_fleet_matches_golden(const std::string& fleet, const std::vector<Mac
     const std::string name = fleet + "." + std::string(to_string(sizing));
     testing::expect_matches_golden(render_text(*planned), dir / (name + ".txt"));
     testing::expect_matches_golden(nlohmann::json(*planned).dump(2) + "\n", dir / (name + ".json"));
-    testing::expect_matches_golden(publish::to_yaml(helm_values(*planned)), dir / (name + ".helm-values.yaml"));
+    testing::expect_matches_golden(agent::publish::to_yaml(helm_values(*planned)), dir / (name + ".helm-values.yaml"));
   }
 }
 
@@ -344,4 +344,4 @@ TEST(FleetGolden, FixtureMachines) {
 }
 
 }  // namespace
-}  // namespace numaserve::agent::fleet
+}  // namespace numaserve::kube::fleet

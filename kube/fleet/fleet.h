@@ -17,7 +17,7 @@
 #include "numaserve/common/names.h"
 #include "numaserve/common/result.h"
 
-namespace numaserve::agent::fleet {
+namespace numaserve::kube::fleet {
 
 // The node labels: the agent writes them (publish/nrt.cpp), the fleet and
 // the operator read them. One place for each key.
@@ -135,4 +135,4 @@ std::string render_text(const FleetPlan& plan);
 // (nodes, replicas per node, Guaranteed resources) per machine class.
 nlohmann::json helm_values(const FleetPlan& plan);
 
-}  // namespace numaserve::agent::fleet
+}  // namespace numaserve::kube::fleet

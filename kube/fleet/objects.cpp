@@ -10,7 +10,7 @@
 #include "numaserve/common/quantity.h"
 #include "numaserve/common/yaml_file.h"
 
-namespace numaserve::agent::fleet {
+namespace numaserve::kube::fleet {
 namespace {
 
 tl::unexpected<Error> bad(std::string message) { return make_error(Error::Code::kInvalidArgument, std::move(message)); }
@@ -217,4 +217,4 @@ std::vector<FleetNode> merge(std::vector<std::vector<FleetNode>> sources) {
   }
   return merged;
 }
-}  // namespace numaserve::agent::fleet
+}  // namespace numaserve::kube::fleet

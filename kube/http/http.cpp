@@ -13,7 +13,7 @@
 
 #include "numaserve/common/duration.h"
 
-namespace numaserve::agent::http {
+namespace numaserve::kube::http {
 namespace {
 
 void json_error(httplib::Response& res, int status, const std::string& message) {
@@ -151,4 +151,4 @@ std::vector<OptionSpec> endpoint_options(EndpointConfig& e) {
           count_option("port", "N", "Port of the HTTP endpoint; 0 picks a free one", e.port, 65535u)};
 }
 
-}  // namespace numaserve::agent::http
+}  // namespace numaserve::kube::http

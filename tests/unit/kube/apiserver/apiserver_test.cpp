@@ -13,7 +13,7 @@
 #include "fixture_paths.h"
 #include "updater/updater.h"
 
-namespace numaserve::agent::apiserver {
+namespace numaserve::kube::apiserver {
 namespace {
 
 namespace fs = std::filesystem;
@@ -229,14 +229,15 @@ TEST_F(ApiServerTest, InClusterConfigComesFromTheServiceAccount) {
   EXPECT_EQ(v6->url, "https://[fd00::1]:6443");
 }
 
+// The agent's cycle through this client, here beside the fake API server it needs.
 TEST_F(ApiServerTest, UpdaterPublishesThroughTheApiServerAndSurvivesItsFailures) {
   FakeApiServer server(cert_, "s3cret-token");
-  updater::UpdaterConfig config;
-  config.discover = discover::DiscoverConfig::of(TopologySource::synthetic("pack:2 numa:1(memory=32GiB) core:4 pu:1"));
+  agent::updater::UpdaterConfig config;
+  config.discover = agent::discover::DiscoverConfig::of(TopologySource::synthetic("pack:2 numa:1(memory=32GiB) core:4 pu:1"));
   config.node_name = "worker-9";
   config.hints_dir = dir_ / "hints";
   config.apiserver = config_for(server);
-  updater::Updater agent(config);
+  agent::updater::Updater agent(config);
   server.script({403, 403});
   const auto failed = agent.run_cycle();
   EXPECT_FALSE(failed.ok());
@@ -258,4 +259,4 @@ TEST_F(ApiServerTest, UpdaterPublishesThroughTheApiServerAndSurvivesItsFailures)
 }
 
 }  // namespace
-}  // namespace numaserve::agent::apiserver
+}  // namespace numaserve::kube::apiserver

@@ -1,8 +1,9 @@
 #pragma once
-// The agent's HTTP transport, both ways: the endpoint it serves (GET
-// /topology, /plan, /metrics, /healthz) and the HTTPS client it calls the
-// Kubernetes API server with. http.cpp is the only file of the agent that
-// includes cpp-httplib; everything else sees these plain types.
+// The cluster programs' HTTP transport, both ways: the endpoint each serves
+// (the agent's GET /topology, /plan, /metrics, /healthz; the operator's
+// /metrics, /healthz) and the HTTPS client each calls the Kubernetes API
+// server with. http.cpp is the only file of either that includes
+// cpp-httplib; everything else sees these plain types.
 
 #include <map>
 #include <memory>
@@ -12,7 +13,7 @@
 #include "numaserve/common/options.h"
 #include "numaserve/common/result.h"
 
-namespace numaserve::agent::http {
+namespace numaserve::kube::http {
 
 // What the endpoint serves; replaced whole after every cycle.
 struct Snapshot {
@@ -83,4 +84,4 @@ class Client {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace numaserve::agent::http
+}  // namespace numaserve::kube::http

@@ -18,7 +18,7 @@
 #include "numaserve/common/options.h"
 #include "numaserve/common/result.h"
 
-namespace numaserve::agent::apiserver {
+namespace numaserve::kube::apiserver {
 
 inline constexpr const char* kFieldManager = "numaserve-topology-agent";
 
@@ -94,4 +94,4 @@ class ApiServer {
   unsigned retries_ = 0;
 };
 
-}  // namespace numaserve::agent::apiserver
+}  // namespace numaserve::kube::apiserver

@@ -12,7 +12,7 @@
 #include "numaserve/common/quantity.h"
 #include "numaserve/common/yaml_file.h"
 
-namespace numaserve::agent::fleet {
+namespace numaserve::kube::fleet {
 namespace {
 
 constexpr std::uint64_t kMi = 1ull << 20;
@@ -369,4 +369,4 @@ nlohmann::json helm_values(const FleetPlan& plan) {
   return {{"classes", classes}};
 }
 
-}  // namespace numaserve::agent::fleet
+}  // namespace numaserve::kube::fleet

@@ -8,7 +8,7 @@
 #include "numaserve/common/duration.h"
 #include "numaserve/common/text_file.h"
 
-namespace numaserve::agent::apiserver {
+namespace numaserve::kube::apiserver {
 namespace {
 
 bool transient(int status) { return status == 429 || status >= 500; }
@@ -137,4 +137,4 @@ Result<Reply> ApiServer::send(const std::string& method, const std::string& path
                     last_error + " (gave up after " + std::to_string(config_.attempts) + " attempts)", path);
 }
 
-}  // namespace numaserve::agent::apiserver
+}  // namespace numaserve::kube::apiserver
