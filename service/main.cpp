@@ -23,7 +23,7 @@ namespace {
 constexpr const char* kProgram = "numaserve";
 constexpr const char* kVersion = NUMASERVE_VERSION;
 
-int health(const numaserve::serve::HealthOptions& o) {
+int health(const numaserve::options::HealthOptions& o) {
   auto status = numaserve::http::probe(static_cast<int>(o.port), o.path, o.timeout_seconds);
   if (!status || *status != 200) {
     std::cerr << kProgram << ": " << (status ? o.path + " answered " + std::to_string(*status) : status.error().message)
@@ -100,7 +100,7 @@ std::string precision_line(const numaserve::api::PrecisionReport& p) {
 }
 
 // check-model --requests: the drift on real requests, in a ranking team's terms.
-int report_drift(const std::string& dir, const numaserve::serve::CheckModelOptions& o,
+int report_drift(const std::string& dir, const numaserve::options::CheckModelOptions& o,
                  const numaserve::model::LoadOptions& options) {
   auto requests = numaserve::api::extract_requests({dir, o.feature_store.string()}, o.requests);
   if (!requests) return report_error(requests.error());
@@ -134,7 +134,7 @@ int report_drift(const std::string& dir, const numaserve::serve::CheckModelOptio
 }
 
 // Exit 0: servable; 1: what is wrong, naming the file and field.
-int check_model(const std::string& dir, const numaserve::serve::CheckModelOptions& o) {
+int check_model(const std::string& dir, const numaserve::options::CheckModelOptions& o) {
   numaserve::model::LoadOptions options;
   options.graph_optimizations = o.graph_optimizations;
   options.precision = o.precision;
@@ -160,7 +160,7 @@ int check_model(const std::string& dir, const numaserve::serve::CheckModelOption
 }
 
 // The service on LibTorch: the only place start-up meets model/.
-int serve(const numaserve::serve::ServeOptions& options) {
+int serve(const numaserve::options::ServeOptions& options) {
   namespace model = numaserve::model;
   numaserve::startup::Runtime runtime;
   runtime.load = [graph = options.graph_optimizations, huge = options.huge_pages, precision = options.precision,
@@ -189,18 +189,18 @@ int serve(const numaserve::serve::ServeOptions& options) {
 // Every subcommand and the option table it is parsed with.
 struct Cli {
   CLI::App app{"numaserve: a NUMA-aware LibTorch ranking service"};
-  numaserve::serve::ServeOptions options;
-  numaserve::OptionTable serve_table{numaserve::serve::serve_options(options)};
+  numaserve::options::ServeOptions options;
+  numaserve::OptionTable serve_table{numaserve::options::serve_options(options)};
   numaserve::model::DemoConfig demo;
   std::string demo_dir;
   numaserve::OptionTable demo_table{numaserve::model::demo_options(demo)};
-  numaserve::serve::HealthOptions probe;
-  numaserve::OptionTable health_table{numaserve::serve::health_options(probe)};
+  numaserve::options::HealthOptions probe;
+  numaserve::OptionTable health_table{numaserve::options::health_options(probe)};
   numaserve::feature_store::LoadConfig load;
   numaserve::OptionTable load_table{numaserve::feature_store::load_options(load)};
   std::string check_dir;
-  numaserve::serve::CheckModelOptions check;
-  numaserve::OptionTable check_table{numaserve::serve::check_model_options(check)};
+  numaserve::options::CheckModelOptions check;
+  numaserve::OptionTable check_table{numaserve::options::check_model_options(check)};
   numaserve::api::ExtractConfig extract;
   numaserve::OptionTable extract_table{numaserve::api::extract_options(extract)};
   CLI::App* serve_cmd = app.add_subcommand("serve", "Serve models over HTTP: POST /predict, KServe v2, /placement, /metrics");

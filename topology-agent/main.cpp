@@ -40,7 +40,7 @@ int fail(const std::string& message) {
 }
 
 // Writes the node's picture when --svg asked for one.
-int write_svg(const AgentOptions& o, const discover::NodeReport& report, const std::optional<plan::Plan>& plan) {
+int write_svg(const AgentOptions& o, const discover::NodeReport& report, const std::optional<plan::NodePlan>& plan) {
   if (o.svg.empty()) return 0;
   const std::filesystem::path file(o.svg);
   const publish::RenderInput input{report, plan, o.updater.node_name, o.updater.fingerprint_method};
@@ -62,7 +62,7 @@ int run_discover(const AgentOptions& o) {
 int run_plan(const AgentOptions& o) {
   auto report = discover::discover_node(o.discover_config());
   if (!report) return fail(report.error().message);
-  std::optional<plan::Plan> planned;
+  std::optional<plan::NodePlan> planned;
   auto result = plan::plan_node(report->topology, o.updater.plan);
   if (result) planned = std::move(*result);
   const publish::Rendering& rendering = *publish::find_rendering(o.output);

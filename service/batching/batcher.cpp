@@ -94,16 +94,16 @@ void Batcher::expire(Worker& w, Clock::time_point now, std::vector<Queued>& aged
   }
 }
 
-// Up to `most` requests of the front request's model, in order, within
+// Up to `most` requests of the front request's batch key, in order, within
 // max_batch_items rows; the front one always, however large.
 void Batcher::take(Worker& w, std::size_t most, std::vector<Queued>& out) const {
   auto& queue = w.queue;
   if (queue.empty()) return;
-  const std::size_t model = queue.front().job.model;
+  const std::size_t key = queue.front().job.batch_key;
   std::size_t rows = 0;
   for (auto it = queue.begin(); it != queue.end() && out.size() < most;) {
     const std::size_t r = it->job.batch.rows;
-    if (it->job.model != model || (!out.empty() && rows + r > config_.max_batch_items)) {
+    if (it->job.batch_key != key || (!out.empty() && rows + r > config_.max_batch_items)) {
       ++it;
       continue;
     }
@@ -168,7 +168,7 @@ Turn Batcher::run_turn(std::size_t worker) {
     expire(w, now, aged);
     if (!w.queue.empty() && config_.max_batch_delay.count() > 0) {
       std::size_t rows = 0;
-      for (const auto& q : w.queue) rows += q.job.model == w.queue.front().job.model ? q.job.batch.rows : 0;
+      for (const auto& q : w.queue) rows += q.job.batch_key == w.queue.front().job.batch_key ? q.job.batch.rows : 0;
       const auto start = w.queue.front().submitted + config_.max_batch_delay;
       if (rows < config_.max_batch_items && now < start) turn.wake_at = start;
     }
@@ -216,11 +216,11 @@ void Batcher::run(Worker& w, std::vector<Queued>& jobs, bool stolen) {
   for (const auto& q : jobs) rows += q.job.batch.rows;
   Result<std::vector<float>> scores;
   if (jobs.size() == 1) {
-    scores = forward_(jobs.front().job.model, jobs.front().job.batch, 1);
+    scores = forward_(jobs.front().job.batch_key, jobs.front().job.batch, 1);
   } else {
     std::vector<const features::Batch*> parts;
     for (const auto& q : jobs) parts.push_back(&q.job.batch);
-    scores = forward_(jobs.front().job.model, features::concat(parts), jobs.size());
+    scores = forward_(jobs.front().job.batch_key, features::concat(parts), jobs.size());
   }
   const auto end = Clock::now();
   w.busy.store(false, std::memory_order_relaxed);

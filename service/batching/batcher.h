@@ -1,7 +1,7 @@
 #pragma once
 // The inference workers' batches. Each worker is an event loop
 // (http/server.h) that queues the requests it reads on its own connections;
-// once per turn of its loop it runs every queued request of one model as
+// once per turn of its loop it runs every queued request of one batch key as
 // one forward, up to max_batch_items rows. At low load a batch is one
 // request and nothing waits for a timer; under load batches grow by
 // themselves (max_batch_delay adds an opt-in wait). A worker's queue is
@@ -57,7 +57,9 @@ struct Outcome {
 };
 
 struct Job {
-  std::size_t model = 0;  // an index the caller defines
+  // Jobs of one key run in one batch, never with another key's (the
+  // service's: a model version's slot, so a batch never mixes versions).
+  std::size_t batch_key = 0;
   features::Batch batch;
   // The caller's deadline (a gRPC call's): past it the job is refused
   // (kDeadlineExceeded), not run.
@@ -75,9 +77,9 @@ struct WorkerStats {
   std::size_t queued = 0;  // now
 };
 
-// Runs one batch of `model`, joined from `requests` requests, on the calling worker.
+// Runs one batch of `batch_key`, joined from `requests` requests, on the calling worker.
 using ForwardFn =
-    std::function<Result<std::vector<float>>(std::size_t model, const features::Batch& batch, std::size_t requests)>;
+    std::function<Result<std::vector<float>>(std::size_t batch_key, const features::Batch& batch, std::size_t requests)>;
 
 class Batcher {
  public:

@@ -128,17 +128,17 @@ Result<std::unique_ptr<EmbeddedStore>> EmbeddedStore::open(std::unique_ptr<Entit
   return store;
 }
 
-Status EmbeddedStore::add_model(std::size_t model, const features::ModelSpec& spec) {
+Status EmbeddedStore::add_model(std::size_t model_index, const features::ModelSpec& spec) {
   std::lock_guard lock(adding_);
-  if (auto next = check_next_model(model, caches_.size(), spec); !next) return next;
+  if (auto next = check_next_model(model_index, caches_.size(), spec); !next) return next;
   auto cache = features::ItemCache::build(spec, [&](const features::EntityVisitor& visit) { entities_->for_each_item(visit); });
   if (!cache) return tl::unexpected(cache.error());
   caches_.push(std::make_unique<features::ItemCache>(std::move(*cache)));
   return {};
 }
 
-void EmbeddedStore::fetch(std::size_t, std::size_t model, const features::Request& request, Done done) {
-  const features::ItemCache& cache = caches_[model];
+void EmbeddedStore::fetch(std::size_t, std::size_t model_index, const features::Request& request, Done done) {
+  const features::ItemCache& cache = caches_[model_index];
   done(Found{entities_->query(request, &cache), &cache, {}, false});
 }
 

@@ -68,10 +68,10 @@ class EmbeddedStore final : public FeatureStore {
   static Result<std::unique_ptr<EmbeddedStore>> open(std::unique_ptr<Entities> entities,
                                                      const std::vector<const features::ModelSpec*>& models);
   // Completes at once, on the calling thread.
-  void fetch(std::size_t worker, std::size_t model, const features::Request& request, Done done) override;
+  void fetch(std::size_t worker, std::size_t model_index, const features::Request& request, Done done) override;
   // Extracts every item for it (seconds for millions of items, on the
   // caller's thread), as open() does.
-  Status add_model(std::size_t model, const features::ModelSpec& spec) override;
+  Status add_model(std::size_t model_index, const features::ModelSpec& spec) override;
 
  private:
   explicit EmbeddedStore(std::unique_ptr<Entities> entities) : entities_(std::move(entities)) {}

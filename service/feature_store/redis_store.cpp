@@ -35,7 +35,7 @@ struct RedisStore::Worker {
 // One request's fetch while its pipeline is out. The request outlives it:
 // the caller keeps it until `done` has run.
 struct RedisStore::Asked {
-  std::size_t worker, model;
+  std::size_t worker, model_index;
   const features::Request& request;
   Done done;
   Found found;
@@ -113,9 +113,9 @@ void RedisStore::take(const features::ModelSpec& spec) {
   for (auto& worker : workers_) worker->caches.push(std::make_unique<features::ItemCache>(features::ItemCache::empty(spec, config_.item_cache_rows)));
 }
 
-Status RedisStore::add_model(std::size_t model, const features::ModelSpec& spec) {
+Status RedisStore::add_model(std::size_t model_index, const features::ModelSpec& spec) {
   std::lock_guard lock(adding_);
-  if (auto next = check_next_model(model, specs_.size(), spec); !next) return next;
+  if (auto next = check_next_model(model_index, specs_.size(), spec); !next) return next;
   // The workers' pipelines ask for the fields of the layout built at start:
   // a model that reads others needs a restart to be asked for them.
   std::vector<const features::ModelSpec*> all;
@@ -145,13 +145,13 @@ void RedisStore::start_worker(std::size_t worker) {
   w.published.store(w.client.get(), std::memory_order_release);
 }
 
-features::ItemCache* RedisStore::cache_of(std::size_t worker, std::size_t model) const {
+features::ItemCache* RedisStore::cache_of(std::size_t worker, std::size_t model_index) const {
   auto& caches = workers_[worker]->caches;
-  return model < caches.size() ? &caches[model] : nullptr;
+  return model_index < caches.size() ? &caches[model_index] : nullptr;
 }
 
-void RedisStore::fetch(std::size_t worker, std::size_t model, const features::Request& request, Done done) {
-  ask(std::make_shared<Asked>(Asked{worker, model, request, std::move(done), {}}));
+void RedisStore::fetch(std::size_t worker, std::size_t model_index, const features::Request& request, Done done) {
+  ask(std::make_shared<Asked>(Asked{worker, model_index, request, std::move(done), {}}));
 }
 
 // The items this worker's cache holds are found there; the rest, and the
@@ -165,7 +165,7 @@ void RedisStore::ask(const std::shared_ptr<Asked>& asked) {
   a.user = false;
   a.items.clear();
   std::size_t hits = 0;
-  if (auto* cache = cache_of(a.worker, a.model)) {
+  if (auto* cache = cache_of(a.worker, a.model_index)) {
     a.found.cache = cache;
     if (!a.asked_again) {
       a.found.stored.cached_rows.assign(request.items.size(), -1);
@@ -247,7 +247,7 @@ void RedisStore::answer(const std::shared_ptr<Asked>& asked, redis::Outcome&& ou
     errors_[kUnreadable].fetch_add(1, std::memory_order_relaxed);
     return fail(std::move(a.found), *a.unreadable);
   }();
-  const auto* cache = cache_of(a.worker, a.model);
+  const auto* cache = cache_of(a.worker, a.model_index);
   if (result && cache != nullptr && cache->generation() != a.generation && !a.asked_again) {
     // The cache was emptied (full) while this request waited: the rows it
     // found are gone, so its items are asked for too, once.
@@ -258,9 +258,9 @@ void RedisStore::answer(const std::shared_ptr<Asked>& asked, redis::Outcome&& ou
   a.done(std::move(result));
 }
 
-void RedisStore::keep(std::size_t worker, std::size_t model, const features::Request& request, const Found& found,
+void RedisStore::keep(std::size_t worker, std::size_t model_index, const features::Request& request, const Found& found,
                       const features::Batch& batch) {
-  features::ItemCache* cache = cache_of(worker, model);
+  features::ItemCache* cache = cache_of(worker, model_index);
   if (cache == nullptr || found.degraded) return;  // what the store failed to give is defaults, not worth keeping
   const auto now = features::ItemCache::Clock::now();
   const auto expires = now + to_duration(config_.item_cache_ttl_seconds);

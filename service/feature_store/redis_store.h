@@ -34,14 +34,14 @@ class RedisStore final : public FeatureStore {
   ~RedisStore() override;
 
   void start_worker(std::size_t worker) override;
-  void fetch(std::size_t worker, std::size_t model, const features::Request& request, Done done) override;
-  void keep(std::size_t worker, std::size_t model, const features::Request& request, const Found& found,
+  void fetch(std::size_t worker, std::size_t model_index, const features::Request& request, Done done) override;
+  void keep(std::size_t worker, std::size_t model_index, const features::Request& request, const Found& found,
             const features::Batch& batch) override;
   std::optional<StoreStats> stats() const override;
   bool networked() const override { return true; }
   // Served from the layout built at start: a model reading other fields is
   // refused (a restart serves it).
-  Status add_model(std::size_t model, const features::ModelSpec& spec) override;
+  Status add_model(std::size_t model_index, const features::ModelSpec& spec) override;
 
  private:
   struct Worker;
@@ -56,7 +56,7 @@ class RedisStore final : public FeatureStore {
   // Numbers `spec` as the next model: its spec kept, an item cache per worker.
   void take(const features::ModelSpec& spec);
   // This worker's cache of fetched items for a model; null when off.
-  features::ItemCache* cache_of(std::size_t worker, std::size_t model) const;
+  features::ItemCache* cache_of(std::size_t worker, std::size_t model_index) const;
 
   const RedisWhere where_;
   const std::string redacted_;  // where_, as logs and metrics name it

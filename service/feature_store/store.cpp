@@ -38,12 +38,12 @@ Result<std::unique_ptr<FeatureStore>> open_redis(const OpenConfig& c, const std:
 
 }  // namespace
 
-Status FeatureStore::check_next_model(std::size_t model, std::size_t count, const features::ModelSpec& spec) {
-  if (model != count) {
+Status FeatureStore::check_next_model(std::size_t model_index, std::size_t count, const features::ModelSpec& spec) {
+  if (model_index != count) {
     return make_error(Error::Code::kInternal,
-                      "model " + spec.name + " added as number " + std::to_string(model) + ", " + std::to_string(count) + " expected");
+                      "model " + spec.name + " added as number " + std::to_string(model_index) + ", " + std::to_string(count) + " expected");
   }
-  if (model == kMaxModels) {
+  if (model_index == kMaxModels) {
     return make_error(Error::Code::kUnavailable, "model " + spec.name + ": a service serves at most " + std::to_string(kMaxModels) + " models", "model");
   }
   return {};

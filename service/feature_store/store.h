@@ -48,21 +48,21 @@ class FeatureStore {
   // connects; readiness does not wait for it).
   virtual void start_worker(std::size_t worker) { (void)worker; }
   // What the store holds for the request's user and items, for the
-  // `model`-th model it was opened with. `done` runs exactly once, on the
+  // `model_index`-th model it was opened with. `done` runs exactly once, on the
   // worker's thread; an error is the 503 the failure policy asks for.
-  virtual void fetch(std::size_t worker, std::size_t model, const features::Request& request, Done done) = 0;
+  virtual void fetch(std::size_t worker, std::size_t model_index, const features::Request& request, Done done) = 0;
   // A model added after start, before it serves (the repository's manager,
   // on its loading thread, while the workers serve the others): it becomes
-  // model number `model`, the count so far. Refused, with the reason, where
+  // model number `model_index`, the count so far. Refused, with the reason, where
   // this store cannot serve it without a restart.
-  virtual Status add_model(std::size_t model, const features::ModelSpec& spec) = 0;
+  virtual Status add_model(std::size_t model_index, const features::ModelSpec& spec) = 0;
 
   // After extraction: the rows of `batch` the store may keep for the next
   // requests on this worker (a networked store's item cache); `found` is
   // what this request's fetch gave.
-  virtual void keep(std::size_t worker, std::size_t model, const features::Request& request, const Found& found,
+  virtual void keep(std::size_t worker, std::size_t model_index, const features::Request& request, const Found& found,
                     const features::Batch& batch) {
-    (void)worker, (void)model, (void)request, (void)found, (void)batch;
+    (void)worker, (void)model_index, (void)request, (void)found, (void)batch;
   }
   // Counters for /metrics; none for a store in memory.
   virtual std::optional<StoreStats> stats() const { return std::nullopt; }
@@ -70,9 +70,9 @@ class FeatureStore {
   virtual bool networked() const { return false; }
 
  protected:
-  // What every store checks first in add_model: `model` is the next number
+  // What every store checks first in add_model: `model_index` is the next number
   // (`count` so far) and there is room for it.
-  static Status check_next_model(std::size_t model, std::size_t count, const features::ModelSpec& spec);
+  static Status check_next_model(std::size_t model_index, std::size_t count, const features::ModelSpec& spec);
 };
 
 // The store `--feature-store` names: a JSON Lines file (or nothing: every

@@ -2,7 +2,7 @@
 
 #include <cstdlib>
 
-namespace numaserve::serve {
+namespace numaserve::options {
 namespace {
 
 // A port of the listeners' int: 0 any free one; with `none_allowed`, "none"
@@ -303,4 +303,4 @@ std::vector<OptionSpec> health_options(HealthOptions& o) {
   });
 }
 
-}  // namespace numaserve::serve
+}  // namespace numaserve::options

@@ -21,7 +21,7 @@
 #include "supervisor/supervisor.h"
 #include "threads/threads.h"
 
-namespace numaserve::serve {
+namespace numaserve::options {
 
 struct ServeOptions {
   std::vector<std::string> model_dirs;
@@ -80,4 +80,4 @@ struct HealthOptions {
 
 std::vector<OptionSpec> health_options(HealthOptions& o);
 
-}  // namespace numaserve::serve
+}  // namespace numaserve::options

@@ -24,7 +24,7 @@
 namespace numaserve::startup {
 namespace {
 
-using serve::ServeOptions;
+using options::ServeOptions;
 
 // After the grace period the transport cuts what is left within a sweep
 // tick; a worker still not back from its turn this much later is stuck.

@@ -39,9 +39,9 @@ struct Runtime {
 };
 
 // Returns the process's exit status; failures are logged.
-int serve(const serve::ServeOptions& options, const std::string& version, const Runtime& runtime);
+int serve(const options::ServeOptions& options, const std::string& version, const Runtime& runtime);
 
 // `command`: how to start a replica (this binary and its serve arguments).
-int supervise(const serve::ServeOptions& options, std::vector<std::string> command);
+int supervise(const options::ServeOptions& options, std::vector<std::string> command);
 
 }  // namespace numaserve::startup

@@ -8,8 +8,8 @@
 using namespace numaserve;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  serve::ServeOptions o;
-  OptionTable table(serve::serve_options(o));
+  options::ServeOptions o;
+  OptionTable table(options::serve_options(o));
   const auto applied = table.apply_yaml(std::string(fuzz::text(data, size)), "numaserve.yaml");
   if (!applied) {
     FUZZ_CHECK(applied.error().message.find("numaserve.yaml") != std::string::npos, "a refusal not naming the file: %s",

@@ -82,8 +82,8 @@ startup::Runtime fake_runtime() {
 }
 
 // What both start-up tests serve with: loopback, one warm-up round, quiet logs.
-serve::ServeOptions loopback_options(int port) {
-  serve::ServeOptions options;
+options::ServeOptions loopback_options(int port) {
+  options::ServeOptions options;
   options.http.host = "127.0.0.1";
   options.http.port = port;
   options.service.warmup_rounds = 1;
@@ -105,7 +105,7 @@ TEST_F(InVm, StartUpKeepsWorkersAndPagesOnTheNode) {
   const std::string dir = make_cgroup("numaserve-service", node_cpus, node);
   const int port = free_loopback_port();
   ASSERT_GT(port, 0) << "no free port on 127.0.0.1";
-  serve::ServeOptions options = loopback_options(port);
+  options::ServeOptions options = loopback_options(port);
   options.model_dirs = {"touched-weights"};  // the fake runtime loads no file from it
   const std::string log_path = "/tmp/numaserve-startup.log";
   RunningChild child(dir, log_path, [&options] { return startup::serve(options, "vm-test", fake_runtime()); });
@@ -171,7 +171,7 @@ TEST_F(InVm, AReloadedVersionsPagesAreOnThePodsNode) {
     std::ofstream(v / "COMPLETE");
   }
   std::ofstream(repo / "tiny_ranker" / "config.yaml") << "version_policy: {specific: [1]}\n";
-  serve::ServeOptions options = loopback_options(port);
+  options::ServeOptions options = loopback_options(port);
   options.reload.repository = repo.string();
   options.reload.control_mode = lifecycle::ControlMode::kExplicit;
   options.http.admin_port = admin;

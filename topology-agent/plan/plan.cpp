@@ -169,7 +169,7 @@ Carved carve_node(const NumaNode& node, const PlanConfig& config,
 // The replica: the largest Guaranteed request that fits on every node that
 // holds one. Only a machine where no node does is an error, charged to the
 // setting that ruled out the first node.
-Status size_replica(Plan& plan, const std::vector<Carved>& carved, const PlanConfig& config, unsigned smt) {
+Status size_replica(NodePlan& plan, const std::vector<Carved>& carved, const PlanConfig& config, unsigned smt) {
   const unsigned k = config.replicas_per_numa_node;
   unsigned min_full_cores = ~0u;
   std::uint64_t min_memory = ~std::uint64_t{0};
@@ -196,7 +196,7 @@ Status size_replica(Plan& plan, const std::vector<Carved>& carved, const PlanCon
 }
 
 // Notes: what shaped the numbers, compared over the nodes that hold replicas.
-void explain(Plan& plan, const Topology& topology, const std::vector<Carved>& carved, unsigned smt) {
+void explain(NodePlan& plan, const Topology& topology, const std::vector<Carved>& carved, unsigned smt) {
   for (const auto& c : carved) {
     if (!c.no_replica.empty()) {
       plan.notes.push_back("NUMA node " + std::to_string(c.room.node) + " gets no replica: " + c.no_replica);
@@ -250,12 +250,12 @@ void explain(Plan& plan, const Topology& topology, const std::vector<Carved>& ca
 
 }  // namespace
 
-const NodeRoom* Plan::room(unsigned node) const {
+const NodeRoom* NodePlan::room(unsigned node) const {
   const auto it = std::find_if(nodes.begin(), nodes.end(), [&](const NodeRoom& r) { return r.node == node; });
   return it == nodes.end() ? nullptr : &*it;
 }
 
-Result<Plan> plan_node(const Topology& topology, const PlanConfig& config) {
+Result<NodePlan> plan_node(const Topology& topology, const PlanConfig& config) {
   std::vector<const NumaNode*> cpu_nodes;
   for (const auto& node : topology.nodes) {
     if (!node.memory_only()) cpu_nodes.push_back(&node);
@@ -265,7 +265,7 @@ Result<Plan> plan_node(const Topology& topology, const PlanConfig& config) {
   }
   if (auto valid = validate(config); !valid) return tl::unexpected(valid.error());
 
-  Plan plan;
+  NodePlan plan;
   auto& kubelet = plan.kubelet;
   const unsigned smt = topology.threads_per_core();
   kubelet.full_pcpus_only = smt > 1;

@@ -69,7 +69,7 @@ struct PodSize {
   unsigned replicas_per_machine = 0;  // the sum of the nodes' slots
 };
 
-struct Plan {
+struct NodePlan {
   KubeletSettings kubelet;
   std::vector<NodeRoom> nodes;  // nodes with CPUs, by id
   PodSize pod;
@@ -81,6 +81,6 @@ struct Plan {
 // Pure: the same topology and config always give the same plan. Errors only
 // when no sound plan exists: bad settings, reservations that do not add up,
 // or a machine on which no NUMA node can hold a replica.
-Result<Plan> plan_node(const Topology& topology, const PlanConfig& config);
+Result<NodePlan> plan_node(const Topology& topology, const PlanConfig& config);
 
 }  // namespace numaserve::agent::plan

@@ -18,7 +18,7 @@ YAML::Emitter& quoted(YAML::Emitter& out, const std::string& value) {
 
 }  // namespace
 
-void to_json(nlohmann::json& j, const Plan& plan) {
+void to_json(nlohmann::json& j, const NodePlan& plan) {
   nlohmann::json reserved_memory = nlohmann::json::array();
   for (const auto& [node, bytes] : plan.kubelet.reserved_memory) {
     reserved_memory.push_back({{"numa_node", node}, {"bytes", bytes}, {"quantity", format_quantity(bytes)}});
@@ -59,7 +59,7 @@ void to_json(nlohmann::json& j, const Plan& plan) {
        {"notes", plan.notes}};
 }
 
-std::string kubelet_config_yaml(const Plan& plan) {
+std::string kubelet_config_yaml(const NodePlan& plan) {
   const auto& k = plan.kubelet;
   YAML::Emitter out;
   out << YAML::BeginMap;
@@ -104,7 +104,7 @@ std::string kubelet_config_yaml(const Plan& plan) {
          std::string(out.c_str()) + "\n";
 }
 
-std::string helm_values_yaml(const Plan& plan) {
+std::string helm_values_yaml(const NodePlan& plan) {
   YAML::Emitter out;
   out << YAML::BeginMap;
   out << YAML::Key << "replicasPerMachine" << YAML::Value << plan.pod.replicas_per_machine;
@@ -122,7 +122,7 @@ std::string helm_values_yaml(const Plan& plan) {
          std::string(out.c_str()) + "\n";
 }
 
-std::string render_text(const Plan& plan) {
+std::string render_text(const NodePlan& plan) {
   std::ostringstream out;
   const auto& k = plan.kubelet;
   out << "Replica: " << plan.pod.cpus << " CPUs, " << format_quantity(plan.pod.memory_bytes)

@@ -40,7 +40,7 @@ std::uint64_t assigned(const std::optional<kubelet::Allocations>& allocations, u
   return bytes == on_node->second.end() ? 0 : bytes->second;
 }
 
-nlohmann::json zone_resources(const NumaNode& node, const discover::NodeReport& report, const plan::Plan* plan) {
+nlohmann::json zone_resources(const NumaNode& node, const discover::NodeReport& report, const plan::NodePlan* plan) {
   const auto& allocations = report.allocations;
   const plan::NodeRoom* room = plan ? plan->room(node.os_index) : nullptr;
   nlohmann::json resources = nlohmann::json::array();
@@ -82,7 +82,7 @@ nlohmann::json zone_resources(const NumaNode& node, const discover::NodeReport& 
 }  // namespace
 
 nlohmann::json make_node_resource_topology(const std::string& node_name, const discover::NodeReport& report,
-                                           const plan::Plan* plan, FingerprintMethod method) {
+                                           const plan::NodePlan* plan, FingerprintMethod method) {
   const Topology& t = report.topology;
   nlohmann::json zones = nlohmann::json::array();
   for (const auto& node : t.nodes) {
@@ -119,7 +119,7 @@ nlohmann::json make_node_resource_topology(const std::string& node_name, const d
   return nrt;
 }
 
-std::map<std::string, std::string> make_node_labels(const discover::NodeReport& report, const plan::Plan* plan) {
+std::map<std::string, std::string> make_node_labels(const discover::NodeReport& report, const plan::NodePlan* plan) {
   const Topology& t = report.topology;
   std::size_t min_cpus = 0;
   for (const auto& node : t.nodes) {

@@ -23,12 +23,12 @@ namespace numaserve::agent::publish {
 // topologyManagerPolicy/Scope when the kubelet config is read; the pod-set
 // fingerprint and its method when the kubelet listed its pods.
 nlohmann::json make_node_resource_topology(const std::string& node_name, const discover::NodeReport& report,
-                                           const plan::Plan* plan,
+                                           const plan::NodePlan* plan,
                                            FingerprintMethod method = FingerprintMethod::kWithExclusiveResources);
 
 // numaserve.io/* labels; values are valid Kubernetes label values. The
 // replica's labels only with a plan; machine-class is kube::fleet::machine_class()
 // of the node's NodeResourceTopology (what cluster-plan groups nodes by).
-std::map<std::string, std::string> make_node_labels(const discover::NodeReport& report, const plan::Plan* plan);
+std::map<std::string, std::string> make_node_labels(const discover::NodeReport& report, const plan::NodePlan* plan);
 
 }  // namespace numaserve::agent::publish

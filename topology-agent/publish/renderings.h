@@ -18,7 +18,7 @@ namespace numaserve::agent::publish {
 
 struct RenderInput {
   const discover::NodeReport& report;
-  const std::optional<plan::Plan>& plan;  // a rendering that needs a plan is only called with one
+  const std::optional<plan::NodePlan>& plan;  // a rendering that needs a plan is only called with one
   std::string node_name;
   FingerprintMethod fingerprint_method = FingerprintMethod::kWithExclusiveResources;
 };

@@ -71,7 +71,7 @@ Box node_box(const NumaNode& node, int core_h) {
 // Which replica slot each CPU would fall in: the plan's replicas take whole
 // allocatable cores in order. The kubelet picks the actual CPUs; the picture
 // shows how many fit and where they can go.
-std::map<unsigned, int> slots_of(const NumaNode& node, const plan::Plan& plan, unsigned threads_per_core) {
+std::map<unsigned, int> slots_of(const NumaNode& node, const plan::NodePlan& plan, unsigned threads_per_core) {
   std::map<unsigned, int> out;
   const plan::NodeRoom* room = plan.room(node.os_index);
   const unsigned slots = room ? room->replicas : 0;
@@ -131,7 +131,7 @@ std::vector<Column> columns_of(const Topology& t) {
 // What every node's drawing needs.
 struct Drawing {
   const Topology& topology;
-  const std::optional<plan::Plan>& plan;
+  const std::optional<plan::NodePlan>& plan;
   int core_h;
   std::map<unsigned, std::string> holders;  // first CPU of a held core -> its pod
   std::ostringstream body;
@@ -226,7 +226,7 @@ struct Drawing {
 
 }  // namespace
 
-std::string render_svg(const discover::NodeReport& report, const std::optional<plan::Plan>& plan) {
+std::string render_svg(const discover::NodeReport& report, const std::optional<plan::NodePlan>& plan) {
   const Topology& t = report.topology;
   Drawing drawing{t, plan, core_height(t.threads_per_core()), holders_of(report), {}};
   int x = kPad;

@@ -12,6 +12,6 @@
 
 namespace numaserve::agent::report {
 
-std::string render_svg(const discover::NodeReport& report, const std::optional<plan::Plan>& plan);
+std::string render_svg(const discover::NodeReport& report, const std::optional<plan::NodePlan>& plan);
 
 }  // namespace numaserve::agent::report

@@ -64,7 +64,7 @@ void write_node(prometheus::TextWriter& w, const discover::NodeReport& report) {
 }
 
 // What the plan reserves and how it sizes a replica.
-void write_plan(prometheus::TextWriter& w, const plan::Plan& plan) {
+void write_plan(prometheus::TextWriter& w, const plan::NodePlan& plan) {
   w.family("numaserve_plan_reserved_cpus", "gauge", "CPUs the plan reserves for the system, per NUMA node.");
   for (const auto& room : plan.nodes) {
     w.sample("numaserve_plan_reserved_cpus", room.reserved_cpus.count(), node_label(room.node));

@@ -89,7 +89,7 @@ Rendered render(const UpdaterConfig& config, const CycleResult& result) {
       out.hints.push_back({std::string(rendering.hint_file), rendering.render(input)});
     }
   }
-  const plan::Plan* plan = result.plan ? &*result.plan : nullptr;
+  const plan::NodePlan* plan = result.plan ? &*result.plan : nullptr;
   if (config.apiserver) {
     out.node_resource_topology =
         publish::make_node_resource_topology(config.node_name, *result.report, plan, config.fingerprint_method);

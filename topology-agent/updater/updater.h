@@ -53,7 +53,7 @@ struct Counters {
 // What one cycle produced: whatever stages succeeded, and why others did not.
 struct CycleResult {
   std::optional<discover::NodeReport> report;
-  std::optional<plan::Plan> plan;
+  std::optional<plan::NodePlan> plan;
   std::vector<std::string> errors;
   bool ok() const { return errors.empty(); }
 };

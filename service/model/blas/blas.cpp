@@ -89,9 +89,10 @@ Report discover_and_apply() {
   const std::vector<std::string> cores = built_cores();
   report.best = best_core(cpu, cores);
   const char* forced = std::getenv("OPENBLAS_CORETYPE");
-  const Plan p = plan(cpu, report.core, forced != nullptr ? forced : "", cores, o.dynamic_init != nullptr && o.dynamic_quit != nullptr);
+  const CoreChoice p =
+      choose_core(cpu, report.core, forced != nullptr ? forced : "", cores, o.dynamic_init != nullptr && o.dynamic_quit != nullptr);
   report.note = p.reason;
-  if (p.action == Plan::Action::kCorrect) {
+  if (p.action == CoreChoice::Action::kCorrect) {
     report.chosen = report.core;
     switch_core(o, p.core);
     report.core = o.corename();
@@ -101,7 +102,7 @@ Report discover_and_apply() {
       report.note += "; the switch did not take (OpenBLAS runs " + report.core +
                      "): set OPENBLAS_CORETYPE=" + p.core + " in the environment";
     }
-  } else if (p.action == Plan::Action::kWarn) {
+  } else if (p.action == CoreChoice::Action::kWarn) {
     report.warning = true;
   }
   LogFields fields = {{"library", report.library}, {"core", report.core}, {"best", report.best}};
@@ -154,9 +155,9 @@ std::string best_core(const CpuFeatures& cpu, const std::vector<std::string>& av
   return "";
 }
 
-Plan plan(const CpuFeatures& cpu, std::string_view chosen, std::string_view forced, const std::vector<std::string>& available,
-          bool switchable) {
-  Plan p;
+CoreChoice choose_core(const CpuFeatures& cpu, std::string_view chosen, std::string_view forced,
+                       const std::vector<std::string>& available, bool switchable) {
+  CoreChoice p;
   if (!forced.empty()) {
     p.reason = "OPENBLAS_CORETYPE=" + std::string(forced) + " is set in the environment: kept";
     return p;
@@ -170,10 +171,10 @@ Plan plan(const CpuFeatures& cpu, std::string_view chosen, std::string_view forc
   const std::string below = "OpenBLAS chose " + std::string(chosen) + ", below what this CPU runs (" + best +
                             "): an OpenBLAS older than this CPU model does not know it";
   if (switchable) {
-    p.action = Plan::Action::kCorrect;
+    p.action = CoreChoice::Action::kCorrect;
     p.reason = below + "; switched to " + best;
   } else {
-    p.action = Plan::Action::kWarn;
+    p.action = CoreChoice::Action::kWarn;
     p.reason = below + "; this OpenBLAS cannot be switched in process: set OPENBLAS_CORETYPE=" + best +
                " in the environment, or install OpenBLAS 0.3.25 or newer";
   }

@@ -12,7 +12,7 @@
 // than it (upstream issue #4267, fixed in 0.3.25): half the forward lost,
 // silently. The CPU's own feature bits say which kernels it can run.
 //
-// Discovery is pure (plan from the CPU's features, the library's answer
+// Discovery is pure (choose_core from the CPU's features, the library's answer
 // and the environment); apply() is the thin acting part, once per process,
 // before the first forward.
 
@@ -38,7 +38,7 @@ int core_level(std::string_view core);
 // the library was built with), or "" where none is above SSE.
 std::string best_core(const CpuFeatures& cpu, const std::vector<std::string>& available);
 
-struct Plan {
+struct CoreChoice {
   enum class Action { kKeep, kCorrect, kWarn };
   Action action = Action::kKeep;
   std::string core;    // kCorrect: the core to switch to; kWarn: the one the CPU could run
@@ -47,8 +47,8 @@ struct Plan {
 // `chosen`: what the library runs now; `forced`: OPENBLAS_CORETYPE as set in
 // the environment (a choice an operator made: kept); `switchable`: whether
 // the library can be switched in process.
-Plan plan(const CpuFeatures& cpu, std::string_view chosen, std::string_view forced, const std::vector<std::string>& available,
-          bool switchable);
+CoreChoice choose_core(const CpuFeatures& cpu, std::string_view chosen, std::string_view forced,
+                       const std::vector<std::string>& available, bool switchable);
 
 // What apply() found and did.
 struct Report {

@@ -38,8 +38,8 @@ struct Seen {
   std::optional<Outcome> outcome;
 };
 
-Job job(std::size_t model, features::Batch batch, Seen& seen, Clock::time_point deadline = Clock::time_point::max()) {
-  return Job{model, std::move(batch), deadline, [&seen](Outcome&& o) { seen.outcome = std::move(o); }};
+Job job(std::size_t key, features::Batch batch, Seen& seen, Clock::time_point deadline = Clock::time_point::max()) {
+  return Job{key, std::move(batch), deadline, [&seen](Outcome&& o) { seen.outcome = std::move(o); }};
 }
 
 BatcherConfig config(std::size_t workers = 1) {

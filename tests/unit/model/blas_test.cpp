@@ -22,38 +22,38 @@ CpuFeatures amd_zen3() { return {true, true, true, true, false, false}; }
 CpuFeatures intel_haswell() { return {false, true, true, true, false, false}; }
 
 TEST(BlasPlan, AnEmeraldRapidsOnPrescottKernelsIsSwitchedToCooperlake) {
-  const Plan p = plan(intel_sapphire_rapids(), "Prescott", "", kDebian, true);
-  EXPECT_EQ(p.action, Plan::Action::kCorrect);
+  const CoreChoice p = choose_core(intel_sapphire_rapids(), "Prescott", "", kDebian, true);
+  EXPECT_EQ(p.action, CoreChoice::Action::kCorrect);
   EXPECT_EQ(p.core, "Cooperlake");
   EXPECT_NE(p.reason.find("below what this CPU runs"), std::string::npos) << p.reason;
 }
 
 TEST(BlasPlan, AKnownCpuOnItsOwnKernelsIsLeftAlone) {
-  EXPECT_EQ(plan(intel_sapphire_rapids(), "Cooperlake", "", kDebian, true).action, Plan::Action::kKeep);
-  EXPECT_EQ(plan(intel_skylake_sp(), "SkylakeX", "", kDebian, true).action, Plan::Action::kKeep);
-  EXPECT_EQ(plan(amd_zen3(), "Zen", "", kDebian, true).action, Plan::Action::kKeep);
+  EXPECT_EQ(choose_core(intel_sapphire_rapids(), "Cooperlake", "", kDebian, true).action, CoreChoice::Action::kKeep);
+  EXPECT_EQ(choose_core(intel_skylake_sp(), "SkylakeX", "", kDebian, true).action, CoreChoice::Action::kKeep);
+  EXPECT_EQ(choose_core(amd_zen3(), "Zen", "", kDebian, true).action, CoreChoice::Action::kKeep);
   // Equal level: Haswell's kernels on a Zen are not a fallback.
-  EXPECT_EQ(plan(amd_zen3(), "Haswell", "", kDebian, true).action, Plan::Action::kKeep);
-  EXPECT_EQ(plan(intel_haswell(), "Haswell", "", kDebian, true).action, Plan::Action::kKeep);
+  EXPECT_EQ(choose_core(amd_zen3(), "Haswell", "", kDebian, true).action, CoreChoice::Action::kKeep);
+  EXPECT_EQ(choose_core(intel_haswell(), "Haswell", "", kDebian, true).action, CoreChoice::Action::kKeep);
 }
 
 TEST(BlasPlan, EachFallbackGoesToTheWidestCoreTheCpuRunsAndTheLibraryHas) {
-  EXPECT_EQ(plan(intel_skylake_sp(), "Prescott", "", kDebian, true).core, "SkylakeX");
-  EXPECT_EQ(plan(amd_zen3(), "Sandybridge", "", kDebian, true).core, "Zen");
-  EXPECT_EQ(plan(intel_haswell(), "Nehalem", "", kDebian, true).core, "Haswell");
+  EXPECT_EQ(choose_core(intel_skylake_sp(), "Prescott", "", kDebian, true).core, "SkylakeX");
+  EXPECT_EQ(choose_core(amd_zen3(), "Sandybridge", "", kDebian, true).core, "Zen");
+  EXPECT_EQ(choose_core(intel_haswell(), "Nehalem", "", kDebian, true).core, "Haswell");
   // A library built without Cooperlake: SkylakeX.
-  EXPECT_EQ(plan(intel_sapphire_rapids(), "Prescott", "", {"Prescott", "Haswell", "SkylakeX"}, true).core, "SkylakeX");
+  EXPECT_EQ(choose_core(intel_sapphire_rapids(), "Prescott", "", {"Prescott", "Haswell", "SkylakeX"}, true).core, "SkylakeX");
 }
 
 TEST(BlasPlan, AnOperatorsOpenblasCoretypeIsKept) {
-  const Plan p = plan(intel_sapphire_rapids(), "Haswell", "Haswell", kDebian, true);
-  EXPECT_EQ(p.action, Plan::Action::kKeep);
+  const CoreChoice p = choose_core(intel_sapphire_rapids(), "Haswell", "Haswell", kDebian, true);
+  EXPECT_EQ(p.action, CoreChoice::Action::kKeep);
   EXPECT_NE(p.reason.find("OPENBLAS_CORETYPE=Haswell"), std::string::npos) << p.reason;
 }
 
 TEST(BlasPlan, ALibraryThatCannotBeSwitchedIsAWarningNamingTheRemedy) {
-  const Plan p = plan(intel_sapphire_rapids(), "Prescott", "", kDebian, false);
-  EXPECT_EQ(p.action, Plan::Action::kWarn);
+  const CoreChoice p = choose_core(intel_sapphire_rapids(), "Prescott", "", kDebian, false);
+  EXPECT_EQ(p.action, CoreChoice::Action::kWarn);
   EXPECT_NE(p.reason.find("OPENBLAS_CORETYPE=Cooperlake"), std::string::npos) << p.reason;
   EXPECT_NE(p.reason.find("0.3.25"), std::string::npos) << p.reason;
 }

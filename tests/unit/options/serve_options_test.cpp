@@ -27,10 +27,10 @@ void expect_defaults_read_back(MakeRows make_rows) {
 }
 
 TEST(OptionTables, ServeHealthAgentAndOperatorDeclareEachNameOnce) {
-  serve::ServeOptions serve_options;
-  EXPECT_TRUE(OptionTable(serve::serve_options(serve_options)).check_unique().has_value());
-  serve::HealthOptions health;
-  EXPECT_TRUE(OptionTable(serve::health_options(health)).check_unique().has_value());
+  options::ServeOptions serve_options;
+  EXPECT_TRUE(OptionTable(options::serve_options(serve_options)).check_unique().has_value());
+  options::HealthOptions health;
+  EXPECT_TRUE(OptionTable(options::health_options(health)).check_unique().has_value());
   agent::options::AgentOptions agent;
   using namespace agent::options;
   for (int groups : {kSource | kDiscover, kSource | kPlan | kPlanOnly, kSource | kPlan | kRun, kAllGroups}) {
@@ -43,23 +43,23 @@ TEST(OptionTables, ServeHealthAgentAndOperatorDeclareEachNameOnce) {
 }
 
 TEST(OptionTables, ShownDefaultsAreTheConfigsOwnAndReadBack) {
-  serve::ServeOptions serve_options;
-  expect_defaults_read_back([&] { return serve::serve_options(serve_options); });
+  options::ServeOptions serve_options;
+  expect_defaults_read_back([&] { return options::serve_options(serve_options); });
   agent::options::AgentOptions agent;
   expect_defaults_read_back([&] { return agent::options::table_for(agent, agent::options::kAllGroups).rows(); });
   op::options::OperatorOptions op_options;
   expect_defaults_read_back([&] { return op::options::operator_table(op_options).rows(); });
   // The rows show the parts' own defaults, not copies of them.
   const http::ServerConfig transport;
-  const auto rows = serve::serve_options(serve_options);
+  const auto rows = options::serve_options(serve_options);
   const auto port = std::find_if(rows.begin(), rows.end(), [](const OptionSpec& r) { return r.name == "port"; });
   ASSERT_NE(port, rows.end());
   EXPECT_EQ(port->default_text, std::to_string(transport.port));
 }
 
 TEST(OptionTables, PrecisionOverridesModelYamlOnlyWhenGiven) {
-  serve::ServeOptions o;
-  OptionTable table(serve::serve_options(o));
+  options::ServeOptions o;
+  OptionTable table(options::serve_options(o));
   EXPECT_FALSE(o.precision.has_value());  // unset: each model.yaml's
   ASSERT_TRUE(table.apply_yaml("precision: bf16-if-available\n", "serve.yaml"));
   EXPECT_EQ(o.precision, features::Precision::kBf16IfAvailable);

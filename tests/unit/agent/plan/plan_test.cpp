@@ -49,17 +49,17 @@ Topology load(const TopologySource& source) {
   return t.value_or(Topology{});
 }
 
-Plan plan_or_fail(const Topology& t, const PlanConfig& config = {}) {
+NodePlan plan_or_fail(const Topology& t, const PlanConfig& config = {}) {
   auto p = plan_node(t, config);
   EXPECT_TRUE(p.has_value()) << t.source << ": " << p.error().message;
-  return p.value_or(Plan{});
+  return p.value_or(NodePlan{});
 }
 
 class EveryMachine : public ::testing::TestWithParam<TopologySource> {};
 
 TEST_P(EveryMachine, ReservedMemorySumsExactlyToWhatTheKubeletChecks) {
   for (const PlanConfig& config : {PlanConfig{}, config_with([](PlanConfig& c) { c.kube_reserved_memory = 300'000'001; })}) {
-    const Plan p = plan_or_fail(load(GetParam()), config);
+    const NodePlan p = plan_or_fail(load(GetParam()), config);
     std::uint64_t sum = 0;
     for (const auto& [node, bytes] : p.kubelet.reserved_memory) sum += bytes;
     EXPECT_EQ(sum, config.kube_reserved_memory + config.system_reserved_memory + config.eviction_hard_memory);
@@ -75,7 +75,7 @@ TEST_P(EveryMachine, ReservedCpusAreWholeCoresSpreadOverEveryNode) {
           << planned.error().message;
       continue;
     }
-    const Plan& p = *planned;
+    const NodePlan& p = *planned;
     for (const auto& node : t.nodes) {
       unsigned reserved_cores = 0;
       for (const auto& core : node.cores) {
@@ -123,14 +123,14 @@ TEST_P(EveryMachine, EveryReplicaFitsOneNode) {
 
 TEST_P(EveryMachine, SmtMachinesNeverSplitASiblingPair) {
   const Topology t = load(GetParam());
-  const Plan p = plan_or_fail(t);
+  const NodePlan p = plan_or_fail(t);
   EXPECT_EQ(p.kubelet.full_pcpus_only, t.threads_per_core() > 1);
   EXPECT_EQ(p.pod.cpus % t.threads_per_core(), 0u);
 }
 
 TEST_P(EveryMachine, MoreThanEightNodesNeedMaxAllowableNumaNodes) {
   const Topology t = load(GetParam());
-  const Plan p = plan_or_fail(t);
+  const NodePlan p = plan_or_fail(t);
   if (t.nodes.size() > 8) {
     EXPECT_EQ(p.kubelet.max_allowable_numa_nodes, t.nodes.size());
     EXPECT_NE(kubelet_config_yaml(p).find("max-allowable-numa-nodes: \"" + std::to_string(t.nodes.size()) + "\""),
@@ -142,13 +142,13 @@ TEST_P(EveryMachine, MoreThanEightNodesNeedMaxAllowableNumaNodes) {
 
 TEST_P(EveryMachine, MemoryOnlyNodesGetNoReplica) {
   const Topology t = load(GetParam());
-  const Plan p = plan_or_fail(t);
+  const NodePlan p = plan_or_fail(t);
   EXPECT_EQ(p.nodes.size(), t.nodes_with_cpus().count());
   for (const auto& room : p.nodes) EXPECT_FALSE(t.node(room.node)->memory_only());
   for (const auto& [node, bytes] : p.kubelet.reserved_memory) EXPECT_FALSE(t.node(node)->memory_only());
 }
 
-INSTANTIATE_TEST_SUITE_P(Plan, EveryMachine, ::testing::ValuesIn(kMachines),
+INSTANTIATE_TEST_SUITE_P(NodePlan, EveryMachine, ::testing::ValuesIn(kMachines),
                          [](const ::testing::TestParamInfo<TopologySource>& param_info) {
                            return "machine" + std::to_string(param_info.index);
                          });
@@ -156,7 +156,7 @@ INSTANTIATE_TEST_SUITE_P(Plan, EveryMachine, ::testing::ValuesIn(kMachines),
 // --- Golden outputs for two machines ---------------------------------------
 
 void expect_outputs_match_golden(const std::string& xml, const std::string& name) {
-  const Plan p = plan_or_fail(load(TopologySource::xml((fixtures_dir() / "topologies/xml" / xml).string())));
+  const NodePlan p = plan_or_fail(load(TopologySource::xml((fixtures_dir() / "topologies/xml" / xml).string())));
   const auto dir = fixtures_dir() / "plan";
   testing::expect_matches_golden(kubelet_config_yaml(p), dir / (name + ".kubelet-config.yaml"));
   testing::expect_matches_golden(helm_values_yaml(p), dir / (name + ".helm-values.yaml"));
@@ -169,14 +169,14 @@ TEST(PlanGolden, TwoSocketXeonWithSmt) {
 
 TEST(PlanGolden, EightNodeOpteronsWithUnequalMemory) {
   expect_outputs_match_golden("16amd64-4distances.xml", "16amd64-4distances");
-  const Plan p = plan_or_fail(load(TopologySource::sysfs(testing::sysfs_root("64amd64-4s2n4ca2co").string())));
+  const NodePlan p = plan_or_fail(load(TopologySource::sysfs(testing::sysfs_root("64amd64-4s2n4ca2co").string())));
   testing::expect_matches_golden(kubelet_config_yaml(p), fixtures_dir() / "plan/64amd64-4s2n4ca2co.kubelet-config.yaml");
 }
 
 // --- Behaviour ---------------------------------------------------------------
 
-TEST(Plan, UnequalNodesAreSizedToTheSmallestAndExplained) {
-  const Plan p = plan_or_fail(load(TopologySource::sysfs(testing::sysfs_root("64amd64-4s2n4ca2co").string())));
+TEST(NodePlan, UnequalNodesAreSizedToTheSmallestAndExplained) {
+  const NodePlan p = plan_or_fail(load(TopologySource::sysfs(testing::sysfs_root("64amd64-4s2n4ca2co").string())));
   // Node 5 has 8 GiB, the others 16 GiB: the reservation is taken from the
   // large nodes, so the small one keeps all it has.
   EXPECT_EQ(p.kubelet.reserved_memory.at(5), 0u);
@@ -188,15 +188,15 @@ TEST(Plan, UnequalNodesAreSizedToTheSmallestAndExplained) {
   EXPECT_TRUE(explained) << ::testing::PrintToString(p.notes);
 }
 
-TEST(Plan, OfflineCpusAndOrphanCpusAreExplained) {
-  const Plan p = plan_or_fail(load(TopologySource::sysfs(testing::sysfs_root("offline-cpu0-node0").string())));
+TEST(NodePlan, OfflineCpusAndOrphanCpusAreExplained) {
+  const NodePlan p = plan_or_fail(load(TopologySource::sysfs(testing::sysfs_root("offline-cpu0-node0").string())));
   ASSERT_EQ(p.nodes.size(), 1u);
   EXPECT_EQ(p.nodes[0].node, 1u);
   EXPECT_EQ(p.pod.cpus, 7u);
   EXPECT_EQ(p.notes.size(), 2u) << ::testing::PrintToString(p.notes);
 }
 
-TEST(Plan, ExplicitReservationsThatDoNotAddUpAreRefused) {
+TEST(NodePlan, ExplicitReservationsThatDoNotAddUpAreRefused) {
   const Topology t = load(TopologySource::synthetic("pack:2 numa:1(memory=64GiB) core:8 pu:1"));
   PlanConfig config;
   config.reserved_memory = {{0, 1ull << 30}, {1, 1ull << 30}};  // 2Gi, but 2Gi + 100Mi are needed
@@ -212,7 +212,7 @@ TEST(Plan, ExplicitReservationsThatDoNotAddUpAreRefused) {
   EXPECT_NE(plan_node(t, config).error().message.find("NUMA node 7"), std::string::npos);
 }
 
-TEST(Plan, AMachineWhereNoNodeHoldsAReplicaIsAClearError) {
+TEST(NodePlan, AMachineWhereNoNodeHoldsAReplicaIsAClearError) {
   const Topology t = load(TopologySource::synthetic("pack:2 numa:1(memory=8GiB) core:2 pu:2"));
   auto p = plan_node(t, config_with([](PlanConfig& c) { c.reserved_cores_per_node = 2; }));
   ASSERT_FALSE(p.has_value());
@@ -222,10 +222,10 @@ TEST(Plan, AMachineWhereNoNodeHoldsAReplicaIsAClearError) {
   EXPECT_EQ(p.error().field, "reserved_cores_per_node");
 }
 
-TEST(Plan, ASingleCoreNodeGivesItsCoreToTheSystemAndHoldsNoReplica) {
+TEST(NodePlan, ASingleCoreNodeGivesItsCoreToTheSystemAndHoldsNoReplica) {
   // Offline CPUs leave NUMA nodes 2 and 3 of this machine one core each.
   const Topology t = load(TopologySource::xml((fixtures_dir() / "topologies/xml/16amd64-8n2c-cpusets.xml").string()));
-  const Plan p = plan_or_fail(t);
+  const NodePlan p = plan_or_fail(t);
   const NodeRoom* two = p.room(2);
   ASSERT_NE(two, nullptr);
   EXPECT_EQ(two->replicas, 0u);
@@ -242,11 +242,11 @@ TEST(Plan, ASingleCoreNodeGivesItsCoreToTheSystemAndHoldsNoReplica) {
   EXPECT_NE(render_text(p).find("no replica"), std::string::npos) << render_text(p);
 }
 
-TEST(Plan, KReplicasANodeFitOnlyWhereKWholeCoresAreLeft) {
+TEST(NodePlan, KReplicasANodeFitOnlyWhereKWholeCoresAreLeft) {
   // Three cores a node, one reserved: two whole cores are left, so two
   // one-CPU replicas fit on each node and three fit on none.
   const Topology t = load(TopologySource::synthetic("pack:2 numa:1(memory=32GiB) core:3 pu:1"));
-  const Plan p = plan_or_fail(t, config_with([](PlanConfig& c) { c.replicas_per_numa_node = 2; }));
+  const NodePlan p = plan_or_fail(t, config_with([](PlanConfig& c) { c.replicas_per_numa_node = 2; }));
   EXPECT_EQ(p.pod.cpus, 1u);
   EXPECT_EQ(p.pod.replicas_per_machine, 4u);
   auto none = plan_node(t, config_with([](PlanConfig& c) { c.replicas_per_numa_node = 3; }));
@@ -257,21 +257,21 @@ TEST(Plan, KReplicasANodeFitOnlyWhereKWholeCoresAreLeft) {
       << none.error().message;
 }
 
-TEST(Plan, TheStaticCpuManagerNeedsAReservedCpu) {
+TEST(NodePlan, TheStaticCpuManagerNeedsAReservedCpu) {
   auto p = plan_node(load(TopologySource::synthetic("pack:2 numa:1(memory=8GiB) core:4 pu:1")),
                      config_with([](PlanConfig& c) { c.reserved_cores_per_node = 0; }));
   ASSERT_FALSE(p.has_value());
   EXPECT_EQ(p.error().field, "reserved_cores_per_node");
 }
 
-TEST(Plan, MachineWithoutMemorySizesIsRefused) {
+TEST(NodePlan, MachineWithoutMemorySizesIsRefused) {
   auto p = plan_node(load(TopologySource::xml((fixtures_dir() / "topologies/xml/16em64t-4s2c2t.xml").string())), {});
   ASSERT_FALSE(p.has_value());
   EXPECT_NE(p.error().message.find("reservations alone take"), std::string::npos) << p.error().message;
 }
 
-TEST(Plan, KubeletConfigQuotesStringMaps) {
-  const Plan p = plan_or_fail(load(TopologySource::synthetic("pack:2 numa:1(memory=64GiB) core:4 pu:2")));
+TEST(NodePlan, KubeletConfigQuotesStringMaps) {
+  const NodePlan p = plan_or_fail(load(TopologySource::synthetic("pack:2 numa:1(memory=64GiB) core:4 pu:2")));
   const std::string yaml = kubelet_config_yaml(p);
   EXPECT_NE(yaml.find("full-pcpus-only: \"true\""), std::string::npos) << yaml;
   EXPECT_NE(yaml.find("reservedSystemCPUs: \"0-1,8-9\""), std::string::npos) << yaml;

@@ -14,7 +14,7 @@ namespace {
 
 struct Machine {
   discover::NodeReport report;
-  plan::Plan plan;
+  plan::NodePlan plan;
 };
 
 Machine machine(const TopologySource& source) {

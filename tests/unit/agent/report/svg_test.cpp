@@ -16,7 +16,7 @@ std::size_t count(const std::string& text, const std::string& needle) {
 
 struct Drawn {
   discover::NodeReport report;
-  plan::Plan plan;
+  plan::NodePlan plan;
   std::string svg;
 };
 

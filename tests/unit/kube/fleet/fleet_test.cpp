@@ -287,7 +287,7 @@ std::string agent_objects(const Machine& m) {
   EXPECT_TRUE(report) << m.node << ": " << report.error().message;
   if (!report) return "";
   auto planned = agent::plan::plan_node(report->topology, {});
-  const agent::plan::Plan* p = planned ? &*planned : nullptr;
+  const agent::plan::NodePlan* p = planned ? &*planned : nullptr;
   nlohmann::json node = {{"apiVersion", "v1"},
                          {"kind", "Node"},
                          {"metadata", {{"name", m.node}, {"labels", agent::publish::make_node_labels(*report, p)}}}};
