@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "feature_store/embedded.h"
+#include "graph/kernel_path.h"
 #include "measure.h"
 #include "model/model.h"
 #include "numaserve/common/duration.h"
@@ -188,7 +189,7 @@ void measure(const ForwardOptions& o, const ForwardInput& in, ForwardSide& side,
   const auto from = start + to_duration(warmup);
   const auto end = from + to_duration(seconds);
   const auto interval = o.rate > 0 ? to_duration(1 / o.rate) : Clock::duration{};
-  model::set_bag_reuse(side.bag_reuse);
+  graph::set_bag_reuse(side.bag_reuse);
   const auto& spec = side.model->spec();
   for (std::size_t i = 0;; ++i) {
     // Paced, a call's latency counts from when it was due, as a server's
@@ -290,7 +291,7 @@ json measure_sides(const ForwardOptions& o, const ForwardInput& in, std::vector<
                   {"cpus", o.cpus},
                   {"intra_op_threads", o.threads},
                   {"items_per_call", in.items_per_call}, {"requests_per_call", in.requests}, {"huge_pages", o.huge_pages},
-                  {"kernels", model::kernel_isa()},
+                  {"kernels", graph::kernel_isa()},
                   {"blas", model::blas_summary()},
                   {"runtime", model::runtime_summary()}});
   if (!line.is_null()) out["roofline"] = line;
@@ -313,7 +314,7 @@ json measure_sides(const ForwardOptions& o, const ForwardInput& in, std::vector<
     if (!p.reason.empty()) where["reason"] = p.reason;  // why the linear layers stayed fp32
     if (p.fp32_us > 0) where["linear_us_at_load"] = {{"fp32", p.fp32_us}, {p.served, p.candidate_us}};
   }
-  model::set_bag_reuse(true);
+  graph::set_bag_reuse(true);
   return out;
 }
 
@@ -321,7 +322,7 @@ json measure_sides(const ForwardOptions& o, const ForwardInput& in, std::vector<
 
 int run_forward(const ForwardOptions& o) {
   if (!o.kernels.empty()) {
-    if (auto set = model::set_kernel_isa(o.kernels); !set) return fail(set.error().message);
+    if (auto set = graph::set_kernel_isa(o.kernels); !set) return fail(set.error().message);
   }
   auto sides = load_sides(o);
   if (!sides) return fail(sides.error().message);

@@ -20,7 +20,6 @@
 
 #include "blas/blas.h"
 #include "kernels/kernels.h"
-#include "model/graph.h"
 #include "model/rows.h"
 #include "numa/huge_pages.h"
 #include "numaserve/common/options.h"
@@ -167,8 +166,8 @@ namespace {
 
 // Optimizes `module`, and keeps the result only if its forward gives the
 // original's scores on random rows of several sizes.
-Optimized optimize_checked(const torch::jit::Module& module, const features::ModelSpec& spec, bool linear_kernels) {
-  Optimized optimized = optimize(module, linear_kernels);
+graph::Optimized optimize_checked(const torch::jit::Module& module, const features::ModelSpec& spec, bool linear_kernels) {
+  graph::Optimized optimized = graph::optimize(module, linear_kernels);
   if (!optimized.module) return optimized;
   std::uint64_t seed = 1;
   for (std::size_t rows : {1, 7, 64}) {
@@ -282,7 +281,7 @@ Result<std::unique_ptr<TorchModel>> TorchModel::load(const std::filesystem::path
   if (!shipped) return tl::unexpected(shipped.error());
   impl->shipped = std::move(*shipped);
   if (options.graph_optimizations) {
-    Optimized optimized = optimize_checked(impl->module, *spec, options.linear_kernels);
+    graph::Optimized optimized = optimize_checked(impl->module, *spec, options.linear_kernels);
     impl->optimized = std::move(optimized.module);
     impl->report = std::move(optimized.report);
     pacer.pace();  // the rewrites and their check forward
@@ -298,7 +297,7 @@ Result<std::unique_ptr<TorchModel>> TorchModel::load(const std::filesystem::path
     }
     pacer.pace();  // the conversion and the drift check
   }
-  impl->linear = linear_layers(impl->running(), impl->optimized.has_value());
+  impl->linear = graph::linear_layers(impl->running(), impl->optimized.has_value());
   return std::unique_ptr<TorchModel>(new TorchModel(dir, std::move(*spec), std::move(impl)));
 }
 
@@ -341,7 +340,7 @@ Result<std::vector<float>> TorchModel::forward_as_written(const features::Batch&
 api::GraphReport TorchModel::graph_report() const {
   api::GraphReport report = impl_->report;
   report.linear.own = impl_->linear.own;
-  report.linear.kernels = impl_->linear.own > 0 ? linear_kernels(impl_->linear.precision) : "";
+  report.linear.kernels = impl_->linear.own > 0 ? graph::linear_kernels(impl_->linear.precision) : "";
   report.linear.libtorch = impl_->linear.libtorch;
   report.linear.blas = blas_summary();
   return report;
@@ -350,7 +349,7 @@ api::GraphReport TorchModel::graph_report() const {
 api::PrecisionReport TorchModel::precision() const { return impl_->precision; }
 
 std::map<std::string, int> TorchModel::fused_ops() const {
-  return impl_->optimized ? model::fused_ops(*impl_->optimized) : std::map<std::string, int>{};
+  return impl_->optimized ? graph::fused_ops(*impl_->optimized) : std::map<std::string, int>{};
 }
 
 Status TorchModel::warm_up(std::size_t rows, unsigned rounds) const {
@@ -465,7 +464,7 @@ std::string blas_summary() {
 std::string runtime_summary() {
   return std::string("LibTorch ") + TORCH_VERSION + " (" +
          (at::get_parallel_info().find("OpenMP") != std::string::npos ? "OpenMP" : "native") + "), BLAS " + blas_summary() +
-         ", fused kernels " + kernel_isa() + ", bf16 " +
+         ", fused kernels " + graph::kernel_isa() + ", bf16 " +
          instructions_summary(kernels::LinearPrecision::kBf16) + ", int8 " + instructions_summary(kernels::LinearPrecision::kInt8);
 }
 

@@ -180,16 +180,6 @@ Result<drift::Report> precision_drift(const std::filesystem::path& dir, LoadOpti
 // team is created inside its CPUs.
 void set_intra_op_threads(unsigned threads);
 
-// The fused ops' kernel path on this CPU: "avx512", "avx2" or "portable".
-std::string kernel_isa();
-// Narrows it to another path this CPU runs, for the benchmark to measure
-// what a machine without AVX-512 would get; serve always runs the best.
-Status set_kernel_isa(const std::string& name);
-// Off: every embedding bag is pooled, also one that repeats the row
-// before's ids (a request's user bags), for the benchmark to measure what
-// reusing them saves; serve always reuses.
-void set_bag_reuse(bool reuse);
-
 // What LibTorch was built with and what the CPU gives it, for the startup
 // summary: "LibTorch 1.13.0 (OpenMP), BLAS openblas-openmp core Cooperlake,
 // fused kernels avx512, bf16 avx512_bf16, int8 avx512_vnni".

@@ -72,7 +72,7 @@ std::string no_rewritten_forward(const TorchModel::Impl& impl) {
 // this kernel path and this model allow (-if-available), or refused (asked
 // outright). `report.reason` says why a precision asked is not served.
 struct Decision {
-  Narrowing to;
+  graph::Narrowing to;
   std::string name, where;
   bool outright = false;
   Instructions cpu;
@@ -95,11 +95,11 @@ Status decide(Decision& decision, const TorchModel::Impl& impl, const std::files
   // Layers served fp32 here still leave the tables to check below.
   if (!decision.cpu.usable) {
     if (auto s = unavailable(decision.cpu.missing); !s) return s;
-  } else if (decision.to.chains != kernels::LinearPrecision::kFp32 && linear_kernels(decision.to.chains) == "portable") {
+  } else if (decision.to.chains != kernels::LinearPrecision::kFp32 && graph::linear_kernels(decision.to.chains) == "portable") {
     // The CPU has the instructions but the fused ops were narrowed to a
     // path without them (numaserve-bench --kernels): its portable reference
     // is far slower than fp32's.
-    if (auto s = unavailable("the kernels' path here (" + kernel_isa() + ") has no " + decision.name.substr(0, 4) + " product"); !s) return s;
+    if (auto s = unavailable("the kernels' path here (" + graph::kernel_isa() + ") has no " + decision.name.substr(0, 4) + " product"); !s) return s;
   }
   if (!impl.optimized) {
     const std::string why = "it runs in the rewritten forward, and " + no_rewritten_forward(impl);
@@ -113,7 +113,7 @@ Status decide(Decision& decision, const TorchModel::Impl& impl, const std::files
   // no faster than fp32's, and each layer converts its inputs): the model's
   // own linear chains timed in both precisions decide -if-available.
   if (decision.to.chains == kernels::LinearPrecision::kFp32 || decision.outright) return {};
-  const ChainTiming timing = time_linear_chains(*impl.optimized, kTimingRows, decision.to.chains);
+  const graph::ChainTiming timing = graph::time_linear_chains(*impl.optimized, kTimingRows, decision.to.chains);
   report.fp32_us = timing.fp32_us;
   report.candidate_us = timing.candidate_us;
   if (timing.chains == 0 || timing.candidate_us < timing.fp32_us) return {};
@@ -127,10 +127,10 @@ Status decide(Decision& decision, const TorchModel::Impl& impl, const std::files
 // keeps the plan its first call compiled, with the fp32 weights in it), the
 // shipped tables in it.
 Result<torch::jit::Module> fresh_forward(const TorchModel::Impl& impl, const LoadOptions& options, api::GraphRewrite* shipped = nullptr) {
-  Optimized fresh = optimize(impl.module, options.linear_kernels);
+  graph::Optimized fresh = graph::optimize(impl.module, options.linear_kernels);
   if (!fresh.module) return make_error(Error::Code::kInternal, "the forward could not be rewritten again: " + fresh.report.reason);
   api::GraphRewrite ignored;
-  if (auto s = ship_tables(*fresh.module, impl.shipped, shipped ? *shipped : ignored); !s) return tl::unexpected(s.error());
+  if (auto s = graph::ship_tables(*fresh.module, impl.shipped, shipped ? *shipped : ignored); !s) return tl::unexpected(s.error());
   return std::move(*fresh.module);
 }
 
@@ -171,19 +171,19 @@ bool applied(const api::GraphRewrite& rewrite, const std::string& what) {
 // scores past half the bound: the tables' rounding takes the rest. The fp32
 // weights go as they are narrowed: past here a refusal fails the load.
 Result<api::GraphRewrite> narrow_fresh(torch::jit::Module& fresh, const TorchModel::Impl& impl, const features::ModelSpec& spec,
-                                       const LoadOptions& options, Narrowing& to, const Checks& checks, const std::string& where) {
-  const NarrowMemory memory{[&options](at::IntArrayRef sizes, at::ScalarType type) { return allocate_weight(sizes, type, options.huge_pages); },
+                                       const LoadOptions& options, graph::Narrowing& to, const Checks& checks, const std::string& where) {
+  const graph::NarrowMemory memory{[&options](at::IntArrayRef sizes, at::ScalarType type) { return allocate_weight(sizes, type, options.huge_pages); },
                             [](const at::Tensor& weight) { weight.storage().unsafeGetStorageImpl()->reset(); }};
   try {
     if (to.chains != kernels::LinearPrecision::kFp32) {
       if (auto trial = fresh_forward(impl, options)) {
-        narrow(*trial, Narrowing{features::TablePrecision::kFp32, to.chains, true}, NarrowMemory{memory.allocate, [](const at::Tensor&) {}});
+        graph::narrow(*trial, graph::Narrowing{features::TablePrecision::kFp32, to.chains, true}, graph::NarrowMemory{memory.allocate, [](const at::Tensor&) {}});
         auto drift = drift_of(*trial, checks, where);
         if (!drift) return tl::unexpected(drift.error());
         to.first_layers = *drift <= spec.precision_max_drift / 2;
       }
     }
-    return narrow(fresh, to, memory);
+    return graph::narrow(fresh, to, memory);
   } catch (const std::exception& e) {
     return tl::unexpected(torch_error(where + "cannot convert the forward", e));
   }
@@ -224,14 +224,14 @@ Status applied_as_asked(const api::GraphRewrite& rewrite, const Decision& decisi
 Status serve_narrowed(TorchModel::Impl& impl, const features::ModelSpec& spec, const std::filesystem::path& dir, const Asked& asked,
                       const LoadOptions& options) {
   api::PrecisionReport& report = impl.precision;
-  Decision decision{Narrowing{asked.tables, chains_of(asked.precision), true},
+  Decision decision{graph::Narrowing{asked.tables, chains_of(asked.precision), true},
             std::string(features::kPrecisionNames.name(asked.precision)), "",
             asked.precision == features::Precision::kBf16 || asked.precision == features::Precision::kInt8,
             instructions_for(chains_of(asked.precision))};
   decision.where = dir.string() + ": precision " + decision.name + ": ";
   const std::string& where = decision.where;
   if (auto s = decide(decision, impl, dir, asked, report); !s) return s;
-  Narrowing& to = decision.to;
+  graph::Narrowing& to = decision.to;
   if (to.chains == kernels::LinearPrecision::kFp32 && to.tables == features::TablePrecision::kFp32) return {};
   auto checks = reference_scores(impl, spec, where);
   if (!checks) return tl::unexpected(checks.error());
@@ -267,9 +267,9 @@ Status serve_narrowed(TorchModel::Impl& impl, const features::ModelSpec& spec, c
   return {};
 }
 
-Result<std::vector<ShippedTable>> read_shipped_tables(torch::jit::Module& module, const features::ModelSpec& spec,
+Result<std::vector<graph::ShippedTable>> read_shipped_tables(torch::jit::Module& module, const features::ModelSpec& spec,
                                                       const std::filesystem::path& dir, bool huge_pages) {
-  std::vector<ShippedTable> out;
+  std::vector<graph::ShippedTable> out;
   const auto tables = embedding_tables(module);
   for (const auto& t : tables) {
     const bool listed = std::find(spec.quantized_tables.begin(), spec.quantized_tables.end(), t.table) != spec.quantized_tables.end();

@@ -11,7 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "model/graph.h"
+#include "graph/graph.h"
+#include "graph/kernel_path.h"
 #include "model/model.h"
 
 namespace numaserve::model {
@@ -21,8 +22,8 @@ struct TorchModel::Impl {
   std::optional<torch::jit::Module> optimized;  // sharing them, when a rewrite applied and checked out
   api::GraphReport report;
   api::PrecisionReport precision;
-  LinearLayers linear;  // of the running forward
-  std::vector<ShippedTable> shipped;  // model.yaml's quantized_tables, read
+  graph::LinearLayers linear;  // of the running forward
+  std::vector<graph::ShippedTable> shipped;  // model.yaml's quantized_tables, read
 
   const torch::jit::Module& running() const { return optimized ? *optimized : module; }
 };
@@ -68,7 +69,7 @@ std::vector<ModuleTable> embedding_tables(const torch::jit::Module& module);
 // a placeholder in each one's place (its fp32 rows, if it had them, freed).
 // Refuses a module table that is a placeholder (one value seen as its
 // shape: shipped apart) that quantized_tables does not list.
-Result<std::vector<ShippedTable>> read_shipped_tables(torch::jit::Module& module, const features::ModelSpec& spec,
+Result<std::vector<graph::ShippedTable>> read_shipped_tables(torch::jit::Module& module, const features::ModelSpec& spec,
                                                       const std::filesystem::path& dir, bool huge_pages);
 // The shipped tables put in a fresh optimized forward (refused without one).
 Status serve_shipped(TorchModel::Impl& impl, const std::filesystem::path& dir, const LoadOptions& options);

@@ -11,6 +11,7 @@
 
 #include "demo_dir.h"
 #include "feature_store/embedded.h"
+#include "graph/kernel_path.h"
 #include "model/model.h"
 #include "api/predict_json.h"
 #include "http/server.h"
@@ -240,7 +241,7 @@ TEST(Routes, HealthReadinessMetadataMetricsPlacement) {
                            "numaserve_blas_info{best=\""}) {
     EXPECT_NE(metrics.find(line), std::string::npos) << line;
   }
-  EXPECT_NE(metrics.find("numaserve_model_version_linear_layers{model=\"ranker_a\",version=\"1\",path=\"" + model::kernel_isa() +
+  EXPECT_NE(metrics.find("numaserve_model_version_linear_layers{model=\"ranker_a\",version=\"1\",path=\"" + graph::kernel_isa() +
                          "\"} 5"),
             std::string::npos);
 
@@ -275,7 +276,7 @@ TEST(Routes, HealthReadinessMetadataMetricsPlacement) {
     // Where its linear layers run: all on numaserve's kernels, on this CPU's path.
     EXPECT_EQ(m["linear"]["own_layers"], a ? 5 : 3) << m.dump();
     EXPECT_EQ(m["linear"]["libtorch_layers"], 0) << m.dump();
-    EXPECT_EQ(m["linear"]["kernels"], model::kernel_isa()) << m.dump();
+    EXPECT_EQ(m["linear"]["kernels"], graph::kernel_isa()) << m.dump();
     EXPECT_NE(m["linear"]["blas"].get<std::string>().find("core "), std::string::npos) << m.dump();
   }
 }

@@ -13,6 +13,7 @@
 #include "demo_dir.h"
 #include "dlrm_dir.h"
 #include "feature_store/embedded.h"
+#include "graph/kernel_path.h"
 #include "model/model.h"
 #include "model/rows.h"
 
@@ -92,7 +93,7 @@ TEST(GraphOptimizations, FuseTheDemoRankersInteractionAndItsNineBagsIntoOneOp) {
   EXPECT_EQ(not_applied(report), "");
   EXPECT_EQ(report.linear.own, 5);
   EXPECT_EQ(report.linear.libtorch, 0);
-  EXPECT_EQ(report.linear.kernels, kernel_isa());
+  EXPECT_EQ(report.linear.kernels, graph::kernel_isa());
   expect_same_scores_everywhere(*a);
 
   auto b = load(demo_dir() / "ranker_b", true);
@@ -148,9 +149,9 @@ TEST(GraphOptimizations, RepeatedUserBagsArePooledOnceWithTheSameScores) {
   const auto nothing_shared = features::concat(parts);
   for (const auto* batch : {&one_request, &joined, &nothing_shared}) {
     expect_same_scores(*a, *batch);
-    set_bag_reuse(false);
+    graph::set_bag_reuse(false);
     const auto every_bag = a->forward(*batch);
-    set_bag_reuse(true);
+    graph::set_bag_reuse(true);
     const auto reused = a->forward(*batch);
     ASSERT_TRUE(every_bag && reused);
     EXPECT_EQ(*every_bag, *reused) << "rows " << batch->rows;

@@ -13,6 +13,7 @@
 
 #include "demo_dir.h"
 #include "precision_support.h"
+#include "graph/kernel_path.h"
 #include "dlrm_dir.h"
 #include "model/model.h"
 #include "model/rows.h"
@@ -188,11 +189,11 @@ TEST(Int8, TablesWrittenWithoutARewrittenForwardAreRefusedWhereTheLayersFallBack
 // no int8 products there, whatever this CPU has, and the load says which path.
 TEST(Int8, AKernelPathWithoutInt8ProductsServesFp32LayersNamingIt) {
   SKIP_WITHOUT(Precision::kInt8, "int8 products");
-  const std::string best = kernel_isa();
-  ASSERT_TRUE(set_kernel_isa("avx2"));
+  const std::string best = graph::kernel_isa();
+  ASSERT_TRUE(graph::set_kernel_isa("avx2"));
   auto model = load(demo_dir() / "ranker_a", Precision::kInt8IfAvailable);
   auto refused = load(demo_dir() / "ranker_a", Precision::kInt8);
-  ASSERT_TRUE(set_kernel_isa(best));
+  ASSERT_TRUE(graph::set_kernel_isa(best));
   ASSERT_TRUE(model) << model.error().message;
   EXPECT_EQ((*model)->precision().served, "fp32");
   EXPECT_NE((*model)->precision().reason.find("the kernels' path here (avx2) has no int8 product"), std::string::npos)

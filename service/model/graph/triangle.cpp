@@ -1,8 +1,8 @@
-#include "model/triangle.h"
+#include "graph/triangle.h"
 
 #include <algorithm>
 
-namespace numaserve::model {
+namespace numaserve::graph {
 namespace {
 
 // The (row, column) pairs of the lower triangle of an F x F matrix, row by
@@ -44,4 +44,4 @@ std::optional<std::string> which_flat_triangle(const std::vector<std::int64_t>& 
   return std::nullopt;
 }
 
-}  // namespace numaserve::model
+}  // namespace numaserve::graph

@@ -42,7 +42,7 @@
 #include "features/model_spec.h"
 #include "kernels/linear.h"
 
-namespace numaserve::model {
+namespace numaserve::graph {
 
 struct Optimized {
   std::optional<torch::jit::Module> module;  // set when at least one rewrite applied
@@ -116,8 +116,6 @@ struct LinearLayers {
   kernels::LinearPrecision precision = kernels::LinearPrecision::kFp32;
 };
 LinearLayers linear_layers(const torch::jit::Module& module, bool frozen);
-// The path the linear chains run on now (kernels/linear.h linear_path).
-std::string linear_kernels(kernels::LinearPrecision precision);
 
 // The linear chains of an fp32 optimized forward run on `rows` random rows,
 // in fp32 and in `candidate` (packed here, then dropped; narrow layers as
@@ -130,4 +128,4 @@ struct ChainTiming {
 };
 ChainTiming time_linear_chains(const torch::jit::Module& optimized, std::int64_t rows, kernels::LinearPrecision candidate);
 
-}  // namespace numaserve::model
+}  // namespace numaserve::graph

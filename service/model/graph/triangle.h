@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-namespace numaserve::model {
+namespace numaserve::graph {
 
 // ("strictly lower triangle of 10 vectors") when `pairs`, (row, column) in
 // order, are an F x F matrix's lower triangle row by row, with its
@@ -19,4 +19,4 @@ std::optional<std::string> which_triangle(const std::vector<std::pair<std::int64
 // The same for flat indices into the F x F matrix (pair = row * F + column).
 std::optional<std::string> which_flat_triangle(const std::vector<std::int64_t>& flat);
 
-}  // namespace numaserve::model
+}  // namespace numaserve::graph

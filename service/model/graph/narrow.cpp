@@ -10,17 +10,15 @@
 #include <string>
 #include <vector>
 
+#include "graph/graph.h"
+#include "graph/ir.h"
 #include "kernels/kernels.h"
 #include "kernels/linear.h"
-#include "model/graph.h"
-#include "model/graph_ir.h"
 
-namespace numaserve::model {
+namespace numaserve::graph {
 namespace {
 
 using namespace ir;
-namespace aten = c10::aten;
-namespace prim = c10::prim;
 
 // Whether every use of `table` is as a table of numaserve::embedding_bags
 // (through the list it is passed in), so that it may be narrowed.
@@ -350,4 +348,4 @@ ChainTiming time_linear_chains(const torch::jit::Module& optimized, std::int64_t
   return out;
 }
 
-}  // namespace numaserve::model
+}  // namespace numaserve::graph

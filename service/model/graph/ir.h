@@ -1,8 +1,8 @@
 #pragma once
-// What the graph's three files share (graph.cpp: the rewrites; ops.cpp: the
-// fused ops; narrow.cpp: serving below fp32): reading constants off a
-// frozen graph, the kernels' path, packing a linear layer. Brings LibTorch:
-// included only by those three.
+// What graph/'s files share (the passes, ops.cpp: the fused ops, narrow.cpp:
+// serving below fp32): reading constants off a frozen graph (ir.cpp), the
+// kernels' path and packing a linear layer (ops.cpp). Brings LibTorch:
+// included only by graph/'s own files.
 
 #include <torch/script.h>
 
@@ -14,10 +14,12 @@
 #include "kernels/kernels.h"
 #include "kernels/linear.h"
 
-namespace numaserve::model::ir {
+namespace numaserve::graph::ir {
 
 using torch::jit::Node;
 using torch::jit::Value;
+namespace aten = c10::aten;
+namespace prim = c10::prim;
 
 inline bool is_long_vector(const at::Tensor& t) { return t.scalar_type() == at::kLong && t.dim() == 1; }
 
@@ -45,4 +47,4 @@ kernels::LinearPrecision precision_of(const at::Tensor& packed);
 // on its NUMA node.
 at::Tensor pack(const at::Tensor& weight, kernels::LinearPrecision precision);
 
-}  // namespace numaserve::model::ir
+}  // namespace numaserve::graph::ir

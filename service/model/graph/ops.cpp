@@ -1,5 +1,6 @@
 // The fused ops, registered as TorchScript operators numaserve::*, and the
-// kernels' path they run on. See graph.h; graph.cpp puts them into graphs.
+// kernels' path they run on (kernel_path.h). See graph.h; the passes put
+// them into graphs.
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
@@ -8,13 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "graph/graph.h"
+#include "graph/ir.h"
+#include "graph/kernel_path.h"
 #include "kernels/kernels.h"
 #include "kernels/linear.h"
-#include "model/graph.h"
-#include "model/graph_ir.h"
-#include "model/model.h"
 
-namespace numaserve::model {
+namespace numaserve::graph {
 namespace {
 
 // The kernels' path: the CPU's best, unless the benchmark narrowed it.
@@ -325,4 +326,4 @@ Status set_kernel_isa(const std::string& name) {
 
 std::string linear_kernels(kernels::LinearPrecision precision) { return std::string(kernels::linear_path(isa.load(), precision)); }
 
-}  // namespace numaserve::model
+}  // namespace numaserve::graph
