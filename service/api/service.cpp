@@ -53,14 +53,7 @@ Service::Service(Parts parts, std::vector<std::string> model_names)
       wake_worker_(std::move(parts.wake_worker)),
       request_id_prefix_("ns-" + std::to_string(getpid()) + "-"),
       metrics_(models_.names()),
-      batcher_(batching_of(config_, placement_),
-               [this](std::size_t slot, const features::Batch& batch, std::size_t requests) -> Result<std::vector<float>> {
-                 metrics_.observe_batch(batch.rows, requests);
-                 // Held by the batch's requests: it cannot be freed meanwhile.
-                 const lifecycle::HeldVersion version = models_.slot(slot);
-                 if (!version) return make_error(Error::Code::kInternal, "a batch's model version is gone");
-                 return version->model->forward(batch);
-               }),
+      batcher_(batching_of(config_, placement_)),
       readiness_(placement_.plan.workers.size(), config_.wait_for_group),
       warmup_left_(placement_.plan.workers.size(), 0),
       warm_queues_(placement_.plan.workers.size()) {}
@@ -218,15 +211,18 @@ struct Service::Pending {
 };
 
 void Service::enqueue(Call& call, lifecycle::HeldVersion version, features::Batch batch, Clock::time_point start, Encoder encode) {
-  const std::size_t slot = version->slot;
+  // The job holds its version too: a version is freed only once no queued
+  // batch can run on it.
+  std::shared_ptr<const batching::Forward> forward = version;
   auto pending = std::make_shared<Pending>(
       Pending{std::move(call.responder), call.route, call.request.protocol, std::move(version), start, std::move(encode)});
-  batcher_.submit(call.worker, batching::Job{slot, std::move(batch), call.request.deadline,
+  batcher_.submit(call.worker, batching::Job{std::move(forward), std::move(batch), call.request.deadline,
                                              [this, pending](batching::Outcome&& outcome) { complete(*pending, std::move(outcome)); }});
 }
 
 // On the worker that ran the forward (or refused the request for its age).
 void Service::complete(Pending& pending, batching::Outcome&& outcome) {
+  if (outcome.timing.first_of_batch) metrics_.observe_batch(outcome.timing.batch_items, outcome.timing.batch_requests);
   if (!outcome.scores) {  // 503: aged out in the queue; 504: past the caller's deadline; 500: the forward failed
     finish(pending.route, pending.responder, error_reply(outcome.scores.error(), pending.protocol));
     return;

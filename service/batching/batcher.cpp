@@ -34,7 +34,7 @@ struct alignas(64) Batcher::Worker {
   std::atomic<double> forward_seconds{0};
 };
 
-Batcher::Batcher(BatcherConfig config, ForwardFn forward) : config_(config), forward_(std::move(forward)) {
+Batcher::Batcher(BatcherConfig config) : config_(config) {
   for (std::size_t i = 0; i < std::max<std::size_t>(config_.workers, 1); ++i) {
     workers_.push_back(std::make_unique<Worker>());
   }
@@ -94,16 +94,16 @@ void Batcher::expire(Worker& w, Clock::time_point now, std::vector<Queued>& aged
   }
 }
 
-// Up to `most` requests of the front request's batch key, in order, within
+// Up to `most` requests of the front request's Forward, in order, within
 // max_batch_items rows; the front one always, however large.
 void Batcher::take(Worker& w, std::size_t most, std::vector<Queued>& out) const {
   auto& queue = w.queue;
   if (queue.empty()) return;
-  const std::size_t key = queue.front().job.batch_key;
+  const Forward* key = queue.front().job.forward.get();
   std::size_t rows = 0;
   for (auto it = queue.begin(); it != queue.end() && out.size() < most;) {
     const std::size_t r = it->job.batch.rows;
-    if (it->job.batch_key != key || (!out.empty() && rows + r > config_.max_batch_items)) {
+    if (it->job.forward.get() != key || (!out.empty() && rows + r > config_.max_batch_items)) {
       ++it;
       continue;
     }
@@ -168,7 +168,7 @@ Turn Batcher::run_turn(std::size_t worker) {
     expire(w, now, aged);
     if (!w.queue.empty() && config_.max_batch_delay.count() > 0) {
       std::size_t rows = 0;
-      for (const auto& q : w.queue) rows += q.job.batch_key == w.queue.front().job.batch_key ? q.job.batch.rows : 0;
+      for (const auto& q : w.queue) rows += q.job.forward == w.queue.front().job.forward ? q.job.batch.rows : 0;
       const auto start = w.queue.front().submitted + config_.max_batch_delay;
       if (rows < config_.max_batch_items && now < start) turn.wake_at = start;
     }
@@ -191,7 +191,7 @@ Turn Batcher::run_turn(std::size_t worker) {
     const auto waited = now - it->submitted;
     it->job.done(Outcome{make_error(Error::Code::kDeadlineExceeded,
                                     "deadline exceeded after " + millis(waited) + " in the queue; not run"),
-                         Timing{to_seconds(waited), 0, 0, 0}});
+                         Timing{to_seconds(waited), 0, 0, 0, false}});
     it = jobs.erase(it);
   }
   for (auto& q : aged) {
@@ -199,7 +199,7 @@ Turn Batcher::run_turn(std::size_t worker) {
     q.job.done(Outcome{make_error(Error::Code::kUnavailable, "overloaded: waited " + millis(waited) +
                                                                  " in the queue, longer than the limit of " +
                                                                  millis(config_.max_queue_delay)),
-                       Timing{to_seconds(waited), 0, 0, 0}});
+                       Timing{to_seconds(waited), 0, 0, 0, false}});
   }
   if (!jobs.empty()) run(w, jobs, stolen);
   turn.more_work = w.depth.load(std::memory_order_relaxed) != 0;
@@ -215,12 +215,13 @@ void Batcher::run(Worker& w, std::vector<Queued>& jobs, bool stolen) {
   std::size_t rows = 0;
   for (const auto& q : jobs) rows += q.job.batch.rows;
   Result<std::vector<float>> scores;
+  const Forward& forward = *jobs.front().job.forward;
   if (jobs.size() == 1) {
-    scores = forward_(jobs.front().job.batch_key, jobs.front().job.batch, 1);
+    scores = forward.run(jobs.front().job.batch);
   } else {
     std::vector<const features::Batch*> parts;
     for (const auto& q : jobs) parts.push_back(&q.job.batch);
-    scores = forward_(jobs.front().job.batch_key, features::concat(parts), jobs.size());
+    scores = forward.run(features::concat(parts));
   }
   const auto end = Clock::now();
   w.busy.store(false, std::memory_order_relaxed);
@@ -240,7 +241,7 @@ void Batcher::run(Worker& w, std::vector<Queued>& jobs, bool stolen) {
   std::size_t first = 0;
   for (auto& q : jobs) {
     Outcome outcome{Result<std::vector<float>>(),
-                    {to_seconds(start - q.submitted), to_seconds(end - start), rows, jobs.size()}};
+                    {to_seconds(start - q.submitted), to_seconds(end - start), rows, jobs.size(), &q == &jobs.front()}};
     if (scores) {
       const auto begin = scores->begin() + static_cast<std::ptrdiff_t>(first);
       outcome.scores = std::vector<float>(begin, begin + static_cast<std::ptrdiff_t>(q.job.batch.rows));

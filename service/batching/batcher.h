@@ -1,7 +1,7 @@
 #pragma once
 // The inference workers' batches. Each worker is an event loop
 // (http/server.h) that queues the requests it reads on its own connections;
-// once per turn of its loop it runs every queued request of one batch key as
+// once per turn of its loop it runs every queued request of one Forward as
 // one forward, up to max_batch_items rows. At low load a batch is one
 // request and nothing waits for a timer; under load batches grow by
 // themselves (max_batch_delay adds an opt-in wait). A worker's queue is
@@ -14,8 +14,10 @@
 // idle leaves them a share and names them to be woken. Only then does a
 // request cross threads; its completion tells the connection's own loop.
 //
-// Torch-free and transport-free: the forward is a function handed in, and
-// a request's completion a callback.
+// Torch-free and transport-free. The request path reads one way: a job
+// carries what runs it (a Forward: the service's model version), and its
+// completion hands the scores to whoever asked; nothing here calls back
+// into the service to find a model.
 
 #include <atomic>
 #include <chrono>
@@ -49,6 +51,7 @@ struct Timing {
   double forward_seconds = 0;  // the batch's forward
   std::size_t batch_items = 0;
   std::size_t batch_requests = 0;
+  bool first_of_batch = false;  // one job of each forward: a batch is counted once
 };
 
 struct Outcome {
@@ -56,10 +59,17 @@ struct Outcome {
   Timing timing;
 };
 
+// What a job's rows run on: one forward of every row batched with them.
+// Jobs of the same Forward (the same object) share batches, never another's:
+// a service's Forward is a model version, so a batch never mixes versions.
+class Forward {
+ public:
+  virtual ~Forward() = default;
+  virtual Result<std::vector<float>> run(const features::Batch& batch) const = 0;
+};
+
 struct Job {
-  // Jobs of one key run in one batch, never with another key's (the
-  // service's: a model version's slot, so a batch never mixes versions).
-  std::size_t batch_key = 0;
+  std::shared_ptr<const Forward> forward;  // held until the job is done
   features::Batch batch;
   // The caller's deadline (a gRPC call's): past it the job is refused
   // (kDeadlineExceeded), not run.
@@ -77,13 +87,9 @@ struct WorkerStats {
   std::size_t queued = 0;  // now
 };
 
-// Runs one batch of `batch_key`, joined from `requests` requests, on the calling worker.
-using ForwardFn =
-    std::function<Result<std::vector<float>>(std::size_t batch_key, const features::Batch& batch, std::size_t requests)>;
-
 class Batcher {
  public:
-  Batcher(BatcherConfig config, ForwardFn forward);
+  explicit Batcher(BatcherConfig config);
   ~Batcher();
   Batcher(const Batcher&) = delete;
   Batcher& operator=(const Batcher&) = delete;
@@ -119,7 +125,6 @@ class Batcher {
   void run(Worker& w, std::vector<Queued>& jobs, bool stolen);
 
   const BatcherConfig config_;
-  const ForwardFn forward_;
   std::vector<std::unique_ptr<Worker>> workers_;
 };
 

@@ -67,12 +67,6 @@ Result<HeldVersion> ModelTable::resolve(const std::optional<std::string>& name, 
                     "version");
 }
 
-HeldVersion ModelTable::slot(std::size_t slot) const {
-  std::shared_lock lock(mutex_);
-  const auto it = slots_.find(slot);
-  return it == slots_.end() ? nullptr : it->second.lock();
-}
-
 Result<std::shared_ptr<ServedVersion>> ModelTable::prepare(std::unique_ptr<api::Model> model) const {
   const features::ModelSpec& spec = model->spec();
   std::shared_lock lock(mutex_);
@@ -93,7 +87,6 @@ Result<std::shared_ptr<ServedVersion>> ModelTable::prepare(std::unique_ptr<api::
   out->name = spec.name;
   out->version = spec.version;
   out->model_index = static_cast<std::size_t>(at - names_.begin());
-  out->slot = next_slot_++;
   out->model = std::move(model);
   return out;
 }
@@ -103,8 +96,6 @@ void ModelTable::publish(HeldVersion version) {
   Entry& e = entries_[version->name];
   if (!e.contract) e.contract = version->model->spec();
   unloaded_.erase(version->name);  // it serves again: it counts for readiness
-  std::erase_if(slots_, [](const auto& slot) { return slot.second.expired(); });
-  slots_[version->slot] = version;
   e.versions[version->version] = std::move(version);
 }
 

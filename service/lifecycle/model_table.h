@@ -3,8 +3,9 @@
 // resolves its model and version once, at admission, and holds that version
 // (a shared pointer) until its reply is sent, so a switch never changes a
 // request under way and a version is freed only when its last request has
-// answered. The batcher keys batches by a version's slot, so a batch never
-// mixes versions.
+// answered. A version is what its requests' batches run on (a
+// batching::Forward): the batcher joins only jobs of the same version, so a
+// batch never mixes versions.
 //
 // Which versions exist is decided by whoever adds them (start-up, the
 // repository's manager); the table only holds what is ready, the labels
@@ -24,16 +25,18 @@
 #include <vector>
 
 #include "api/model.h"
+#include "batching/batcher.h"
 #include "numaserve/common/result.h"
 
 namespace numaserve::lifecycle {
 
-struct ServedVersion {
+struct ServedVersion final : batching::Forward {
   std::unique_ptr<api::Model> model;
   std::string name;     // model.spec().name
   std::string version;  // model.spec().version
   std::size_t model_index = 0;  // the name's place among the table's names (the feature store's index)
-  std::size_t slot = 0;         // unique per version ever prepared: the batches' key
+
+  Result<std::vector<float>> run(const features::Batch& batch) const override { return model->forward(batch); }
 };
 using HeldVersion = std::shared_ptr<const ServedVersion>;
 
@@ -52,8 +55,6 @@ class ModelTable {
   // it names: a number, a label, or empty for the default version. 404
   // naming "model" or "version" when there is none ready.
   Result<HeldVersion> resolve(const std::optional<std::string>& name, const std::string& version = {}) const;
-  // The version a batch was queued for; null once nothing holds it.
-  HeldVersion slot(std::size_t slot) const;
 
   // A version about to be served: its name must be one of names(), its
   // version not served already, its feature contract the first's. Not
@@ -92,9 +93,7 @@ class ModelTable {
   std::vector<std::string> names_;
   mutable std::shared_mutex mutex_;
   std::map<std::string, Entry> entries_;
-  std::map<std::size_t, std::weak_ptr<const ServedVersion>> slots_;
   std::set<std::string> unloaded_;
-  mutable std::atomic<std::size_t> next_slot_{0};
 };
 
 // Versions sort by number where both are numbers ("10" after "9"), else as text.

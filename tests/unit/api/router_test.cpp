@@ -219,15 +219,13 @@ TEST(ModelTable, RefusesAnUnknownNameATakenVersionAndAnotherFeatureContract) {
   bucketed.features.back().default_value = 42.0;
   EXPECT_NE(table.prepare(std::make_unique<FakeModel>(bucketed)).error().message.find("features." + bucketed.features.back().name),
             std::string::npos);
-  // Prepared is not served until published; its slot resolves once it is.
+  // Prepared is not served until published.
   auto same = fixture_spec();
   same.version = "4";
   auto prepared = table.prepare(std::make_unique<FakeModel>(same)).value();
   EXPECT_FALSE(table.resolve(std::nullopt, "4"));
-  EXPECT_EQ(table.slot(prepared->slot), nullptr);
   table.publish(prepared);
   EXPECT_EQ(table.resolve(std::nullopt, "4").value(), prepared);
-  EXPECT_EQ(table.slot(prepared->slot), prepared);
 }
 
 // What the table refuses at start is an error from Service::create, not an

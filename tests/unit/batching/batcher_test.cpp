@@ -1,7 +1,7 @@
 // The batcher driven turn by turn, as the workers' loops drive it, with a
-// plain function as the forward: what a turn joins, what it refuses, and
-// how idle workers take a share. The forward scores a row as twice its
-// value, so a mixed-up split shows.
+// test Forward: what a turn joins, what it refuses, and how idle workers
+// take a share. The forward scores a row as twice its value, so a mixed-up
+// split shows.
 #include "batching/batcher.h"
 
 #include <gtest/gtest.h>
@@ -20,17 +20,25 @@ features::Batch rows(std::initializer_list<float> values) {
   return b;
 }
 
-struct Forwards {
-  std::vector<std::pair<std::size_t, std::size_t>> calls;  // rows, requests
+// A Forward for the tests: runs `fn` on each batch and records its rows.
+struct TestForward final : Forward {
+  using Fn = std::function<Result<std::vector<float>>(const features::Batch&)>;
+  explicit TestForward(Fn f) : fn(std::move(f)) {}
+  Fn fn;
+  mutable std::vector<std::size_t> calls;  // rows per forward
+  Result<std::vector<float>> run(const features::Batch& b) const override {
+    calls.push_back(b.rows);
+    return fn(b);
+  }
 };
 
-ForwardFn doubling(Forwards& f) {
-  return [&f](std::size_t, const features::Batch& b, std::size_t requests) -> Result<std::vector<float>> {
-    f.calls.emplace_back(b.rows, requests);
+// Each row's score: twice its dense value.
+std::shared_ptr<TestForward> doubling() {
+  return std::make_shared<TestForward>([](const features::Batch& b) -> Result<std::vector<float>> {
     std::vector<float> out;
     for (float x : b.dense) out.push_back(2 * x);
     return out;
-  };
+  });
 }
 
 // What a job's completion saw.
@@ -38,8 +46,9 @@ struct Seen {
   std::optional<Outcome> outcome;
 };
 
-Job job(std::size_t key, features::Batch batch, Seen& seen, Clock::time_point deadline = Clock::time_point::max()) {
-  return Job{key, std::move(batch), deadline, [&seen](Outcome&& o) { seen.outcome = std::move(o); }};
+Job job(std::shared_ptr<const Forward> forward, features::Batch batch, Seen& seen,
+        Clock::time_point deadline = Clock::time_point::max()) {
+  return Job{std::move(forward), std::move(batch), deadline, [&seen](Outcome&& o) { seen.outcome = std::move(o); }};
 }
 
 BatcherConfig config(std::size_t workers = 1) {
@@ -49,80 +58,84 @@ BatcherConfig config(std::size_t workers = 1) {
 }
 
 TEST(Batcher, WhatArrivedTogetherRunsAsOneForwardAndEachGetsItsScores) {
-  Forwards f;
-  Batcher b(config(), doubling(f));
+  auto f = doubling();
+  Batcher b(config());
   Seen a, c, d;
-  b.submit(0, job(0, rows({1, 2, 3}), a));
-  b.submit(0, job(0, rows({10}), c));
-  b.submit(0, job(0, rows({20, 30}), d));
+  b.submit(0, job(f, rows({1, 2, 3}), a));
+  b.submit(0, job(f, rows({10}), c));
+  b.submit(0, job(f, rows({20, 30}), d));
   const Turn turn = b.run_turn(0);
-  ASSERT_EQ(f.calls.size(), 1u);
-  EXPECT_EQ(f.calls[0], (std::pair<std::size_t, std::size_t>{6, 3}));
+  ASSERT_EQ(f->calls.size(), 1u);
+  EXPECT_EQ(f->calls[0], 6u);
   ASSERT_TRUE(a.outcome && c.outcome && d.outcome);
   EXPECT_EQ(a.outcome->scores.value(), (std::vector<float>{2, 4, 6}));
   EXPECT_EQ(c.outcome->scores.value(), (std::vector<float>{20}));
   EXPECT_EQ(d.outcome->scores.value(), (std::vector<float>{40, 60}));
   EXPECT_EQ(a.outcome->timing.batch_requests, 3u);
+  // The batch is counted once, by its first request.
+  EXPECT_TRUE(a.outcome->timing.first_of_batch);
+  EXPECT_FALSE(c.outcome->timing.first_of_batch || d.outcome->timing.first_of_batch);
   EXPECT_EQ(a.outcome->timing.batch_items, 6u);
   EXPECT_FALSE(turn.more_work);
   EXPECT_FALSE(turn.wake_at);
 }
 
 TEST(Batcher, ATurnWithoutRequestsRunsNothing) {
-  Forwards f;
-  Batcher b(config(), doubling(f));
+  auto f = doubling();
+  Batcher b(config());
   const Turn turn = b.run_turn(0);
-  EXPECT_TRUE(f.calls.empty());
+  EXPECT_TRUE(f->calls.empty());
   EXPECT_FALSE(turn.more_work);
 }
 
 TEST(Batcher, BatchesStopAtMaxItemsAndTheRestRunsNextTurn) {
-  Forwards f;
+  auto f = doubling();
   auto c = config();
   c.max_batch_items = 4;
-  Batcher b(c, doubling(f));
+  Batcher b(c);
   Seen s1, s2, s3, big;
-  b.submit(0, job(0, rows({1, 2}), s1));
-  b.submit(0, job(0, rows({3, 4}), s2));
-  b.submit(0, job(0, rows({5}), s3));
+  b.submit(0, job(f, rows({1, 2}), s1));
+  b.submit(0, job(f, rows({3, 4}), s2));
+  b.submit(0, job(f, rows({5}), s3));
   EXPECT_TRUE(b.run_turn(0).more_work);
   EXPECT_FALSE(s3.outcome);
   EXPECT_FALSE(b.run_turn(0).more_work);
   ASSERT_TRUE(s3.outcome);
   EXPECT_EQ(s3.outcome->scores.value(), (std::vector<float>{10}));
   // A request larger than the limit runs, alone.
-  b.submit(0, job(0, rows({1, 1, 1, 1, 1, 1}), big));
+  b.submit(0, job(f, rows({1, 1, 1, 1, 1, 1}), big));
   b.run_turn(0);
-  EXPECT_EQ(f.calls, (std::vector<std::pair<std::size_t, std::size_t>>{{4, 2}, {1, 1}, {6, 1}}));
+  EXPECT_EQ(f->calls, (std::vector<std::size_t>{4, 1, 6}));
   ASSERT_TRUE(big.outcome);
   EXPECT_EQ(big.outcome->scores.value().size(), 6u);
 }
 
 TEST(Batcher, ModelsAreNeverMixedInOneForward) {
-  Forwards f;
-  Batcher b(config(), doubling(f));
+  auto f = doubling(), other_model = doubling();
+  Batcher b(config());
   Seen a, other, c;
-  b.submit(0, job(0, rows({1}), a));
-  b.submit(0, job(1, rows({2}), other));
-  b.submit(0, job(0, rows({3}), c));
+  b.submit(0, job(f, rows({1}), a));
+  b.submit(0, job(other_model, rows({2}), other));
+  b.submit(0, job(f, rows({3}), c));
   EXPECT_TRUE(b.run_turn(0).more_work);
   ASSERT_TRUE(a.outcome && c.outcome);
   EXPECT_FALSE(other.outcome);
   b.run_turn(0);
   ASSERT_TRUE(other.outcome);
   EXPECT_EQ(other.outcome->scores.value(), (std::vector<float>{4}));
-  EXPECT_EQ(f.calls.size(), 2u);
+  EXPECT_EQ(f->calls, (std::vector<std::size_t>{2}));
+  EXPECT_EQ(other_model->calls, (std::vector<std::size_t>{1}));
 }
 
 TEST(Batcher, AFullQueueIsRefusedBeforeAnythingIsParsed) {
-  Forwards f;
+  auto f = doubling();
   auto c = config(2);
   c.queue_capacity = 2;
-  Batcher b(c, doubling(f));
+  Batcher b(c);
   Seen s1, s2;
   EXPECT_TRUE(b.admit(0).has_value());
-  b.submit(0, job(0, rows({1}), s1));
-  b.submit(0, job(0, rows({1}), s2));
+  b.submit(0, job(f, rows({1}), s1));
+  b.submit(0, job(f, rows({1}), s2));
   const auto refused = b.admit(0);
   ASSERT_FALSE(refused.has_value());
   EXPECT_EQ(refused.error().code, Error::Code::kUnavailable);
@@ -134,19 +147,19 @@ TEST(Batcher, AFullQueueIsRefusedBeforeAnythingIsParsed) {
 }
 
 TEST(Batcher, RequestsOlderThanTheQueueDelayAreRefusedNotRun) {
-  Forwards f;
+  auto f = doubling();
   auto c = config();
   c.max_queue_delay = std::chrono::milliseconds(20);
-  Batcher b(c, doubling(f));
+  Batcher b(c);
   Seen old;
-  b.submit(0, job(0, rows({1}), old));
+  b.submit(0, job(f, rows({1}), old));
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
   // A worker whose oldest request is that stale takes no more.
   const auto refused = b.admit(0);
   ASSERT_FALSE(refused.has_value());
   EXPECT_NE(refused.error().message.find("has waited"), std::string::npos) << refused.error().message;
   b.run_turn(0);
-  EXPECT_TRUE(f.calls.empty());
+  EXPECT_TRUE(f->calls.empty());
   ASSERT_TRUE(old.outcome);
   ASSERT_FALSE(old.outcome->scores.has_value());
   EXPECT_EQ(old.outcome->scores.error().code, Error::Code::kUnavailable);
@@ -157,16 +170,17 @@ TEST(Batcher, RowsThatWouldOutlastTheQueueDelayAreRefusedAtOnce) {
   // A forward of 1 ms per row, a queue delay of 30 ms.
   auto c = config();
   c.max_queue_delay = std::chrono::milliseconds(30);
-  Batcher b(c, [](std::size_t, const features::Batch& batch, std::size_t) -> Result<std::vector<float>> {
+  auto f = std::make_shared<TestForward>([](const features::Batch& batch) -> Result<std::vector<float>> {
     std::this_thread::sleep_for(std::chrono::milliseconds(batch.rows));
     return std::vector<float>(batch.rows, 0);
   });
+  Batcher b(c);
   Seen first, ten, more;
-  b.submit(0, job(0, rows({1, 1, 1, 1, 1}), first));
+  b.submit(0, job(f, rows({1, 1, 1, 1, 1}), first));
   b.run_turn(0);  // the worker learns its speed
-  b.submit(0, job(0, rows({1, 1, 1, 1, 1, 1, 1, 1, 1, 1}), ten));
+  b.submit(0, job(f, rows({1, 1, 1, 1, 1, 1, 1, 1, 1, 1}), ten));
   EXPECT_TRUE(b.admit(0).has_value());  // ~10 ms of forwards ahead of it
-  b.submit(0, job(0, features::Batch{25, 1, std::vector<float>(25, 1), {}}, more));
+  b.submit(0, job(f, features::Batch{25, 1, std::vector<float>(25, 1), {}}, more));
   const auto refused = b.admit(0);  // ~35 ms ahead: more than it may wait
   ASSERT_FALSE(refused.has_value());
   EXPECT_NE(refused.error().message.find("35 rows queued"), std::string::npos) << refused.error().message;
@@ -176,12 +190,12 @@ TEST(Batcher, RowsThatWouldOutlastTheQueueDelayAreRefusedAtOnce) {
 // as exceeded and never run, while the rest of its batch runs; admission
 // refuses at once what the queue ahead would outlast, or a deadline gone.
 TEST(Batcher, RequestsPastTheirCallersDeadlineAreRefusedNotRun) {
-  Forwards f;
-  Batcher b(config(), doubling(f));
+  auto f = doubling();
+  Batcher b(config());
   Seen late, on_time;
   const auto now = Clock::now();
-  b.submit(0, job(0, rows({1}), late, now + std::chrono::milliseconds(5)));
-  b.submit(0, job(0, rows({2}), on_time, now + std::chrono::seconds(60)));
+  b.submit(0, job(f, rows({1}), late, now + std::chrono::milliseconds(5)));
+  b.submit(0, job(f, rows({2}), on_time, now + std::chrono::seconds(60)));
   std::this_thread::sleep_for(std::chrono::milliseconds(10));
   b.run_turn(0);
   ASSERT_TRUE(late.outcome && on_time.outcome);
@@ -189,8 +203,8 @@ TEST(Batcher, RequestsPastTheirCallersDeadlineAreRefusedNotRun) {
   EXPECT_EQ(late.outcome->scores.error().code, Error::Code::kDeadlineExceeded);
   ASSERT_TRUE(on_time.outcome->scores.has_value());
   EXPECT_EQ(*on_time.outcome->scores, std::vector<float>{4});
-  ASSERT_EQ(f.calls.size(), 1u);
-  EXPECT_EQ(f.calls[0].first, 1u);  // the late request's row never reached the forward
+  ASSERT_EQ(f->calls.size(), 1u);
+  EXPECT_EQ(f->calls[0], 1u);  // the late request's row never reached the forward
 
   const auto gone = b.admit(0, Clock::now() - std::chrono::milliseconds(1));
   ASSERT_FALSE(gone.has_value());
@@ -199,36 +213,36 @@ TEST(Batcher, RequestsPastTheirCallersDeadlineAreRefusedNotRun) {
 }
 
 TEST(Batcher, ABatchDelayWaitsForMoreUntilItsDeadline) {
-  Forwards f;
+  auto f = doubling();
   auto c = config();
   c.max_batch_delay = std::chrono::milliseconds(50);
-  Batcher b(c, doubling(f));
+  Batcher b(c);
   Seen s1, s2;
-  b.submit(0, job(0, rows({1}), s1));
+  b.submit(0, job(f, rows({1}), s1));
   const Turn first = b.run_turn(0);
   ASSERT_TRUE(first.wake_at);
-  EXPECT_TRUE(f.calls.empty());
-  b.submit(0, job(0, rows({2}), s2));
+  EXPECT_TRUE(f->calls.empty());
+  b.submit(0, job(f, rows({2}), s2));
   std::this_thread::sleep_until(*first.wake_at);
   b.run_turn(0);
-  EXPECT_EQ(f.calls, (std::vector<std::pair<std::size_t, std::size_t>>{{2, 2}}));
+  EXPECT_EQ(f->calls, (std::vector<std::size_t>{2}));
 }
 
 TEST(Batcher, AWorkerWithRequestsLeavesIdleWorkersAShareAndWakesThem) {
-  Forwards f;
-  Batcher b(config(3), doubling(f));
+  auto f = doubling();
+  Batcher b(config(3));
   // Workers 1 and 2 had a turn with nothing to do: idle.
   b.run_turn(1);
   b.run_turn(2);
   std::vector<Seen> seen(6);
-  for (std::size_t i = 0; i < seen.size(); ++i) b.submit(0, job(0, rows({static_cast<float>(i)}), seen[i]));
+  for (std::size_t i = 0; i < seen.size(); ++i) b.submit(0, job(f, rows({static_cast<float>(i)}), seen[i]));
   const Turn turn = b.run_turn(0);
   EXPECT_EQ(turn.wake_workers, (std::vector<std::size_t>{1, 2}));
   EXPECT_TRUE(turn.more_work);
-  EXPECT_EQ(f.calls.back(), (std::pair<std::size_t, std::size_t>{2, 2}));  // its third of six
+  EXPECT_EQ(f->calls.back(), 2u);  // its third of six
   b.run_turn(1);
   b.run_turn(2);
-  EXPECT_EQ(f.calls.size(), 3u);
+  EXPECT_EQ(f->calls.size(), 3u);
   for (std::size_t i = 0; i < seen.size(); ++i) {
     ASSERT_TRUE(seen[i].outcome) << i;
     EXPECT_EQ(seen[i].outcome->scores.value(), (std::vector<float>{2.0f * static_cast<float>(i)})) << i;
@@ -241,24 +255,24 @@ TEST(Batcher, AWorkerWithRequestsLeavesIdleWorkersAShareAndWakesThem) {
 }
 
 TEST(Batcher, WithoutIdleWorkersNothingIsShared) {
-  Forwards f;
-  Batcher b(config(2), doubling(f));
+  auto f = doubling();
+  Batcher b(config(2));
   std::vector<Seen> seen(4);
-  for (auto& s : seen) b.submit(0, job(0, rows({1}), s));
+  for (auto& s : seen) b.submit(0, job(f, rows({1}), s));
   const Turn turn = b.run_turn(0);  // worker 1 never had an empty turn
   EXPECT_TRUE(turn.wake_workers.empty());
-  EXPECT_EQ(f.calls, (std::vector<std::pair<std::size_t, std::size_t>>{{4, 4}}));
+  EXPECT_EQ(f->calls, (std::vector<std::size_t>{4}));
 }
 
 TEST(Batcher, AnIdleWorkerTakesHalfOfABusyWorkersQueue) {
-  Forwards f;
+  auto f = doubling();
   auto c = config(2);
   c.max_batch_items = 100;
-  Batcher b(c, doubling(f));
+  Batcher b(c);
   std::vector<Seen> seen(4);
-  for (auto& s : seen) b.submit(0, job(0, rows({1}), s));
+  for (auto& s : seen) b.submit(0, job(f, rows({1}), s));
   b.run_turn(1);  // worker 0 has not had its turn yet: worker 1 takes the older half
-  EXPECT_EQ(f.calls, (std::vector<std::pair<std::size_t, std::size_t>>{{2, 2}}));
+  EXPECT_EQ(f->calls, (std::vector<std::size_t>{2}));
   EXPECT_TRUE(seen[0].outcome && seen[1].outcome);
   EXPECT_EQ(b.stats()[1].stolen, 2u);
   // Worker 1 sleeps now: worker 0 runs one of the two left and leaves it the other.
@@ -269,12 +283,13 @@ TEST(Batcher, AnIdleWorkerTakesHalfOfABusyWorkersQueue) {
 }
 
 TEST(Batcher, AFailedForwardFailsEveryRequestOfItsBatch) {
-  Batcher b(config(), [](std::size_t, const features::Batch&, std::size_t) -> Result<std::vector<float>> {
+  auto f = std::make_shared<TestForward>([](const features::Batch&) -> Result<std::vector<float>> {
     return make_error(Error::Code::kInternal, "the model failed");
   });
+  Batcher b(config());
   Seen a, c;
-  b.submit(0, job(0, rows({1}), a));
-  b.submit(0, job(0, rows({2}), c));
+  b.submit(0, job(f, rows({1}), a));
+  b.submit(0, job(f, rows({2}), c));
   b.run_turn(0);
   ASSERT_TRUE(a.outcome && c.outcome);
   ASSERT_FALSE(a.outcome->scores.has_value());
@@ -284,11 +299,12 @@ TEST(Batcher, AFailedForwardFailsEveryRequestOfItsBatch) {
 }
 
 TEST(Batcher, AForwardReturningTheWrongNumberOfScoresIsAnInternalError) {
-  Batcher b(config(), [](std::size_t, const features::Batch&, std::size_t) -> Result<std::vector<float>> {
+  auto f = std::make_shared<TestForward>([](const features::Batch&) -> Result<std::vector<float>> {
     return std::vector<float>{1};
   });
+  Batcher b(config());
   Seen a;
-  b.submit(0, job(0, rows({1, 2}), a));
+  b.submit(0, job(f, rows({1, 2}), a));
   b.run_turn(0);
   ASSERT_TRUE(a.outcome);
   ASSERT_FALSE(a.outcome->scores.has_value());
