@@ -23,11 +23,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "api/grpc_codec.h"
-#include "api/predict_json.h"
-#include "api/v2_json.h"
-#include "feature_store/embedded.h"
 #include "bags.h"
+#include "codec/grpc_codec.h"
+#include "codec/predict_json.h"
+#include "codec/v2_json.h"
+#include "feature_store/embedded.h"
 #include "forward.h"
 #include "loadgen.h"
 #include "measure.h"
@@ -107,7 +107,7 @@ int run_stages(const StagesOptions& o) {
     for (std::size_t i = 0; Clock::now() < end; ++i) {
       const std::string& body = set->bodies[i % set->bodies.size()];
       const auto t0 = Clock::now();
-      auto request = numaserve::api::parse_predict_request(body, limits);
+      auto request = numaserve::codec::parse_predict_request(body, limits);
       const auto t1 = Clock::now();
       if (!request) return {{"error", request.error().message}};
       const auto stored = store->entities->query(request->features, &store->cache);
@@ -118,8 +118,8 @@ int run_stages(const StagesOptions& o) {
       auto scores = (*model)->forward(*batch);
       const auto t4 = Clock::now();
       if (!scores) return {{"error", scores.error().message}};
-      numaserve::api::PredictResponse response{spec.name, spec.version, "ns-1-" + std::to_string(i), std::move(*scores)};
-      const std::string text = numaserve::api::to_json(response);
+      numaserve::codec::PredictResponse response{spec.name, spec.version, "ns-1-" + std::to_string(i), std::move(*scores)};
+      const std::string text = numaserve::codec::to_json(response);
       const auto t5 = Clock::now();
       parse.push_back(micros(t0, t1));
       query.push_back(micros(t1, t2));
@@ -166,7 +166,7 @@ Status v2_infer_bodies(LoadOptions& o, RequestSet& set) {
     if (!batch) return tl::unexpected(batch.error());
     json inputs = json::array();
     std::string raw;
-    auto add = [&](const api::TensorSpec& t, const auto& values, std::vector<std::int64_t> shape) {
+    auto add = [&](const codec::TensorSpec& t, const auto& values, std::vector<std::int64_t> shape) {
       json input{{"name", t.name}, {"datatype", t.datatype}, {"shape", shape}};
       if (binary) {
         const std::size_t bytes = values.size() * sizeof(values[0]);
@@ -177,7 +177,7 @@ Status v2_infer_bodies(LoadOptions& o, RequestSet& set) {
       }
       inputs.push_back(std::move(input));
     };
-    const auto names = api::v2_inputs(*spec);
+    const auto names = codec::v2_inputs(*spec);
     add(names[0], batch->dense, {static_cast<std::int64_t>(batch->rows), static_cast<std::int64_t>(batch->dense_width)});
     for (std::size_t k = 0; k < batch->bags.size(); ++k) {
       const auto& bag = batch->bags[k];
@@ -224,9 +224,9 @@ int run_load(LoadOptions& o) {
   if (o.grpc) {
     if (o.config.rate > 0) return fail("--grpc: closed loop only (no --rate)");
     for (auto& body : set->bodies) {
-      auto request = api::parse_predict_request(body, api::RequestLimits{});
+      auto request = codec::parse_predict_request(body, api::RequestLimits{});
       if (!request) return fail(request.error().message);
-      body = api::grpc_codec::predict_message(*request);
+      body = codec::grpc::predict_message(*request);
     }
     o.config.path = "/numaserve.v1.Ranking/Predict";
   }

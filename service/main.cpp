@@ -2,13 +2,13 @@
 // tables of options/ (and model/'s demo_options); what each subcommand does
 // lives in its part: startup/ (serve, supervise), model/ (make-demo-models,
 // and the LibTorch runtime handed to start-up), http/probe (health),
-// feature_store/loader (feature-store load), api/extract_command (extract).
+// feature_store/loader (feature-store load), commands/extract (extract).
 #include <CLI/CLI.hpp>
 
 #include <csignal>
 #include <iostream>
 
-#include "api/extract_command.h"
+#include "commands/extract.h"
 #include "feature_store/loader.h"
 #include "http/probe.h"
 #include "model/demo_models.h"
@@ -52,8 +52,8 @@ int load_feature_store(const numaserve::feature_store::LoadConfig& config) {
   return 0;
 }
 
-int extract(const numaserve::api::ExtractConfig& config) {
-  if (auto done = numaserve::api::run_extract(config, std::cin, std::cout); !done) {
+int extract(const numaserve::commands::ExtractConfig& config) {
+  if (auto done = numaserve::commands::run_extract(config, std::cin, std::cout); !done) {
     std::cerr << kProgram << ": " << done.error().message << "\n";
     return 1;
   }
@@ -102,11 +102,11 @@ std::string precision_line(const numaserve::api::PrecisionReport& p) {
 // check-model --requests: the drift on real requests, in a ranking team's terms.
 int report_drift(const std::string& dir, const numaserve::options::CheckModelOptions& o,
                  const numaserve::model::LoadOptions& options) {
-  auto requests = numaserve::api::extract_requests({dir, o.feature_store.string()}, o.requests);
+  auto requests = numaserve::commands::extract_requests({dir, o.feature_store.string()}, o.requests);
   if (!requests) return report_error(requests.error());
   std::vector<std::vector<float>> labels;
   if (!o.labels.empty()) {
-    auto read = numaserve::api::read_labels(o.labels);
+    auto read = numaserve::commands::read_labels(o.labels);
     if (!read) return report_error(read.error());
     labels = std::move(*read);
   }
@@ -201,8 +201,8 @@ struct Cli {
   std::string check_dir;
   numaserve::options::CheckModelOptions check;
   numaserve::OptionTable check_table{numaserve::options::check_model_options(check)};
-  numaserve::api::ExtractConfig extract;
-  numaserve::OptionTable extract_table{numaserve::api::extract_options(extract)};
+  numaserve::commands::ExtractConfig extract;
+  numaserve::OptionTable extract_table{numaserve::commands::extract_options(extract)};
   CLI::App* serve_cmd = app.add_subcommand("serve", "Serve models over HTTP: POST /predict, KServe v2, /placement, /metrics");
   CLI::App* demo_cmd = app.add_subcommand("make-demo-models", "Write DIR/ranker_a, DIR/ranker_b and DIR/store.jsonl");
   CLI::App* health_cmd = app.add_subcommand("health", "GET a path of the running service on loopback; exit 0 on 200");

@@ -1,4 +1,4 @@
-"""The /predict body, read exactly as the service reads it (service/api/predict_json.cpp).
+"""The /predict body, read exactly as the service reads it (service/codec/predict_json.cpp).
 
     {"model"?: "ranker_a", "request_id"?: "r1",
      "user": {"id": "u1", "features"?: {...}},

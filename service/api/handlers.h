@@ -3,8 +3,8 @@
 // router.cpp maps methods and paths to them.
 
 #include "api/call.h"
-#include "api/predict_json.h"
 #include "api/service.h"
+#include "codec/predict_json.h"
 
 namespace numaserve::api {
 
@@ -12,8 +12,8 @@ namespace numaserve::api {
 // Ranking.Predict gRPC call's too).
 Answer predict(Service& service, Call& call);
 struct PredictCodec {
-  Result<PredictRequest> (*parse)(std::string_view body, const RequestLimits& limits);
-  http::Reply (*encode)(PredictResponse&& response);
+  Result<codec::PredictRequest> (*parse)(std::string_view body, const RequestLimits& limits);
+  http::Reply (*encode)(codec::PredictResponse&& response);
 };
 Answer predict_with(Service& service, Call& call, const PredictCodec& codec);
 

@@ -17,7 +17,7 @@
 // The same way for /predict's JSON and the Ranking.Predict gRPC call's
 // protobuf: only the codec differs.
 #include "api/handlers.h"
-#include "api/predict_json.h"
+#include "codec/predict_json.h"
 #include "numaserve/common/duration.h"
 
 namespace numaserve::api {
@@ -30,7 +30,7 @@ using Clock = batching::Clock;
 struct Prediction {
   Call call;
   const PredictCodec* codec;
-  PredictRequest request;
+  codec::PredictRequest request;
   lifecycle::HeldVersion version;
   Clock::time_point start, fetch_start;
 };
@@ -48,15 +48,15 @@ Answer extract_and_enqueue(Service& service, Prediction& p, Result<feature_store
 
   auto encode = [codec = p.codec, version = p.version.get(),
                  id = service.request_id(std::move(p.request.request_id))](std::vector<float>&& scores) {
-    return codec->encode(PredictResponse{version->name, version->version, id, std::move(scores)});
+    return codec->encode(codec::PredictResponse{version->name, version->version, id, std::move(scores)});
   };
   service.enqueue(p.call, p.version, std::move(*batch), p.start, std::move(encode));
   return std::nullopt;
 }
 
-const PredictCodec kJsonCodec{&parse_predict_request, [](PredictResponse&& response) {
+const PredictCodec kJsonCodec{&codec::parse_predict_request, [](codec::PredictResponse&& response) {
                                  http::Reply reply;
-                                 reply.body = to_json(response);
+                                 reply.body = codec::to_json(response);
                                  return reply;
                                }};
 

@@ -8,9 +8,9 @@
 
 #include <memory>
 
-#include "api/errors.h"
-#include "api/grpc_codec.h"
 #include "api/handlers.h"
+#include "codec/errors.h"
+#include "codec/grpc_codec.h"
 #include "repository/repository.h"
 
 namespace numaserve::api {
@@ -58,13 +58,13 @@ Answer act(Service& service, Call& call, const std::string& model, Action action
     } else {
       ok = json_reply(200, "{}");
     }
-    service.finish(route, *responder, done ? std::move(ok) : error_reply(done.error(), protocol));
+    service.finish(route, *responder, done ? std::move(ok) : codec::error_reply(done.error(), protocol));
   });
   return std::nullopt;
 }
 
 Answer grpc_act(Service& service, Call& call, Action action) {
-  auto model = grpc_codec::parse_repository_model(call.request.body);
+  auto model = codec::grpc::parse_repository_model(call.request.body);
   if (!model) return tl::unexpected(model.error());
   return act(service, call, *model, action);
 }
@@ -103,13 +103,13 @@ Answer repository_unload(Service& service, Call& call) {
 }
 
 Answer grpc_repository_index(Service& service, Call& call) {
-  const auto only_ready = grpc_codec::parse_repository_index(call.request.body);
+  const auto only_ready = codec::grpc::parse_repository_index(call.request.body);
   if (!only_ready) return tl::unexpected(only_ready.error());
   const auto entries = listed(service, *only_ready);
   if (!entries) return tl::unexpected(entries.error());
   http::Reply reply;
   reply.grpc_status = 0;
-  reply.body = grpc_codec::repository_index_reply(*entries);
+  reply.body = codec::grpc::repository_index_reply(*entries);
   return reply;
 }
 Answer grpc_repository_load(Service& service, Call& call) { return grpc_act(service, call, &lifecycle::RepositoryControl::load); }

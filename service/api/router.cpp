@@ -6,8 +6,8 @@
 
 #include <string_view>
 
-#include "api/errors.h"
 #include "api/handlers.h"
+#include "codec/errors.h"
 #include "http/grpc_wire.h"
 
 namespace numaserve::api {
@@ -123,7 +123,7 @@ void respond(Service& service, Call& call, const std::function<Answer()>& handle
   }();
   if (answer && !*answer) return;  // the route answers later, when its batch has run
   service.finish(call.route, call.responder,
-                 answer ? std::move(**answer) : error_reply(answer.error(), call.request.protocol));
+                 answer ? std::move(**answer) : codec::error_reply(answer.error(), call.request.protocol));
 }
 
 void Router::on_request(std::size_t worker, http::Request&& request, http::Responder responder) {
@@ -149,7 +149,7 @@ void Router::on_request(std::size_t worker, http::Request&& request, http::Respo
     return;
   }
   if (allow.empty()) return no_route(call, elsewhere);
-  auto reply = error_reply(Error{Error::Code::kNotAllowed,
+  auto reply = codec::error_reply(Error{Error::Code::kNotAllowed,
                                  call.request.method + " not allowed on " + call.request.path + "; use " + allow, "method"});
   reply.headers.emplace_back("Allow", allow);
   service_.finish(call.route, call.responder, std::move(reply));
@@ -179,13 +179,13 @@ void Router::grpc_call(Call& call) {
 void Router::no_route(Call& call, bool elsewhere) {
   call.route = "other";
   service_.finish(call.route, call.responder,
-                  error_reply(Error{Error::Code::kNotFound,
+                  codec::error_reply(Error{Error::Code::kNotFound,
                                     "no route " + call.request.method + " " + call.request.path + elsewhere_note(call, elsewhere),
                                     "path"}));
 }
 
 http::Reply Router::refusal(int status, const std::string& message, const std::string& field) const {
-  return status_reply(status, Error{Error::Code::kInvalidArgument, message, field});
+  return codec::status_reply(status, Error{Error::Code::kInvalidArgument, message, field});
 }
 
 }  // namespace numaserve::api

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "api/errors.h"
+#include "codec/errors.h"
 #include "http/grpc_wire.h"
 #include "numaserve/common/duration.h"
 
@@ -224,7 +224,7 @@ void Service::enqueue(Call& call, lifecycle::HeldVersion version, features::Batc
 void Service::complete(Pending& pending, batching::Outcome&& outcome) {
   if (outcome.timing.first_of_batch) metrics_.observe_batch(outcome.timing.batch_items, outcome.timing.batch_requests);
   if (!outcome.scores) {  // 503: aged out in the queue; 504: past the caller's deadline; 500: the forward failed
-    finish(pending.route, pending.responder, error_reply(outcome.scores.error(), pending.protocol));
+    finish(pending.route, pending.responder, codec::error_reply(outcome.scores.error(), pending.protocol));
     return;
   }
   const std::string& name = pending.version->name;

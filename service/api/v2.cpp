@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/handlers.h"
-#include "api/v2_json.h"
+#include "codec/v2_json.h"
 #include "numaserve/common/duration.h"
 
 namespace numaserve::api {
@@ -38,7 +38,7 @@ http::Reply json_reply(int status, std::string body) {
 
 }  // namespace
 
-Answer v2_server(Service& service, Call&) { return json_reply(200, v2_server_metadata(service.config().version)); }
+Answer v2_server(Service& service, Call&) { return json_reply(200, codec::v2_server_metadata(service.config().version)); }
 
 Answer v2_live(Service&, Call&) { return json_reply(200, R"({"live":true})"); }
 
@@ -52,7 +52,7 @@ Answer v2_model(Service& service, Call& call) {
   if (!version) return tl::unexpected(version.error());
   std::vector<std::string> served;
   for (const auto& v : service.models().versions((*version)->name)) served.push_back(v->version);
-  return json_reply(200, v2_model_metadata((*version)->model->spec(), served));
+  return json_reply(200, codec::v2_model_metadata((*version)->model->spec(), served));
 }
 
 Answer v2_model_ready(Service& service, Call& call) {
@@ -71,12 +71,12 @@ Answer v2_infer(Service& service, Call& call) {
   const features::ModelSpec& spec = (*version)->model->spec();
   auto json_length = binary_header_length(call.request);
   if (!json_length) return tl::unexpected(json_length.error());
-  auto parsed = parse_infer_request(call.request.body, *json_length, spec, service.config().limits);
+  auto parsed = codec::parse_infer_request(call.request.body, *json_length, spec, service.config().limits);
   if (!parsed) return tl::unexpected(parsed.error());
   // As /predict's parse stage: what reading the tensors cost, JSON or binary.
   service.metrics().observe(metrics::Stage::kParse, spec.name, to_seconds(batching::Clock::now() - start));
   auto encode = [&spec, id = std::move(parsed->id), binary = parsed->binary_output](std::vector<float>&& scores) {
-    auto encoded = v2_infer_response(spec, id, scores, binary);
+    auto encoded = codec::v2_infer_response(spec, id, scores, binary);
     http::Reply reply = json_reply(200, std::move(encoded.body));
     if (encoded.json_length) {
       reply.content_type = "application/octet-stream";

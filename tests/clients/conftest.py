@@ -139,7 +139,7 @@ def kserve_inputs(metadata, tensors, binary_data):
 def stubs(tmp_path_factory):
     """The repository's ranking.proto and health.proto, compiled for Python."""
     out = tmp_path_factory.mktemp("stubs")
-    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{ROOT / 'service/api/proto'}",
+    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{ROOT / 'service/codec/proto'}",
                     f"--python_out={out}", f"--grpc_python_out={out}", "ranking.proto", "health.proto"],
                    check=True, timeout=60)
     sys.path.insert(0, str(out))

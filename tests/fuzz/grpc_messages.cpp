@@ -12,8 +12,8 @@
 
 #include <google/protobuf/stubs/logging.h>
 
-#include "api/grpc_codec.h"
-#include "api/predict_proto.h"
+#include "codec/grpc_codec.h"
+#include "codec/predict_proto.h"
 #include "fixture_spec.h"
 #include "fuzz.h"
 #include "http/grpc_wire.h"
@@ -56,7 +56,7 @@ void encode(std::string_view message) {
 
 // The reference for predict_proto.cpp: protobuf's generated parser, its
 // message then read into the API's types under the same rules.
-Result<api::PredictRequest> reference(std::string_view message, const api::RequestLimits& limits) {
+Result<codec::PredictRequest> reference(std::string_view message, const api::RequestLimits& limits) {
   numaserve::v1::PredictRequest in;
   if (!in.ParseFromArray(message.data(), static_cast<int>(message.size()))) return fail("message");
   auto read_features = [&limits](const google::protobuf::Map<std::string, numaserve::v1::FeatureValue>& map)
@@ -85,7 +85,7 @@ Result<api::PredictRequest> reference(std::string_view message, const api::Reque
     if (!features) return tl::unexpected(features.error());
     return features::Entity{entity.id(), std::move(*features)};
   };
-  api::PredictRequest out;
+  codec::PredictRequest out;
   if (!in.model().empty()) out.model = in.model();
   out.version = in.version();
   out.request_id = in.request_id();
@@ -113,7 +113,7 @@ void predict(std::string_view message) {
   limits.max_items = 64;
   limits.max_features_per_entity = 8;
   limits.max_list_length = 8;
-  const auto request = api::parse_predict_proto(message, limits);
+  const auto request = codec::parse_predict_proto(message, limits);
   const auto expected = reference(message, limits);
   FUZZ_CHECK(request.has_value() == expected.has_value(), "taken by %s only",
              request ? "predict_proto" : "protobuf's parser");
@@ -132,14 +132,14 @@ void predict(std::string_view message) {
 }
 
 void infer(std::string_view message) {
-  auto call = api::grpc_codec::parse_model_infer(message);
+  auto call = codec::grpc::parse_model_infer(message);
   if (!call) {
     FUZZ_CHECK(!call.error().field.empty(), "refused without a field: %s", call.error().message.c_str());
     return;
   }
   api::RequestLimits limits;
   limits.max_items = 64;
-  const auto batch = api::read_inputs(call->inputs, fuzz::fixture_spec(), limits);
+  const auto batch = codec::read_inputs(call->inputs, fuzz::fixture_spec(), limits);
   if (!batch) {
     FUZZ_CHECK(!batch.error().field.empty(), "refused without a field: %s", batch.error().message.c_str());
     return;

@@ -7,7 +7,7 @@
 // data (Triton's extension) as well as JSON ones.
 #include <optional>
 
-#include "api/v2_json.h"
+#include "codec/v2_json.h"
 #include "fixture_spec.h"
 #include "fuzz.h"
 
@@ -25,7 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     data += 2;
     size -= 2;
   }
-  const auto parsed = api::parse_infer_request(fuzz::text(data, size), json_length, model, limits);
+  const auto parsed = codec::parse_infer_request(fuzz::text(data, size), json_length, model, limits);
   if (!parsed) {
     FUZZ_CHECK(!parsed.error().field.empty(), "refused without a field: %s", parsed.error().message.c_str());
     return 0;

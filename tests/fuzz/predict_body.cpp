@@ -5,8 +5,8 @@
 // and doubles, and bytes after a NUL (nlohmann stops there).
 #include <nlohmann/json.hpp>
 
+#include "codec/predict_json.h"
 #include "fuzz.h"
-#include "api/predict_json.h"
 
 using namespace numaserve;
 
@@ -16,7 +16,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   limits.max_items = 20;
   limits.max_features_per_entity = 8;
   limits.max_list_length = 8;
-  const auto parsed = api::parse_predict_request(body, limits);
+  const auto parsed = codec::parse_predict_request(body, limits);
   if (parsed) {
     const auto& r = parsed->features;
     FUZZ_CHECK(!r.items.empty() && r.items.size() <= limits.max_items, "%zu items", r.items.size());

@@ -9,12 +9,12 @@
 #include <random>
 #include <thread>
 
+#include "codec/predict_json.h"
 #include "demo_dir.h"
 #include "feature_store/embedded.h"
 #include "graph/kernel_path.h"
-#include "model/model.h"
-#include "api/predict_json.h"
 #include "http/server.h"
+#include "model/model.h"
 #include "numaserve/common/topology.h"
 
 namespace numaserve::api {
@@ -121,7 +121,7 @@ TEST(Predict, ScoresEqualADirectForwardOnTheSameTensors) {
   EXPECT_EQ(body["model_version"], "1");
   EXPECT_EQ(body["request_id"], "r-1");
 
-  auto request = api::parse_predict_request(kPredict, {});
+  auto request = codec::parse_predict_request(kPredict, {});
   ASSERT_TRUE(request.has_value());
   auto direct = model::TorchModel::load(demo_dir() / "ranker_a");
   auto store = feature_store::Entities::load(demo_dir() / "store.jsonl");
@@ -179,7 +179,7 @@ TEST(AdminPort, OperatorsReadMetricsAndPlacementThereAndClientsCannot) {
 
 TEST(V2, InferOnExtractedTensorsEqualsPredict) {
   auto client = shared().client();
-  auto request = api::parse_predict_request(kPredict, {});
+  auto request = codec::parse_predict_request(kPredict, {});
   auto direct = model::TorchModel::load(demo_dir() / "ranker_a");
   auto store = feature_store::Entities::load(demo_dir() / "store.jsonl");
   const auto& spec = (*direct)->spec();

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <string>
 
-#include "api/predict_json.h"
+#include "codec/predict_json.h"
 #include "feature_store/embedded.h"
 #include "model/model.h"
 #include "reload_support.h"
@@ -124,7 +124,7 @@ TEST(Reload, AModelAddedAfterStartIsServedAndARemovedOneUnloaded) {
   auto model = model::TorchModel::load(ranker_b).value();
   const auto entities = feature_store::Entities::load(demo().store).value();
   const std::string body = R"({"model": "ranker_b", "user": {"id": "u3"}, "items": [{"id": "i5"}, {"id": "i17"}, {"id": "i150"}]})";
-  const auto request = api::parse_predict_request(body, {}).value();
+  const auto request = codec::parse_predict_request(body, {}).value();
   const auto want = model->forward(feature_store::extract(model->spec(), request.features, *entities).value()).value();
   auto predict = [&] { return service.data().Post("/predict", body, "application/json"); };
   auto r = predict();

@@ -14,7 +14,7 @@
 #include <regex>
 #include <thread>
 
-#include "api/predict_json.h"
+#include "codec/predict_json.h"
 #include "feature_store/embedded.h"
 #include "model/demo_models.h"
 #include "model/model.h"
@@ -40,7 +40,7 @@ Expected expected_scores(std::size_t count) {
   for (const auto& [version, dir] : {std::pair{"1", demo().one}, std::pair{"2", demo().two}}) {
     auto model = model::TorchModel::load(dir).value();
     for (const auto& body : e.bodies) {
-      const auto request = api::parse_predict_request(body, {}).value();
+      const auto request = codec::parse_predict_request(body, {}).value();
       const auto batch = feature_store::extract(model->spec(), request.features, *entities).value();
       e.scores[version].push_back(model->forward(batch).value());
     }

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "api/predict_json.h"
+#include "codec/predict_json.h"
 #include "fake_model.h"
 #include "feature_store/embedded.h"
 #include "fixture_paths.h"
@@ -139,14 +139,14 @@ TEST(Router, PredictScoresTheRowsExtractionBuildsInRequestOrder) {
   EXPECT_EQ(body["model"], h.model().spec().name);
   EXPECT_EQ(body["model_version"], h.model().spec().version);
   EXPECT_EQ(body["request_id"], "r-1");
-  const auto request = parse_predict_request(kPredict, {}).value();
+  const auto request = codec::parse_predict_request(kPredict, {}).value();
   const auto expected = FakeModel::scores(feature_store::extract(h.model().spec(), request.features, h.entities()).value());
   EXPECT_EQ(body["scores"].get<std::vector<float>>(), expected);
 }
 
 TEST(Router, ARequestIsScoredByTheVersionItNamesOrTheLatest) {
   Harness h({.versions = {"2", "10"}});
-  const auto request = parse_predict_request(kPredict, {}).value();
+  const auto request = codec::parse_predict_request(kPredict, {}).value();
   const auto rows = FakeModel::scores(feature_store::extract(h.model().spec(), request.features, h.entities()).value());
   auto scored = [&](const std::string& version, float offset) {
     std::string body = kPredict;

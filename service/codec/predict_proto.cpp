@@ -1,4 +1,4 @@
-#include "api/predict_proto.h"
+#include "codec/predict_proto.h"
 
 #include <algorithm>
 #include <array>
@@ -10,7 +10,7 @@
 #include <variant>
 #include <vector>
 
-namespace numaserve::api {
+namespace numaserve::codec {
 namespace {
 
 // protobuf's default recursion limit: messages and groups nested deeper
@@ -157,7 +157,7 @@ struct FeatureMap {
   }
 
   // The features as /predict's JSON would have them, within the same limits.
-  Result<features::Features> take(const Where& where, const RequestLimits& limits) {
+  Result<features::Features> take(const Where& where, const api::RequestLimits& limits) {
     if (overflowed || values.size() + unset.size() > limits.max_features_per_entity) {
       return bad(where.str(), "more than " + std::to_string(limits.max_features_per_entity) +
                                   " features; the limit is " + std::to_string(limits.max_features_per_entity));
@@ -178,7 +178,7 @@ struct FeatureMap {
 
 class Decoder {
  public:
-  Decoder(std::string_view message, const RequestLimits& limits)
+  Decoder(std::string_view message, const api::RequestLimits& limits)
       : begin_(message.data()), end_(message.data() + message.size()), limits_(limits) {}
 
   Result<PredictRequest> run() {
@@ -387,7 +387,7 @@ class Decoder {
 
   const char* begin_;
   const char* end_;
-  const RequestLimits& limits_;
+  const api::RequestLimits& limits_;
   FeatureMap user_, context_;
   const char* failed_at_ = nullptr;
   const char* why_ = "";
@@ -395,8 +395,8 @@ class Decoder {
 
 }  // namespace
 
-Result<PredictRequest> parse_predict_proto(std::string_view message, const RequestLimits& limits) {
+Result<PredictRequest> parse_predict_proto(std::string_view message, const api::RequestLimits& limits) {
   return Decoder(message, limits).run();
 }
 
-}  // namespace numaserve::api
+}  // namespace numaserve::codec

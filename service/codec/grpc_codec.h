@@ -8,17 +8,17 @@
 #include <string_view>
 #include <vector>
 
-#include "api/predict_json.h"
-#include "api/v2_json.h"
-#include "http/message.h"
+#include "codec/predict_json.h"
+#include "codec/v2_json.h"
 #include "features/model_spec.h"
+#include "http/message.h"
 #include "numaserve/common/result.h"
 
 namespace numaserve::lifecycle {
 struct RepositoryEntry;  // lifecycle/control.h
 }
 
-namespace numaserve::api::grpc_codec {
+namespace numaserve::codec::grpc {
 
 // numaserve.v1.Ranking/Predict (its request is read by predict_proto.h)
 http::Reply predict_reply(PredictResponse&& response);
@@ -55,4 +55,4 @@ Result<InferCall> parse_model_infer(std::string_view message);
 // The scores as raw_output_contents, as Triton's server sends them.
 std::string model_infer_reply(const features::ModelSpec& model, const std::string& id, const std::vector<float>& scores);
 
-}  // namespace numaserve::api::grpc_codec
+}  // namespace numaserve::codec::grpc

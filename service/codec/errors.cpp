@@ -1,9 +1,9 @@
-#include "api/errors.h"
+#include "codec/errors.h"
 
-#include "api/predict_json.h"
+#include "codec/predict_json.h"
 #include "http/grpc_wire.h"
 
-namespace numaserve::api {
+namespace numaserve::codec {
 
 int http_status(Error::Code code) {
   switch (code) {
@@ -53,4 +53,4 @@ http::Reply error_reply(const Error& error, http::Protocol protocol) {
   return reply;
 }
 
-}  // namespace numaserve::api
+}  // namespace numaserve::codec

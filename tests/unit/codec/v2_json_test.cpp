@@ -1,4 +1,4 @@
-#include "api/v2_json.h"
+#include "codec/v2_json.h"
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 
 #include <limits>
 
-namespace numaserve::api {
+namespace numaserve::codec {
 namespace {
 
 using nlohmann::json;
@@ -177,7 +177,7 @@ TEST(V2, BadBinaryTensorDataNamesTheField) {
 }
 
 TEST(V2, ElementCountsAreBoundedBeforeAllocating) {
-  RequestLimits limits;
+  api::RequestLimits limits;
   limits.max_items = 4;
   auto parsed = parse_infer_request(request({1, 2}, {3}, {0, 0}, {1000000000, 1}).dump(), std::nullopt, spec(), limits);
   ASSERT_FALSE(parsed.has_value());
@@ -204,4 +204,4 @@ TEST(V2, ResponseCarriesTheScores) {
 }
 
 }  // namespace
-}  // namespace numaserve::api
+}  // namespace numaserve::codec

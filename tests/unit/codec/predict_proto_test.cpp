@@ -2,16 +2,16 @@
 // generated code writes reads back the same, protobuf's merge and skip
 // rules hold, and every refusal names its field. The fuzz target
 // grpc_messages checks it against the generated parser on arbitrary bytes.
-#include "api/predict_proto.h"
+#include "codec/predict_proto.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <limits>
 
-#include "api/grpc_codec.h"
+#include "codec/grpc_codec.h"
 
-namespace numaserve::api {
+namespace numaserve::codec {
 namespace {
 
 // The wire, written by hand for what the generated code would never write.
@@ -35,12 +35,12 @@ std::string feature(const std::string& key, const std::string& value) { return b
 // PredictRequest: model 1, version 2, request_id 3, user 4, context 5 (entries), items 6.
 std::string minimal() { return bytes(4, entity("u")) + bytes(6, entity("i1")); }
 
-Result<PredictRequest> parse(const std::string& message, RequestLimits limits = {}) {
+Result<PredictRequest> parse(const std::string& message, api::RequestLimits limits = {}) {
   return parse_predict_proto(message, limits);
 }
 
 void expect_refused(const std::string& message, const std::string& field, const std::string& says = "",
-                    RequestLimits limits = {}) {
+                    api::RequestLimits limits = {}) {
   const auto got = parse(message, limits);
   ASSERT_FALSE(got) << "taken";
   EXPECT_EQ(got.error().field, field) << got.error().message;
@@ -56,7 +56,7 @@ TEST(PredictProto, ReadsBackWhatProtobufWrites) {
   request.features.context = {{"hour", 9.0}, {"device", std::string("ios")}, {"empty", std::vector<std::string>{}}};
   request.features.items = {{"i1", {}}, {"i7", {{"price", -0.25}}}, {"ü-ß", {{"tags", std::vector<std::string>{"a", ""}}}}};
   for (int k = 0; k < 200; ++k) request.features.items.push_back({"item-" + std::to_string(k), {}});
-  const auto got = parse(grpc_codec::predict_message(request));
+  const auto got = parse(grpc::predict_message(request));
   ASSERT_TRUE(got) << got.error().message;
   EXPECT_EQ(got->model, request.model);
   EXPECT_EQ(got->version, "stable");
@@ -136,7 +136,7 @@ TEST(PredictProto, RefusalsNameTheirFieldAsThePredictJsonOnesDo) {
   expect_refused(minimal() + bytes(5, entry("hour", "")), "context.hour", "a number, an id or a list");
   EXPECT_TRUE(parse(minimal() + bytes(5, entry("hour", "")) + bytes(5, entry("hour", number(1, 9)))))
       << "a key's later entry replaces a valueless one";
-  RequestLimits limits;
+  api::RequestLimits limits;
   limits.max_items = 2;
   limits.max_features_per_entity = 1;
   limits.max_list_length = 1;
@@ -164,4 +164,4 @@ TEST(PredictProto, MessagesFarPastTheLimitsAreRefusedWithoutKeepingThem) {
 }
 
 }  // namespace
-}  // namespace numaserve::api
+}  // namespace numaserve::codec

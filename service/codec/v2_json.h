@@ -19,12 +19,12 @@
 #include <string_view>
 #include <vector>
 
+#include "codec/predict_json.h"
 #include "features/extract.h"
 #include "features/model_spec.h"
-#include "api/predict_json.h"
 #include "numaserve/common/result.h"
 
-namespace numaserve::api {
+namespace numaserve::codec {
 
 // One input tensor as a codec read it. Its data are little-endian elements
 // of its datatype, whichever way they came: JSON values converted, Triton's
@@ -45,7 +45,7 @@ std::size_t element_size(std::string_view datatype);
 // table; and reads them into the model's batch. Errors name the field:
 // "inputs[2].data[7]: index 5000 outside table 'tag' (rows 0..4999)".
 Result<features::Batch> read_inputs(std::vector<InputTensor>& inputs, const features::ModelSpec& model,
-                                    const RequestLimits& limits);
+                                    const api::RequestLimits& limits);
 
 struct InferRequest {
   std::string id;
@@ -75,7 +75,7 @@ std::string v2_model_metadata(const features::ModelSpec& model, const std::vecto
 // bytes of JSON, then each input's data whose parameters say
 // binary_data_size, in the inputs' order.
 Result<InferRequest> parse_infer_request(std::string_view body, std::optional<std::size_t> json_length,
-                                         const features::ModelSpec& model, const RequestLimits& limits);
+                                         const features::ModelSpec& model, const api::RequestLimits& limits);
 
 struct InferReply {
   std::string body;
@@ -84,4 +84,4 @@ struct InferReply {
 InferReply v2_infer_response(const features::ModelSpec& model, const std::string& id, const std::vector<float>& scores,
                              bool binary_output = false);
 
-}  // namespace numaserve::api
+}  // namespace numaserve::codec

@@ -1,4 +1,4 @@
-#include "api/predict_json.h"
+#include "codec/predict_json.h"
 
 #include <nlohmann/json.hpp>
 #include <simdjson.h>
@@ -8,7 +8,7 @@
 #include <cmath>
 #include <optional>
 
-namespace numaserve::api {
+namespace numaserve::codec {
 namespace {
 
 using nlohmann::json;
@@ -24,7 +24,7 @@ Error bad(const std::string& field, const std::string& message) {
 // on sight, and items over the limit are counted without being read.
 class RequestReader {
  public:
-  explicit RequestReader(const RequestLimits& limits) : limits_(limits) {}
+  explicit RequestReader(const api::RequestLimits& limits) : limits_(limits) {}
 
   Result<PredictRequest> finish() {
     if (error_) return tl::unexpected(std::move(*error_));
@@ -248,7 +248,7 @@ class RequestReader {
     stack_.push_back(std::move(f));
   }
 
-  const RequestLimits& limits_;
+  const api::RequestLimits& limits_;
   PredictRequest out_;
   std::vector<Frame> stack_;
   std::optional<Error> error_;
@@ -313,7 +313,7 @@ std::string member_field(std::string_view parent, std::string_view key) {
   return std::string(parent) + "[" + json(std::string(key)).dump() + "]";
 }
 
-Result<PredictRequest> parse_predict_request(std::string_view body, const RequestLimits& limits) {
+Result<PredictRequest> parse_predict_request(std::string_view body, const api::RequestLimits& limits) {
   // simdjson parses the body several times faster than nlohmann's lexer
   // (4 vs 16 us for 200 items), and validates all of it before the walk:
   // a syntax error anywhere is reported as one, never as a schema error.
@@ -376,4 +376,4 @@ std::string error_json(const Error& error) {
   return body.dump();
 }
 
-}  // namespace numaserve::api
+}  // namespace numaserve::codec

@@ -1,4 +1,4 @@
-#include "api/extract_command.h"
+#include "commands/extract.h"
 
 #include <fstream>
 #include <functional>
@@ -7,12 +7,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "api/errors.h"
-#include "api/predict_json.h"
-#include "api/service.h"
+#include "codec/errors.h"
+#include "codec/predict_json.h"
 #include "feature_store/embedded.h"
 
-namespace numaserve::api {
+namespace numaserve::commands {
 namespace {
 
 using nlohmann::json;
@@ -28,7 +27,7 @@ json batch_json(const features::Batch& batch) {
 }
 
 json refusal_json(const Error& error) {
-  json out = {{"status", http_status(error.code)}, {"error", error.message}};
+  json out = {{"status", codec::http_status(error.code)}, {"error", error.message}};
   if (!error.field.empty()) out["field"] = error.field;
   return out;
 }
@@ -36,7 +35,7 @@ json refusal_json(const Error& error) {
 // One request the way /predict takes it up to its forward.
 Result<features::Batch> extract_one(const std::string& body, const features::ModelSpec& spec,
                                     feature_store::FeatureStore& store) {
-  auto parsed = parse_predict_request(body, RequestLimits{});
+  auto parsed = codec::parse_predict_request(body, api::RequestLimits{});
   if (!parsed) return tl::unexpected(parsed.error());
   if (parsed->model && *parsed->model != spec.name) {
     return make_error(Error::Code::kNotFound, "model '" + *parsed->model + "' is not served here", "model");
@@ -133,4 +132,4 @@ Result<std::vector<std::vector<float>>> read_labels(const std::filesystem::path&
 }
 
 
-}  // namespace numaserve::api
+}  // namespace numaserve::commands

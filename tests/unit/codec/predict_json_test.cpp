@@ -1,4 +1,4 @@
-#include "api/predict_json.h"
+#include "codec/predict_json.h"
 
 #include <gtest/gtest.h>
 
@@ -9,10 +9,10 @@
 
 #include <nlohmann/json.hpp>
 
-namespace numaserve::api {
+namespace numaserve::codec {
 namespace {
 
-const RequestLimits kLimits{};
+const api::RequestLimits kLimits{};
 
 TEST(PredictJson, ParsesTheDocumentedRequest) {
   auto r = parse_predict_request(R"({"model": "ranker_a", "request_id": "r-1",
@@ -74,7 +74,7 @@ TEST(PredictJson, EveryRejectionNamesItsField) {
 }
 
 TEST(PredictJson, LimitsAreEnforcedWithTheNumbers) {
-  RequestLimits limits;
+  api::RequestLimits limits;
   limits.max_items = 3;
   limits.max_list_length = 2;
   auto many = parse_predict_request(R"({"user": {}, "items": [{"id":1},{"id":2},{"id":3},{"id":4}]})", limits);
@@ -224,7 +224,7 @@ TEST(PredictJson, AcceptsExactlyWhatNlohmannAccepts) {
 }
 
 TEST(PredictJson, TooManyFeaturesOrIdsNameTheLimit) {
-  RequestLimits limits;
+  api::RequestLimits limits;
   limits.max_features_per_entity = 2;
   limits.max_list_length = 2;
   auto features = parse_predict_request(R"({"user": {"features": {"a": 1, "b": 2, "c": 3}}, "items": [{"id": 1}]})", limits);
@@ -275,4 +275,4 @@ TEST(PredictJson, ResponseIsExactJsonForAnyScoreAndId) {
 }
 
 }  // namespace
-}  // namespace numaserve::api
+}  // namespace numaserve::codec

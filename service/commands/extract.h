@@ -16,7 +16,7 @@
 #include "numaserve/common/options.h"
 #include "numaserve/common/result.h"
 
-namespace numaserve::api {
+namespace numaserve::commands {
 
 struct ExtractConfig {
   std::string model_dir;      // its model.yaml
@@ -43,4 +43,4 @@ Result<std::vector<features::Batch>> extract_requests(const ExtractConfig& confi
 // the request on the same line of the requests file.
 Result<std::vector<std::vector<float>>> read_labels(const std::filesystem::path& file);
 
-}  // namespace numaserve::api
+}  // namespace numaserve::commands

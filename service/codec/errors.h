@@ -7,7 +7,7 @@
 #include "http/message.h"
 #include "numaserve/common/result.h"
 
-namespace numaserve::api {
+namespace numaserve::codec {
 
 // kInvalidArgument 400, kNotFound 404, kNotAllowed 405, kUnavailable 503,
 // kDeadlineExceeded 504, kIo and kInternal 500.
@@ -23,4 +23,4 @@ http::Reply error_reply(const Error& error, http::Protocol protocol = http::Prot
 // 431...), so every error a client sees has one shape.
 http::Reply status_reply(int status, const Error& error);
 
-}  // namespace numaserve::api
+}  // namespace numaserve::codec

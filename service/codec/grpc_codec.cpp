@@ -1,15 +1,15 @@
-#include "api/grpc_codec.h"
+#include "codec/grpc_codec.h"
 
 #include <array>
 #include <cstring>
 #include <variant>
 
-#include "api/service.h"
+#include "lifecycle/control.h"
 #include "health.pb.h"
 #include "inference.pb.h"
 #include "ranking.pb.h"
 
-namespace numaserve::api::grpc_codec {
+namespace numaserve::codec::grpc {
 namespace {
 
 tl::unexpected<Error> bad(const std::string& field, const std::string& message) {
@@ -273,4 +273,4 @@ std::string model_infer_reply(const features::ModelSpec& model, const std::strin
   return serialized(out);
 }
 
-}  // namespace numaserve::api::grpc_codec
+}  // namespace numaserve::codec::grpc

@@ -12,14 +12,14 @@
 #include <string_view>
 
 #include "api/config.h"
-#include "api/predict_json.h"
+#include "codec/predict_json.h"
 #include "numaserve/common/result.h"
 
-namespace numaserve::api {
+namespace numaserve::codec {
 
 // A refusal names the field as /predict's JSON does ("items[3].id:
 // required"), or "message" for bytes that are not the message, with the
 // offset where they stop being it.
-Result<PredictRequest> parse_predict_proto(std::string_view message, const RequestLimits& limits);
+Result<PredictRequest> parse_predict_proto(std::string_view message, const api::RequestLimits& limits);
 
-}  // namespace numaserve::api
+}  // namespace numaserve::codec

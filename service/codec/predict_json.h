@@ -20,7 +20,7 @@
 #include "features/extract.h"
 #include "numaserve/common/result.h"
 
-namespace numaserve::api {
+namespace numaserve::codec {
 
 struct PredictRequest {
   std::optional<std::string> model;  // default: the only / first model served
@@ -42,11 +42,11 @@ struct PredictResponse {
 // codecs (/predict and KServe v2) name members this way.
 std::string member_field(std::string_view parent, std::string_view key);
 
-Result<PredictRequest> parse_predict_request(std::string_view body, const RequestLimits& limits);
+Result<PredictRequest> parse_predict_request(std::string_view body, const api::RequestLimits& limits);
 
 std::string to_json(const PredictResponse& response);
 
 // {"error": message, "field": field} — the body of every 4xx/5xx reply.
 std::string error_json(const Error& error);
 
-}  // namespace numaserve::api
+}  // namespace numaserve::codec

@@ -1,6 +1,6 @@
 // `numaserve extract` by its output: what /predict would feed the model,
 // line by line, and what it would refuse, with the status and field.
-#include "api/extract_command.h"
+#include "commands/extract.h"
 
 #include <gtest/gtest.h>
 
@@ -9,12 +9,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "api/predict_json.h"
+#include "codec/predict_json.h"
 #include "feature_store/embedded.h"
 #include "fixture_paths.h"
 #include "numaserve/common/text_file.h"
 
-namespace numaserve::api {
+namespace numaserve::commands {
 namespace {
 
 using nlohmann::json;
@@ -48,7 +48,7 @@ TEST(Extract, EachLineGetsTheTensorsExtractionMakesBitForBit) {
   const auto file = testing::fixtures_dir() / "features/model.yaml";
   const auto spec = features::parse_model_spec(read_text_file(file).value(), file.string()).value();
   const auto entities = feature_store::Entities::load(testing::fixtures_dir() / "features/store.jsonl").value();
-  const auto request = parse_predict_request(body, {}).value();
+  const auto request = codec::parse_predict_request(body, {}).value();
   const auto expected = feature_store::extract(spec, request.features, *entities).value();
   const json& got = lines[0];
   ASSERT_EQ(got["rows"], expected.rows);
@@ -87,4 +87,4 @@ TEST(Extract, AModelDirectoryWithoutModelYamlIsNamed) {
 }
 
 }  // namespace
-}  // namespace numaserve::api
+}  // namespace numaserve::commands

@@ -1,4 +1,4 @@
-#include "api/v2_json.h"
+#include "codec/v2_json.h"
 
 #include <nlohmann/json.hpp>
 
@@ -6,7 +6,7 @@
 #include <cstring>
 #include <map>
 
-namespace numaserve::api {
+namespace numaserve::codec {
 namespace {
 
 using nlohmann::json;
@@ -184,7 +184,7 @@ Status check_tensor(const InputTensor& t, const char* datatype, std::size_t rank
 // The model's input tensors, by slot: 0 dense, 2k+1 indices and 2k+2
 // offsets of sparse feature k; each given once, none missing.
 Result<std::vector<const InputTensor*>> slot_tensors(const std::vector<InputTensor>& inputs,
-                                                     const features::ModelSpec& model, const RequestLimits& limits) {
+                                                     const features::ModelSpec& model, const api::RequestLimits& limits) {
   const auto dense = model.dense_features();
   const auto sparse = model.sparse_features();
   std::map<std::string, std::size_t> wanted{{"dense", 0}};
@@ -313,7 +313,7 @@ Result<json> split_body(std::string_view body, std::optional<std::size_t> json_l
 }  // namespace
 
 Result<features::Batch> read_inputs(std::vector<InputTensor>& inputs, const features::ModelSpec& model,
-                                    const RequestLimits& limits) {
+                                    const api::RequestLimits& limits) {
   auto slots = slot_tensors(inputs, model, limits);
   if (!slots) return tl::unexpected(slots.error());
   features::Batch batch;
@@ -331,7 +331,7 @@ Result<features::Batch> read_inputs(std::vector<InputTensor>& inputs, const feat
 }
 
 Result<InferRequest> parse_infer_request(std::string_view body, std::optional<std::size_t> json_length,
-                                         const features::ModelSpec& model, const RequestLimits& limits) {
+                                         const features::ModelSpec& model, const api::RequestLimits& limits) {
   BinaryData binary;
   auto parsed = split_body(body, json_length, binary);
   if (!parsed) return tl::unexpected(parsed.error());
@@ -391,4 +391,4 @@ InferReply v2_infer_response(const features::ModelSpec& model, const std::string
   return reply;
 }
 
-}  // namespace numaserve::api
+}  // namespace numaserve::codec
