@@ -87,15 +87,13 @@ struct Side {
   double seconds = 0;
 };
 
-json measure_bags(const BagsOptions& o) {
-  std::mt19937_64 rng(3);
-  auto tables = make_tables(o, rng);
-  if (!tables) return {{"error", tables.error().message}};
-  const std::size_t rows = tables->rows;
-  // Two bag inputs: one id per bag, and `ids` per bag; 64 draws of each, cycled.
-  struct Input {
-    std::vector<std::int64_t> indices, offsets;
-  };
+// A call's bag input: one bag's ids per bag, concatenated, and where each starts.
+struct Input {
+  std::vector<std::int64_t> indices, offsets;
+};
+
+// 64 draws with one id per bag, then 64 with `ids` per bag: cycled by the runs.
+std::vector<Input> draw_inputs(const BagsOptions& o, std::size_t rows, std::mt19937_64& rng) {
   std::vector<Input> inputs;
   for (std::size_t per_bag : {std::size_t{1}, o.ids}) {
     for (int draw = 0; draw < 64; ++draw) {
@@ -107,6 +105,15 @@ json measure_bags(const BagsOptions& o) {
       inputs.push_back(std::move(in));
     }
   }
+  return inputs;
+}
+
+json measure_bags(const BagsOptions& o) {
+  std::mt19937_64 rng(3);
+  auto tables = make_tables(o, rng);
+  if (!tables) return {{"error", tables.error().message}};
+  const std::size_t rows = tables->rows;
+  const std::vector<Input> inputs = draw_inputs(o, rows, rng);
   std::vector<float> out(o.bags * o.dim);
   // Per path, one side per copy, fp32 first.
   std::vector<Side> sides;

@@ -152,6 +152,20 @@ std::size_t read_replies(int epoll, Connection& c, Recorder& recorder) {
   return ended;
 }
 
+// Each body as the whole HTTP/1.1 request the open loop writes, made once.
+std::vector<std::string> request_texts(const LoadConfig& config) {
+  std::vector<std::string> requests;
+  for (std::size_t i = 0; i < config.bodies.size(); ++i) {
+    const auto& body = config.bodies[i];
+    std::string extra;
+    if (!config.body_headers.empty()) extra = config.body_headers[i].first + ": " + config.body_headers[i].second + "\r\n";
+    requests.push_back("POST " + config.path + " HTTP/1.1\r\nHost: " + config.host + "\r\nContent-Type: " +
+                       config.content_type + "\r\n" + extra + "Content-Length: " + std::to_string(body.size()) +
+                       "\r\n\r\n" + body);
+  }
+  return requests;
+}
+
 // Open loop: one thread that never sleeps — it polls epoll without waiting
 // and sends each request the moment it is due, on a free connection of the
 // pool — so the generator adds no wake-up of its own to the latencies it
@@ -190,15 +204,7 @@ LoadResult open_loop(const LoadConfig& config, Recorder& recorder, Clock::time_p
       if (pool[i].fd >= 0) ++recorder.result.reconnects;
     }
   };
-  std::vector<std::string> requests;
-  for (std::size_t i = 0; i < config.bodies.size(); ++i) {
-    const auto& body = config.bodies[i];
-    std::string extra;
-    if (!config.body_headers.empty()) extra = config.body_headers[i].first + ": " + config.body_headers[i].second + "\r\n";
-    requests.push_back("POST " + config.path + " HTTP/1.1\r\nHost: " + config.host + "\r\nContent-Type: " +
-                       config.content_type + "\r\n" + extra + "Content-Length: " + std::to_string(body.size()) +
-                       "\r\n\r\n" + body);
-  }
+  const std::vector<std::string> requests = request_texts(config);
   const auto interval = seconds(1.0 / config.rate);
   std::size_t next = 0, cursor = 0, in_flight = 0;
   std::vector<epoll_event> events(256);
