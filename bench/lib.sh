@@ -59,6 +59,14 @@ process_cpu_seconds() {
   awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat" 2> /dev/null || echo 0
 }
 
+# {"user": seconds, "system": seconds}: a process's CPU so far (all its
+# threads), user space and kernel apart — the kernel's share of serving is
+# mostly loopback TCP, which a faster server cannot cut.
+process_user_system_seconds() {
+  awk -v hz="$(getconf CLK_TCK)" '{ printf "{\"user\": %.3f, \"system\": %.3f}\n", $14 / hz, $15 / hz }' "/proc/$1/stat" \
+    2> /dev/null || echo '{"user": 0, "system": 0}'
+}
+
 # {"ns-worker": seconds, "ns-accept": seconds, ...}: user + system CPU of a
 # process's threads so far, summed by thread name (numbers stripped), so the
 # HTTP side and the inference workers can be told apart.

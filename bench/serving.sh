@@ -44,7 +44,9 @@
 # p50/p99, the mean batch, and the server's CPU
 # per request: the stages it measures itself (parse, query, extract,
 # forward, encode) and the transport, what is left (socket reads and
-# writes, HTTP framing, the loop). Writes a JSON results file. Not a test:
+# writes, HTTP framing, the loop); and for (b) and (g) the server's user
+# space outside the forward apart from its system CPU (the kernel's
+# loopback TCP, which no change to the server's own code removes). Writes a JSON results file. Not a test:
 # numbers for a person (and the README) to read.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -207,7 +209,7 @@ server_pid=${server_pids[0]}
 # Redis, or the processes --redis names: (rc)'s masters, summed), and with
 # PROFILE=1 the system calls' share (syscall_profile).
 load() {
-  local m0 m1 t0 t1 r0 r1 result kernel='null' profiled port=${3:-$port} server_pid=${4:-$server_pid}
+  local m0 m1 t0 t1 u0 u1 r0 r1 result kernel='null' profiled port=${3:-$port} server_pid=${4:-$server_pid}
   local target=(--port "$port") redis_pids=()
   [[ ${5:-} != --grpc ]] || target=(--grpc --port "$6")
   [[ ${5:-} != --v2-infer ]] || target+=(--v2-infer "$6" --model-dir "$models/ranker_a")
@@ -215,6 +217,7 @@ load() {
   [[ ${5:-} != --redis ]] || read -ra redis_pids <<< "$6"
   m0=$(scrape_stages "$port")
   t0=$(thread_cpu_seconds "$server_pid")
+  u0=$(process_user_system_seconds "$server_pid")
   r0=$(processes_cpu_seconds "${redis_pids[@]}")
   if [[ ${2:-0} == 1 ]]; then
     profiled=$(mktemp)
@@ -223,6 +226,7 @@ load() {
   result=$(timeout $limit "$bench" load "${target[@]}" --feature-store "$models/store.jsonl" --items "$items" \
     --connections "$1" --seconds "$seconds" --warmup "$warmup" --cpus "$client_cpus")
   t1=$(thread_cpu_seconds "$server_pid")
+  u1=$(process_user_system_seconds "$server_pid")
   r1=$(processes_cpu_seconds "${redis_pids[@]}")
   m1=$(scrape_stages "$port")
   if [[ ${2:-0} == 1 ]]; then
@@ -232,7 +236,7 @@ load() {
     rm -f "$profiled"
   fi
   jq -c --argjson t0 "$t0" --argjson t1 "$t1" --argjson m0 "$m0" --argjson m1 "$m1" --argjson kernel "$kernel" \
-    --argjson r0 "$r0" --argjson r1 "$r1" '
+    --argjson u0 "$u0" --argjson u1 "$u1" --argjson r0 "$r0" --argjson r1 "$r1" '
     ($m1.requests - $m0.requests) as $n
     | def per_request($key): (($m1[$key] - $m0[$key]) / $n * 1e6);
     . + {served_requests: $n,
@@ -243,6 +247,11 @@ load() {
                                then ($m1.forward_requests - $m0.forward_requests) / ($m1.forwards - $m0.forwards)
                                else null end)}
     | .transport_us = ((.cpu_us_per_request | [.[]] | add) - (.stages_us | [.[]] | add))
+    # User space and kernel apart; the forward (its wall time on the pinned
+    # CPU, all user space) taken out of the user side.
+    | .user_us_per_request = (($u1.user - $u0.user) / $n * 1e6)
+    | .system_us_per_request = (($u1.system - $u0.system) / $n * 1e6)
+    | .user_outside_forward_us = (.user_us_per_request - .stages_us.forward)
     | .redis_cpu_us_per_request = (($r1 - $r0) / $n * 1e6 | round)
     | if $kernel then .profile_us = $kernel else . end' <<< "$result"
 }
@@ -361,6 +370,9 @@ jq -n --argjson forward "$(printf '%s\n' "${forward[@]}" | jq -s .)" \
       | map({key: ., value: ([$runs[].cpu_us_per_request[.] // 0] | median)}) | from_entries),
     stages_us: ($runs[0].stages_us | keys | map({key: ., value: ([$runs[].stages_us[.]] | median)}) | from_entries),
     transport_us: ([$runs[].transport_us] | median),
+    user_us_per_request: ([$runs[].user_us_per_request] | median),
+    system_us_per_request: ([$runs[].system_us_per_request] | median),
+    user_outside_forward_us: ([$runs[].user_outside_forward_us] | median),
     redis_cpu_us_per_request: ([$runs[].redis_cpu_us_per_request] | median)};
   def narrowed($runs): if ($runs | length) == 0 then null else summary($runs) + {vs_predict: per_round_ratio($runs; $served)} end;
   def redis($runs): if ($runs | length) == 0 then null else summary($runs) + {
@@ -427,6 +439,8 @@ jq -r '
   "  where it goes (b16): \(.batched | breakdown) us",
   (.grpc | select(. != null) | "  where it goes (g):   \(breakdown) us"),
   (.v2_infer | select(. != null) | "  where it goes (vj):  \(.json | breakdown) us", "  where it goes (vb):  \(.binary | breakdown) us"),
+  (["(b)", .predict, 30], ["(g)", .grpc, 20] | select(.[1] != null) | .[0] as $tag | .[2] as $target | .[1] |
+    "  user space and kernel \($tag): outside the forward \(.user_outside_forward_us | round) us of user space (target <= \($target)), \(.system_us_per_request | round) us of system CPU per request"),
   (if .profile_us then "  (b) by perf, per request: send \(.profile_us.send) us (of it \(.profile_us.loopback_receive) us delivering into the client on this CPU), recv \(.profile_us.recv) us, epoll \(.profile_us.epoll) us, other kernel \(.profile_us.other_kernel) us, user space \(.profile_us.user) us" else empty end),
   "stages of (p), each beside the forward: \(.pipeline.stages_us | to_entries | map("\(.key) \(.value | round) us") | join(", "))"' "$out"
 echo "results: $out"
