@@ -54,17 +54,17 @@ stop_servers() {
   server_pids=()
 }
 
-# User + system CPU seconds of a process so far.
-process_cpu_seconds() {
-  awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat" 2> /dev/null || echo 0
-}
-
 # {"user": seconds, "system": seconds}: a process's CPU so far (all its
 # threads), user space and kernel apart — the kernel's share of serving is
 # mostly loopback TCP, which a faster server cannot cut.
 process_user_system_seconds() {
   awk -v hz="$(getconf CLK_TCK)" '{ printf "{\"user\": %.3f, \"system\": %.3f}\n", $14 / hz, $15 / hz }' "/proc/$1/stat" \
     2> /dev/null || echo '{"user": 0, "system": 0}'
+}
+
+# User + system CPU seconds of a process so far.
+process_cpu_seconds() {
+  process_user_system_seconds "$1" | jq '.user + .system'
 }
 
 # {"ns-worker": seconds, "ns-accept": seconds, ...}: user + system CPU of a

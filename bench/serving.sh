@@ -46,8 +46,9 @@
 # forward, encode) and the transport, what is left (socket reads and
 # writes, HTTP framing, the loop); and for (b) and (g) the server's user
 # space outside the forward apart from its system CPU (the kernel's
-# loopback TCP, which no change to the server's own code removes). Writes a JSON results file. Not a test:
-# numbers for a person (and the README) to read.
+# loopback TCP, which no change to the server's own code removes). Writes
+# a JSON results file. Not a test: numbers for a person (and the README) to
+# read.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

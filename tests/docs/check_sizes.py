@@ -86,8 +86,8 @@ def main():
         print(__doc__.strip().splitlines()[2], file=sys.stderr)
         return 2
     root = sys.argv[1]
-    breaches, measured = [], 0
-    for path in sources(root):
+    breaches, measured, files = [], 0, sources(root)
+    for path in files:
         with open(os.path.join(root, path), encoding="utf-8", errors="replace") as f:
             lines = f.read().split("\n")
         if lines and lines[-1] == "":
@@ -104,7 +104,7 @@ def main():
     if measured == 0:
         print(f"check_sizes.py: no function found under {', '.join(FOLDERS)} in {root}")
         return 1
-    print(f"check_sizes.py: {measured} functions in {len(sources(root))} files measured, {len(breaches)} over the limits")
+    print(f"check_sizes.py: {measured} functions in {len(files)} files measured, {len(breaches)} over the limits")
     return 1 if breaches else 0
 
 
