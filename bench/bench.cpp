@@ -29,6 +29,7 @@
 #include "codec/v2_json.h"
 #include "feature_store/embedded.h"
 #include "forward.h"
+#include "levels.h"
 #include "loadgen.h"
 #include "measure.h"
 #include "model/model.h"
@@ -147,6 +148,7 @@ struct LoadOptions {
   bool grpc = false;  // numaserve.v1.Ranking/Predict on --port, the same requests as protobuf
   std::string v2_infer;   // json | binary: the same requests as v2 infer bodies of the model in model_dir
   std::string model_dir;
+  LevelOptions levels;
 };
 
 // The requests as KServe v2 infer bodies: the tensors the server extracts
@@ -209,6 +211,36 @@ int run_bodies(const BodiesOptions& o) {
   return 0;
 }
 
+// One load's JSON line: its statuses, latencies, throughput and, with a mix, each level's.
+json load_report(const LoadOptions& o, const LoadResult& r) {
+  json statuses = json::object();
+  for (const auto& [status, n] : r.statuses) statuses[std::to_string(status)] = n;
+  json latencies = json::object();
+  for (const auto& [status, l] : r.latencies) {
+    latencies[std::to_string(status)] = {{"p50_ms", l.p50_ms}, {"p99_ms", l.p99_ms}, {"max_ms", l.max_ms}};
+  }
+  const std::string what = o.grpc ? "closed-loop-grpc" : o.config.rate > 0 ? "open-loop" : "closed-loop";
+  return json{{"what", o.v2_infer.empty() ? what : what + "-v2-infer-" + o.v2_infer},
+              {"connections", o.config.connections},
+              {"offered_rps", o.config.rate},
+              {"items_per_request", o.items},
+              {"requests", r.requests},
+              {"errors", r.errors},
+              {"statuses", statuses},
+              {"latencies_by_status", latencies},
+              {"seconds", r.seconds},
+              {"rps", r.requests_per_second},
+              {"items_per_s", r.requests_per_second * static_cast<double>(o.items)},
+              {"p50_ms", r.p50_ms},
+              {"p90_ms", r.p90_ms},
+              {"p99_ms", r.p99_ms},
+              {"max_ms", r.max_ms},
+              {"late", r.late},
+              {"cut", r.cut},
+              {"reconnects", r.reconnects},
+              {"by_priority", by_level(r)}};
+}
+
 int run_load(LoadOptions& o) {
   if (!o.cpus.empty()) {
     auto cpus = numaserve::CpuSet::parse_list(o.cpus);
@@ -221,8 +253,10 @@ int run_load(LoadOptions& o) {
   for (auto& body : set->bodies) {
     if (!o.model.empty()) body.insert(1, "\"model\":" + json(o.model).dump() + ",");
   }
+  if (auto applied = apply_levels(o.levels, set->bodies, o.config); !applied) return fail(applied.error().message);
   if (o.grpc) {
-    if (o.config.rate > 0) return fail("--grpc: closed loop only (no --rate)");
+    if (o.config.rate > 0) return fail("--grpc: closed loop only (no --rate, no --mix)");
+    if (o.levels.timeout_us >= 0) return fail("--grpc: a call's timeout is its deadline (no --timeout-us)");
     for (auto& body : set->bodies) {
       auto request = codec::parse_predict_request(body, api::RequestLimits{});
       if (!request) return fail(request.error().message);
@@ -232,37 +266,12 @@ int run_load(LoadOptions& o) {
   }
   if (!o.v2_infer.empty()) {
     if (o.model_dir.empty()) return fail("--v2-infer needs --model-dir");
+    if (!o.levels.mix.empty() || o.levels.priority > 0) return fail("--v2-infer: no --priority or --mix");
     if (auto made = v2_infer_bodies(o, *set); !made) return fail(made.error().message);
   }
   o.config.bodies = std::move(set->bodies);
   const auto r = o.grpc ? bench::run_grpc_load(o.config) : bench::run_load(o.config);
-  json statuses = json::object();
-  for (const auto& [status, n] : r.statuses) statuses[std::to_string(status)] = n;
-  json latencies = json::object();
-  for (const auto& [status, l] : r.latencies) {
-    latencies[std::to_string(status)] = {{"p50_ms", l.p50_ms}, {"p99_ms", l.p99_ms}, {"max_ms", l.max_ms}};
-  }
-  const std::string what = o.grpc ? "closed-loop-grpc" : o.config.rate > 0 ? "open-loop" : "closed-loop";
-  std::cout << json{{"what", o.v2_infer.empty() ? what : what + "-v2-infer-" + o.v2_infer},
-                    {"connections", o.config.connections},
-                    {"offered_rps", o.config.rate},
-                    {"items_per_request", o.items},
-                    {"requests", r.requests},
-                    {"errors", r.errors},
-                    {"statuses", statuses},
-                    {"latencies_by_status", latencies},
-                    {"seconds", r.seconds},
-                    {"rps", r.requests_per_second},
-                    {"items_per_s", r.requests_per_second * static_cast<double>(o.items)},
-                    {"p50_ms", r.p50_ms},
-                    {"p90_ms", r.p90_ms},
-                    {"p99_ms", r.p99_ms},
-                    {"max_ms", r.max_ms},
-                    {"late", r.late},
-                    {"cut", r.cut},
-                    {"reconnects", r.reconnects}}
-                   .dump()
-            << "\n";
+  std::cout << load_report(o, r).dump() << "\n";
   return r.requests > 0 ? 0 : fail("no request was answered with 200 (is the server up on port " +
                                    std::to_string(o.config.port) + "?)");
 }
@@ -344,6 +353,13 @@ CLI::App* add_load(CLI::App& app, LoadOptions& l) {
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   load->add_flag("--grpc", l.grpc, "Call numaserve.v1.Ranking/Predict on --port (a --grpc-port) with the same requests");
+  load->add_option("--priority", l.levels.priority, "Name this priority level in each request (1 the highest)");
+  load->add_option("--timeout-us", l.levels.timeout_us, "Ask for this queue timeout in each request (parameters.timeout)");
+  load->add_option("--mix", l.levels.mix,
+                   "Open loop of several levels at once, LEVEL:RATE,... (requests/s each; their sum is the rate), each "
+                   "level's answers reported apart under by_priority");
+  load->add_flag("--mix-unnamed", l.levels.unnamed,
+                 "With --mix: the levels reported apart but not named in the requests (for a server without levels)");
   load->add_option("--v2-infer", l.v2_infer,
                    "Send the same requests to the v2 infer route of --model-dir's model, as the tensors the server "
                    "extracts: JSON data, or Triton's binary tensor data")

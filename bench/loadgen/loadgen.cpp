@@ -58,6 +58,7 @@ struct Connection {
   int fd = -1;
   bool busy = false;
   Clock::time_point due, sent;
+  std::size_t cls = 0;  // its request's class
   std::string in;
 
   // A whole response at the front of `in`: its status, and it is taken off.
@@ -103,12 +104,12 @@ int connect_to(const LoadConfig& config) {
 // Sends the request due at `due` on the next free connection of `pool`
 // (from `cursor`); none free, or a send that fails, is recorded as a
 // request the client could not send. Returns whether one is now in flight.
-bool send_due(std::vector<Connection>& pool, std::size_t& cursor, const std::string& request, Clock::time_point due,
-              Clock::time_point now, Recorder& recorder) {
+bool send_due(std::vector<Connection>& pool, std::size_t& cursor, const std::string& request, std::size_t cls,
+              Clock::time_point due, Clock::time_point now, Recorder& recorder) {
   std::size_t k = 0;
   while (k < pool.size() && (pool[(cursor + k) % pool.size()].busy || pool[(cursor + k) % pool.size()].fd < 0)) ++k;
   if (k == pool.size()) {
-    recorder.record(due, now, now, 0);
+    recorder.record(due, now, now, 0, false, cls);
     return false;
   }
   Connection& c = pool[(cursor + k) % pool.size()];
@@ -122,7 +123,8 @@ bool send_due(std::vector<Connection>& pool, std::size_t& cursor, const std::str
   c.busy = written == request.size();
   c.due = due;
   c.sent = now;
-  if (!c.busy) recorder.record(due, now, now, 0);
+  c.cls = cls;
+  if (!c.busy) recorder.record(due, now, now, 0, false, cls);
   return c.busy;
 }
 
@@ -134,7 +136,7 @@ std::size_t read_replies(int epoll, Connection& c, Recorder& recorder) {
   const ssize_t got = ::recv(c.fd, chunk, sizeof chunk, MSG_DONTWAIT);
   if (got <= 0) {
     const bool was_busy = c.busy;
-    if (was_busy) recorder.record(c.due, c.sent, Clock::now(), 0, /*cut=*/true);
+    if (was_busy) recorder.record(c.due, c.sent, Clock::now(), 0, /*cut=*/true, c.cls);
     epoll_ctl(epoll, EPOLL_CTL_DEL, c.fd, nullptr);
     ::close(c.fd);
     c = Connection{};
@@ -145,7 +147,7 @@ std::size_t read_replies(int epoll, Connection& c, Recorder& recorder) {
   while (c.busy) {
     const int status = c.take_response();
     if (status == 0) break;
-    recorder.record(c.due, c.sent, Clock::now(), status);
+    recorder.record(c.due, c.sent, Clock::now(), status, false, c.cls);
     c.busy = false;
     ++ended;
   }
@@ -212,7 +214,9 @@ LoadResult open_loop(const LoadConfig& config, Recorder& recorder, Clock::time_p
     const auto now = Clock::now();
     const auto due = start + interval * static_cast<long>(next);
     if (due < recorder.end && due <= now) {
-      if (send_due(pool, cursor, requests[next % requests.size()], due, now, recorder)) ++in_flight;
+      const std::size_t body = next % requests.size();
+      const std::size_t cls = config.classes.empty() ? 0 : config.classes[body];
+      if (send_due(pool, cursor, requests[body], cls, due, now, recorder)) ++in_flight;
       ++next;
       continue;
     }
@@ -238,6 +242,7 @@ LoadResult run_load(const LoadConfig& config) {
   Recorder recorder;
   recorder.measure_from = start + seconds(config.warmup_seconds);
   recorder.end = recorder.measure_from + seconds(config.seconds);
+  recorder.by_class = !config.classes.empty();
   return config.rate > 0 ? open_loop(config, recorder, start) : closed_loop(config, recorder);
 }
 

@@ -33,12 +33,20 @@ struct LoadConfig {
   // second (idle ones, in turn), and any the server closed opened again, as
   // a fleet of clients that come and go; 0: the same connections throughout.
   double reconnect_per_second = 0;
+  // Open loop: each body's class (a priority level, say), whose answers are
+  // also counted apart (LoadResult::by_class); empty: none.
+  std::vector<std::size_t> classes;
 };
 
 // Latencies of the answers with one status, in milliseconds.
 struct Latencies {
   std::size_t count = 0;
   double p50_ms = 0, p90_ms = 0, p99_ms = 0, max_ms = 0;
+};
+
+// One class's answers: per status, their count and latencies.
+struct ClassResult {
+  std::map<int, Latencies> latencies;
 };
 
 struct LoadResult {
@@ -53,6 +61,7 @@ struct LoadResult {
   std::size_t reconnects = 0;  // open loop with reconnect_per_second: connections opened anew
   std::size_t late = 0;  // open loop: requests sent more than 1 ms after they were due
                          // (or not at all: every connection busy, counted as status 0)
+  std::map<std::size_t, ClassResult> by_class;  // with LoadConfig::classes
 };
 
 LoadResult run_load(const LoadConfig& config);

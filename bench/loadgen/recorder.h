@@ -29,22 +29,32 @@ struct Recorder {
   Clock::time_point measure_from, end;
   LoadResult result;
   std::map<int, std::vector<double>> latencies_ms;  // per status
+  bool by_class = false;
+  std::map<std::size_t, std::map<int, std::vector<double>>> class_latencies_ms;  // per class, per status
 
-  void record(Clock::time_point due, Clock::time_point sent, Clock::time_point done, int status, bool cut = false) {
+  void record(Clock::time_point due, Clock::time_point sent, Clock::time_point done, int status, bool cut = false,
+              std::size_t cls = 0) {
     if (due < measure_from || done > end) return;
     ++result.statuses[status];
     if (cut) ++result.cut;
     (status == 200 ? result.requests : result.errors) += 1;
-    latencies_ms[status].push_back(std::chrono::duration<double, std::milli>(done - due).count());
+    const double ms = std::chrono::duration<double, std::milli>(done - due).count();
+    latencies_ms[status].push_back(ms);
+    if (by_class) class_latencies_ms[cls][status].push_back(ms);
     if (sent - due > std::chrono::milliseconds(1)) ++result.late;
+  }
+
+  static Latencies summary(std::vector<double>& ms) {
+    std::sort(ms.begin(), ms.end());
+    return {ms.size(), percentile(ms, 0.50), percentile(ms, 0.90), percentile(ms, 0.99), ms.back()};
   }
 
   LoadResult finish(double window_seconds) {
     result.seconds = window_seconds;
     result.requests_per_second = static_cast<double>(result.requests) / window_seconds;
-    for (auto& [status, ms] : latencies_ms) {
-      std::sort(ms.begin(), ms.end());
-      result.latencies[status] = {ms.size(), percentile(ms, 0.50), percentile(ms, 0.90), percentile(ms, 0.99), ms.back()};
+    for (auto& [status, ms] : latencies_ms) result.latencies[status] = summary(ms);
+    for (auto& [cls, statuses] : class_latencies_ms) {
+      for (auto& [status, ms] : statuses) result.by_class[cls].latencies[status] = summary(ms);
     }
     const Latencies ok = result.latencies.count(200) ? result.latencies[200] : Latencies{};
     result.p50_ms = ok.p50_ms;

@@ -1,6 +1,7 @@
 #pragma once
 // One request on its way through a route, and a route's answer.
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <optional>
@@ -25,6 +26,10 @@ struct Call {
   std::size_t worker = 0;     // whose loop read it
   std::string_view route;     // the route's metrics label
   http::Responder responder;  // taken by a route that answers later
+  // Its priority level and its own queue timeout (0: its level's), once
+  // Service::schedule() has read them.
+  std::size_t priority = 1;
+  std::chrono::microseconds timeout{0};
 };
 
 // A route's answer: an error (errors.cpp makes the reply), a reply now, or

@@ -73,6 +73,7 @@ Answer grpc_model_infer(Service& service, Call& call) {
   if (auto admitted = service.admit(call); !admitted) return tl::unexpected(admitted.error());
   auto parsed = codec::grpc::parse_model_infer(call.request.body);
   if (!parsed) return tl::unexpected(parsed.error());
+  if (auto scheduled = service.schedule(call, parsed->scheduling); !scheduled) return tl::unexpected(scheduled.error());
   auto version = service.find_model(parsed->model.name, parsed->model.version);
   if (!version) return tl::unexpected(version.error());
   const features::ModelSpec& spec = (*version)->model->spec();

@@ -155,6 +155,9 @@ metrics::Gauges Service::gauges() const {
     w.forward_seconds = batches[i].forward_seconds;
     w.queued = batches[i].queued;
   }
+  for (const auto& level : batcher_.level_stats()) {
+    g.levels.push_back({level.queued, level.answered, level.refused, level.wait_seconds});
+  }
   g.feature_store = store_->stats();
   return g;
 }

@@ -192,7 +192,42 @@ Status Service::ready() const {
 
 Status Service::admit(const Call& call) {
   if (!readiness_.warm()) return make_error(Error::Code::kUnavailable, "not ready: warming up");
-  return batcher_.admit(call.worker, call.request.deadline);
+  if (config_.batching.priority_levels == 1) return batcher_.admit(call.worker, 1, call.request.deadline);
+  if (call.request.deadline <= Clock::now()) {
+    return make_error(Error::Code::kDeadlineExceeded, "deadline exceeded before the request was queued");
+  }
+  return {};
+}
+
+Status Service::schedule(Call& call, const codec::Scheduling& scheduling) {
+  const auto& levels = config_.batching;
+  call.priority = levels.default_level();
+  if (scheduling.priority) {
+    const auto p = *scheduling.priority;
+    if (p < 1 || p > static_cast<std::int64_t>(levels.priority_levels)) {
+      const std::string field(scheduling.priority_field);
+      return make_error(Error::Code::kInvalidArgument,
+                        field + ": want a priority level from 1 (the highest) to " +
+                            std::to_string(levels.priority_levels) + ", got " + std::to_string(p),
+                        field);
+    }
+    call.priority = static_cast<std::size_t>(p);
+  }
+  if (scheduling.timeout_us) {
+    const auto us = *scheduling.timeout_us;
+    const auto ceiling = levels.timeout(call.priority);
+    if (us < 0 || us > ceiling.count()) {
+      const std::string field(scheduling.timeout_field);
+      return make_error(Error::Code::kInvalidArgument,
+                        field + ": want a timeout in microseconds from 0 to priority level " +
+                            std::to_string(call.priority) + "'s " + std::to_string(ceiling.count()) + ", got " +
+                            std::to_string(us),
+                        field);
+    }
+    if (levels.policy(call.priority).allow_timeout_override) call.timeout = std::chrono::microseconds(us);
+  }
+  if (levels.priority_levels == 1) return {};  // admitted before the parse
+  return batcher_.admit(call.worker, call.priority, call.request.deadline);
 }
 
 std::string Service::request_id(std::string given) {
@@ -217,7 +252,8 @@ void Service::enqueue(Call& call, lifecycle::HeldVersion version, features::Batc
   auto pending = std::make_shared<Pending>(
       Pending{std::move(call.responder), call.route, call.request.protocol, std::move(version), start, std::move(encode)});
   batcher_.submit(call.worker, batching::Job{std::move(forward), std::move(batch), call.request.deadline,
-                                             [this, pending](batching::Outcome&& outcome) { complete(*pending, std::move(outcome)); }});
+                                             [this, pending](batching::Outcome&& outcome) { complete(*pending, std::move(outcome)); },
+                                             call.priority, call.timeout});
 }
 
 // On the worker that ran the forward (or refused the request for its age).

@@ -30,9 +30,10 @@
 #include "api/config.h"
 #include "api/model.h"
 #include "api/readiness.h"
-#include "lifecycle/control.h"
 #include "batching/batcher.h"
+#include "codec/scheduling.h"
 #include "feature_store/store.h"
+#include "lifecycle/control.h"
 #include "metrics/metrics.h"
 #include "numa/numa.h"
 #include "numaserve/common/placement.h"
@@ -118,8 +119,16 @@ class Service {
   void begin_request() { in_flight_.fetch_add(1, std::memory_order_relaxed); }
   // Before a request is parsed: a service still warming up, or a worker
   // whose queue is full or stale, refuses it (503); one whose queue would
-  // outlast the call's deadline refuses it as exceeded (504).
+  // outlast the call's deadline refuses it as exceeded (504). With
+  // priority levels only readiness and the deadline: the rest waits for
+  // the request's level (schedule()).
   Status admit(const Call& call);
+  // Once parsed: the request's level (its own, else the default) and its
+  // own timeout into `call` — 400 naming the parameter for a level outside
+  // 1..levels, a timeout below 0 or above its level's; a timeout is kept
+  // only where the level allows an override (Triton's way). With several
+  // levels, the admission at its level.
+  Status schedule(Call& call, const codec::Scheduling& scheduling);
   // The version a request names (ModelTable::resolve), held to its reply.
   Result<lifecycle::HeldVersion> find_model(const std::optional<std::string>& name, const std::string& version = {}) const {
     return models_.resolve(name, version);

@@ -10,7 +10,8 @@ int http_status(Error::Code code) {
     case Error::Code::kInvalidArgument: return 400;
     case Error::Code::kNotFound: return 404;
     case Error::Code::kNotAllowed: return 405;
-    case Error::Code::kUnavailable: return 503;
+    case Error::Code::kUnavailable:
+    case Error::Code::kResourceExhausted: return 503;
     case Error::Code::kDeadlineExceeded: return 504;
     case Error::Code::kIo:
     case Error::Code::kInternal: return 500;
@@ -31,6 +32,7 @@ int grpc_code(Error::Code code) {
     case Error::Code::kNotFound: return http::grpc::kNotFound;
     case Error::Code::kNotAllowed: return http::grpc::kUnimplemented;
     case Error::Code::kUnavailable: return http::grpc::kUnavailable;
+    case Error::Code::kResourceExhausted: return http::grpc::kResourceExhausted;
     case Error::Code::kDeadlineExceeded: return http::grpc::kDeadlineExceeded;
     case Error::Code::kIo:
     case Error::Code::kInternal: return http::grpc::kInternal;

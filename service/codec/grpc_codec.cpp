@@ -1,7 +1,10 @@
 #include "codec/grpc_codec.h"
 
+#include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstring>
+#include <limits>
 #include <variant>
 
 #include "lifecycle/control.h"
@@ -134,6 +137,7 @@ std::string predict_message(const PredictRequest& request) {
   if (request.model) out.set_model(*request.model);
   out.set_version(request.version);
   out.set_request_id(request.request_id);
+  if (request.scheduling.priority) out.set_priority(static_cast<std::uint32_t>(*request.scheduling.priority));
   write_entity(request.features.user, *out.mutable_user());
   write_features(request.features.context, *out.mutable_context());
   for (const auto& item : request.features.items) write_entity(item, *out.add_items());
@@ -246,7 +250,19 @@ Result<InferCall> parse_model_infer(std::string_view message) {
       return bad("outputs[" + std::to_string(i) + "].name", "the model's only output is 'score'");
     }
   }
-  InferCall out{{in->model_name(), in->model_version()}, in->id(), {}};
+  InferCall out{{in->model_name(), in->model_version()}, in->id(), {}, {}};
+  for (const auto& [key, target] : {std::pair{"priority", &out.scheduling.priority}, std::pair{"timeout", &out.scheduling.timeout_us}}) {
+    const auto found = in->parameters().find(key);
+    if (found == in->parameters().end()) continue;
+    const auto& p = found->second;
+    if (p.parameter_choice_case() == inference::InferParameter::kInt64Param) {
+      *target = p.int64_param();
+    } else if (p.parameter_choice_case() == inference::InferParameter::kUint64Param) {
+      *target = static_cast<std::int64_t>(std::min<std::uint64_t>(p.uint64_param(), std::numeric_limits<std::int64_t>::max()));
+    } else {
+      return bad(std::string("parameters.") + key, "want an int64_param or uint64_param");
+    }
+  }
   for (int i = 0; i < in->inputs_size(); ++i) {
     const auto& input = in->inputs(i);
     InputTensor t{"inputs[" + std::to_string(i) + "]", input.name(), input.datatype(),

@@ -50,6 +50,7 @@ struct InferCall {
   ModelRef model;
   std::string id;
   std::vector<InputTensor> inputs;  // read_inputs() checks them against the model
+  Scheduling scheduling;            // its "priority" and "timeout" parameters (int64 or uint64)
 };
 Result<InferCall> parse_model_infer(std::string_view message);
 // The scores as raw_output_contents, as Triton's server sends them.

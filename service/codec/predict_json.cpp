@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <optional>
 
 namespace numaserve::codec {
@@ -60,7 +61,7 @@ class RequestReader {
 
  private:
   enum class Kind { kString, kInteger, kFloat, kObject, kArray, kOther };
-  enum class In { kRoot, kItems, kEntity, kFeatures, kList };
+  enum class In { kRoot, kItems, kEntity, kFeatures, kList, kParameters };
   // Where an entity sits ("user", "items[3]"), spelled out only when a
   // message needs it: 200 items would otherwise build strings nobody reads.
   struct Path {
@@ -97,8 +98,11 @@ class RequestReader {
   bool on_key(std::string_view name) {
     Frame& f = stack_.back();
     if (f.in == In::kRoot && name != "model" && name != "version" && name != "request_id" && name != "user" &&
-        name != "context" && name != "items") {
+        name != "context" && name != "items" && name != "parameters") {
       return fail(bad(member_field("", name), "unknown field"));
+    }
+    if (f.in == In::kParameters && name != "priority" && name != "timeout") {
+      return fail(bad(member_field("parameters", name), "unknown field: the parameters are priority and timeout"));
     }
     if (f.in == In::kEntity) {
       if (name != "id" && name != "features") return fail(bad(member_field(f.entity.str(), name), "unknown field"));
@@ -125,6 +129,7 @@ class RequestReader {
       case In::kEntity: return entity_value(f, kind);
       case In::kFeatures: return feature_value(f, kind);
       case In::kList: return list_value(f, kind);
+      case In::kParameters: return parameter_value(f.key, kind);
     }
     return false;
   }
@@ -144,6 +149,9 @@ class RequestReader {
       saw_user_ = true;
       out_.features.user = {};
       push_entity(&out_.features.user, Path{"user", std::nullopt}, false);
+    } else if (key == "parameters") {
+      if (kind != Kind::kObject) return fail(bad("parameters", "want an object: {\"priority\": 1, \"timeout\": 50000}"));
+      stack_.emplace_back(In::kParameters);
     } else if (key == "context") {
       if (kind != Kind::kObject) return fail(bad("context", "want an object of feature values"));
       out_.features.context.clear();
@@ -168,6 +176,20 @@ class RequestReader {
     if (kind != Kind::kObject) return fail(bad(Path{"items", index}.str(), "want an object with an id"));
     out_.features.items.emplace_back();
     push_entity(&out_.features.items.back(), Path{"items", index}, true);
+    return true;
+  }
+
+  // An integer, as written: the service checks it against its levels. One
+  // beyond int64 is kept as the largest, which no level or timeout allows.
+  bool parameter_value(std::string_view key, Kind kind) {
+    const std::string field = "parameters." + std::string(key);
+    if (kind != Kind::kInteger) {
+      return fail(bad(field, key == "priority" ? "want an integer level, 1 the highest" : "want an integer of microseconds"));
+    }
+    std::int64_t n = 0;
+    const auto [end, error] = std::from_chars(text_.data(), text_.data() + text_.size(), n);
+    if (error == std::errc::result_out_of_range) n = std::numeric_limits<std::int64_t>::max();
+    (key == "priority" ? out_.scheduling.priority : out_.scheduling.timeout_us) = n;
     return true;
   }
 

@@ -3,7 +3,8 @@
 //   {"model"?: "ranker_a", "version"?: "3" | "stable", "request_id"?: "r1",
 //    "user": {"id": "u1", "features"?: {...}},
 //    "context"?: {"hour": 13},
-//    "items": [{"id": "i1", "features"?: {...}}, ...]}
+//    "items": [{"id": "i1", "features"?: {...}}, ...],
+//    "parameters"?: {"priority"?: 1, "timeout"?: 50000}}
 // and the reply {"model", "model_version", "request_id", "scores": [...]},
 // as plain types and their JSON codec (both the API's, not the transport's).
 // Feature values are numbers, strings, or lists of strings (integer ids in a
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "api/config.h"
+#include "codec/scheduling.h"
 #include "features/extract.h"
 #include "numaserve/common/result.h"
 
@@ -27,6 +29,7 @@ struct PredictRequest {
   std::string version;               // a version number or label; default: the model's default version
   std::string request_id;            // echoed back; generated when absent
   features::Request features;        // user, context, items
+  Scheduling scheduling;             // "parameters": {"priority"?: N, "timeout"?: us}
 };
 
 struct PredictResponse {

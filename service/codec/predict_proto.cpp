@@ -186,7 +186,7 @@ class Decoder {
     std::string model;
     bool has_user = false;
     std::optional<Error> refused;  // a complete item found wrong
-    constexpr std::array<Wire, 6> kWire{kLength, kLength, kLength, kLength, kLength, kLength};
+    constexpr std::array<Wire, 7> kWire{kLength, kLength, kLength, kLength, kLength, kLength, kVarint};
     const bool read = fields(Cursor{begin_, end_}, kMaxDepth, kWire, [&](std::uint32_t field, Cursor& c, int depth) {
       switch (field) {
         case 1: return string(c, model);
@@ -197,6 +197,7 @@ class Decoder {
           return entity(c, depth, out.features.user.id, user_);
         case 5: return entry(c, depth, context_);
         case 6: return item(c, depth, out.features.items, refused);
+        case 7: return priority(c, out.scheduling);
         default: return false;
       }
     });
@@ -242,6 +243,22 @@ class Decoder {
       return false;
     }
     added.features = std::move(*features);
+    return true;
+  }
+
+  // 0 (proto3's unset) is the service's default level; the level's range
+  // is the service's to check. A uint32 keeps a longer varint's low 32
+  // bits, as protobuf's parser does.
+  static bool priority(Cursor& c, Scheduling& scheduling) {
+    std::uint64_t varint = 0;
+    if (!c.varint(varint, 10)) return false;
+    const auto level = static_cast<std::uint32_t>(varint);
+    scheduling.priority_field = "priority";
+    if (level == 0) {
+      scheduling.priority.reset();
+    } else {
+      scheduling.priority = level;
+    }
     return true;
   }
 

@@ -2,8 +2,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <limits>
 #include <map>
 
 namespace numaserve::codec {
@@ -289,6 +292,26 @@ Result<bool> binary_output(const json& root) {
   return binary;
 }
 
+// The request's priority and timeout: integers among its parameters
+// (Triton's names), the rest of which are the codec's or ignored.
+Result<Scheduling> scheduling(const json& root) {
+  Scheduling out;
+  if (!root.contains("parameters") || !root["parameters"].is_object()) return out;
+  const json& p = root["parameters"];
+  for (const auto& [key, target] : {std::pair{"priority", &out.priority}, std::pair{"timeout", &out.timeout_us}}) {
+    if (!p.contains(key)) continue;
+    const json& v = p[key];
+    if (v.is_number_unsigned()) {
+      *target = static_cast<std::int64_t>(std::min<std::uint64_t>(v.get<std::uint64_t>(), std::numeric_limits<std::int64_t>::max()));
+    } else if (v.is_number_integer()) {
+      *target = v.get<std::int64_t>();
+    } else {
+      return bad(std::string("parameters.") + key, "want an integer");
+    }
+  }
+  return out;
+}
+
 // The JSON part of a body, and its binary data.
 Result<json> split_body(std::string_view body, std::optional<std::size_t> json_length, BinaryData& binary) {
   if (json_length) {
@@ -357,6 +380,9 @@ Result<InferRequest> parse_infer_request(std::string_view body, std::optional<st
   auto binary_out = binary_output(root);
   if (!binary_out) return tl::unexpected(binary_out.error());
   out.binary_output = *binary_out;
+  auto scheduled = scheduling(root);
+  if (!scheduled) return tl::unexpected(scheduled.error());
+  out.scheduling = *scheduled;
   if (!root.contains("inputs") || !root["inputs"].is_array()) return bad("inputs", "required: a list of tensors");
   std::vector<InputTensor> inputs;
   for (std::size_t i = 0; i < root["inputs"].size(); ++i) {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "codec/predict_json.h"
+#include "codec/scheduling.h"
 #include "features/extract.h"
 #include "features/model_spec.h"
 #include "numaserve/common/result.h"
@@ -51,6 +52,7 @@ struct InferRequest {
   std::string id;
   features::Batch batch;
   bool binary_output = false;  // the scores as raw bytes after the JSON (Triton's binary tensor data)
+  Scheduling scheduling;       // "parameters": {"priority": N, "timeout": us}
 };
 
 // A tensor as the model's metadata describes it (-1: any size).

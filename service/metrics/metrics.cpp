@@ -24,17 +24,32 @@ std::vector<double> powers_of_two(double last) {
   return out;
 }
 
+// A family per field of T, a sample per element, labelled `label`: the
+// element's index plus `first`.
+template <typename T>
+struct Family {
+  const char* name;
+  const char* type;
+  const char* help;
+  double (*value)(const T&);
+};
+
+template <typename T, std::size_t N>
+void render_families(std::string& out, const Family<T> (&families)[N], const std::vector<T>& values, const char* label,
+                     std::size_t first) {
+  TextWriter text(out);
+  for (const auto& family : families) {
+    text.family(family.name, family.type, family.help);
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      text.sample(family.name, family.value(values[i]), prometheus::label(label, std::to_string(i + first)));
+    }
+  }
+}
+
 // Per worker: how evenly connections and forwards spread, and how much
 // work idle workers took from busy ones.
 void render_workers(std::string& out, const std::vector<WorkerGauges>& workers) {
-  TextWriter text(out);
-  struct Family {
-    const char* name;
-    const char* type;
-    const char* help;
-    double (*value)(const WorkerGauges&);
-  };
-  static const Family kFamilies[] = {
+  static const Family<WorkerGauges> kFamilies[] = {
       {"numaserve_worker_connections", "gauge", "Open connections owned by the worker's event loop.",
        [](const WorkerGauges& w) { return static_cast<double>(w.connections); }},
       {"numaserve_worker_connections_accepted_total", "counter", "Connections handed to the worker's event loop.",
@@ -55,12 +70,25 @@ void render_workers(std::string& out, const std::vector<WorkerGauges>& workers) 
       {"numaserve_worker_queue_depth", "gauge", "Requests waiting in the worker's queue.",
        [](const WorkerGauges& w) { return static_cast<double>(w.queued); }},
   };
-  for (const auto& family : kFamilies) {
-    text.family(family.name, family.type, family.help);
-    for (std::size_t i = 0; i < workers.size(); ++i) {
-      text.sample(family.name, family.value(workers[i]), prometheus::label("worker", std::to_string(i)));
-    }
-  }
+  render_families(out, kFamilies, workers, "worker", 0);
+}
+
+// Per priority level: what waits, what ran, what was refused.
+void render_levels(std::string& out, const std::vector<LevelGauges>& levels) {
+  static const Family<LevelGauges> kFamilies[] = {
+      {"numaserve_priority_queued", "gauge", "Requests of the priority level waiting for a forward.",
+       [](const LevelGauges& l) { return static_cast<double>(l.queued); }},
+      {"numaserve_priority_answered_total", "counter", "Requests of the priority level run in a forward.",
+       [](const LevelGauges& l) { return static_cast<double>(l.answered); }},
+      {"numaserve_priority_refused_total", "counter",
+       "Requests of the priority level refused for load: at admission, past their timeout, or taken over by a higher "
+       "level in a full queue.",
+       [](const LevelGauges& l) { return static_cast<double>(l.refused); }},
+      {"numaserve_priority_wait_seconds_total", "counter",
+       "Time the answered requests of the priority level waited in the queue (over answered_total: the mean wait).",
+       [](const LevelGauges& l) { return l.wait_seconds; }},
+  };
+  render_families(out, kFamilies, levels, "priority", 1);
 }
 
 void render_feature_store(std::string& out, const Histogram& latency, const feature_store::StoreStats& s) {
@@ -337,6 +365,7 @@ std::string Metrics::render(const Gauges& gauges) const {
   batch_requests_.render(out, "numaserve_batch_requests", "");
 
   render_workers(out, gauges.workers);
+  render_levels(out, gauges.levels);
   render_transport(out, gauges.transport);
   if (gauges.feature_store) render_feature_store(out, feature_store_, *gauges.feature_store);
 

@@ -53,6 +53,13 @@ struct WorkerGauges {
   std::size_t queued = 0;
 };
 
+// One priority level (serve --priority-levels), over the workers.
+struct LevelGauges {
+  std::size_t queued = 0;
+  std::uint64_t answered = 0, refused = 0;
+  double wait_seconds = 0;  // the answered requests' time in the queue
+};
+
 // The HTTP side: connections closed or refused before a request reached a route.
 struct TransportGauges {
   std::uint64_t idle_closed = 0;
@@ -88,6 +95,7 @@ struct Gauges {
   std::vector<VersionGauges> versions;
   std::map<std::string, std::size_t> threads;       // kind -> count
   std::vector<WorkerGauges> workers;
+  std::vector<LevelGauges> levels;  // [0] is priority 1
   TransportGauges transport;
   std::optional<feature_store::StoreStats> feature_store;  // a networked store's, when there is one
 };

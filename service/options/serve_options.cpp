@@ -1,6 +1,7 @@
 #include "options/serve_options.h"
 
 #include <cstdlib>
+#include <sstream>
 
 namespace numaserve::options {
 namespace {
@@ -157,6 +158,59 @@ std::vector<OptionSpec> transport_options(http::ServerConfig& h) {
   };
 }
 
+// One level's policy: "LEVEL:KEY=VALUE;KEY=VALUE" (the list's items are
+// comma-separated, so a level's settings are not).
+Status set_level_policy(const std::string& spec, std::vector<batching::LevelPolicy>& policies) {
+  const auto bad = [&spec](const std::string& why) {
+    return Status(make_error(Error::Code::kInvalidArgument, "priority_level: '" + spec + "': " + why, "priority_level"));
+  };
+  const auto colon = spec.find(':');
+  unsigned level = 0;
+  if (colon == std::string::npos || !set_unsigned("priority_level", spec.substr(0, colon), level) || level == 0) {
+    return bad("want LEVEL:KEY=VALUE;..., LEVEL 1 or more");
+  }
+  if (policies.size() < level) policies.resize(level);
+  batching::LevelPolicy& policy = policies[level - 1];
+  std::stringstream settings(spec.substr(colon + 1));
+  for (std::string pair; std::getline(settings, pair, ';');) {
+    const auto eq = pair.find('=');
+    const std::string key = pair.substr(0, eq), value = eq == std::string::npos ? "" : pair.substr(eq + 1);
+    unsigned n = 0;
+    if (key == "max_queue_size" && set_unsigned(key, value, n)) {
+      policy.max_queue_size = n;
+    } else if (key == "timeout_us" && set_unsigned(key, value, n)) {
+      policy.timeout = std::chrono::microseconds(n);
+    } else if (key == "timeout_action" && (value == "reject" || value == "delay")) {
+      policy.timeout_action = value == "reject" ? batching::TimeoutAction::kReject : batching::TimeoutAction::kDelay;
+    } else if (key == "allow_timeout_override" && set_bool(key, value, policy.allow_timeout_override)) {
+    } else {
+      return bad("'" + pair + "' is not max_queue_size=N, timeout_us=N, timeout_action=reject|delay or "
+                 "allow_timeout_override=true|false");
+    }
+  }
+  return {};
+}
+
+OptionSpec priority_level_option(std::vector<batching::LevelPolicy>& target) {
+  OptionSpec row{"priority_level", "LEVEL:KEY=VALUE;...",
+                 "One priority level's queue policy, in Triton's terms: max_queue_size=N (its requests waiting per "
+                 "worker; 0: up to --queue-capacity), timeout_us=N (its longest wait, and the most a request's "
+                 "parameters.timeout may ask; 0: --max-queue-delay), timeout_action=reject|delay (past it: refused, or "
+                 "run after its level's requests still in time), allow_timeout_override=true|false (a request may ask "
+                 "for less). Repeat per level; the others take the defaults",
+                 "", [&target](const std::string& text) {
+                   target.clear();  // a later source replaces an earlier one's list
+                   std::stringstream specs(text);
+                   for (std::string spec; std::getline(specs, spec, ',');) {
+                     if (spec.empty()) continue;
+                     if (auto set = set_level_policy(spec, target); !set) return set;
+                   }
+                   return Status();
+                 }};
+  row.repeatable = true;
+  return row;
+}
+
 std::vector<OptionSpec> serving_options(api::ServiceConfig& s) {
   auto& b = s.batching;
   return {
@@ -179,6 +233,13 @@ std::vector<OptionSpec> serving_options(api::ServiceConfig& s) {
          if (set) b.max_batch_delay = std::chrono::microseconds(us);
          return set;
        }},
+      count_option("priority_levels", "N",
+                   "Priority levels a request may name (parameters.priority; 1 the highest): a worker starts no lower "
+                   "level's forward while a higher level's request waits, and under overload refuses the lowest first",
+                   b.priority_levels),
+      count_option("default_priority", "LEVEL", "The level of a request that names none; 0: the lowest",
+                   b.default_priority),
+      priority_level_option(b.policies),
       count_option("max_items", "N", "Most items in one /predict request (400 beyond)", s.limits.max_items),
       count_option("warmup_rounds", "N", "Forwards per model and worker before turning ready", s.warmup_rounds),
   };

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
@@ -227,10 +228,10 @@ http::ServerConfig transport_config(const ServeOptions& o, std::size_t workers, 
   return transport;
 }
 
-// Where the models come from: --model-dir's list, or --model-repository's
-// manager, which loads each model's versions now and, in poll and explicit
-// mode, later ones.
-Status check_model_source(const ServeOptions& o) {
+// Options that contradict each other. Where the models come from:
+// --model-dir's list, or --model-repository's manager, which loads each
+// model's versions now and, in poll and explicit mode, later ones.
+Status check_options(const ServeOptions& o) {
   const bool repository = !o.reload.repository.empty();
   if (repository && !o.model_dirs.empty()) {
     return make_error(Error::Code::kInvalidArgument, "give --model-repository or --model-dir, not both", "model_repository");
@@ -246,6 +247,11 @@ Status check_model_source(const ServeOptions& o) {
     return make_error(Error::Code::kInvalidArgument,
                       "--model-control-mode explicit takes its load calls on the admin port only: give --admin-port", "admin_port");
   }
+  if (auto levels = o.service.batching.check(); !levels) {
+    std::string flag = levels.error().field;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    return make_error(Error::Code::kInvalidArgument, "--" + flag + ": " + levels.error().message, levels.error().field);
+  }
   return {};
 }
 
@@ -254,7 +260,7 @@ Status check_model_source(const ServeOptions& o) {
 int serve(const ServeOptions& o, const std::string& version, const Runtime& runtime) {
   const std::string replica = supervisor::replica_name();
   configure_logging(replica.empty() ? "service" : replica, o.log.level, o.log.format);
-  if (auto source = check_model_source(o); !source) return fail(source.error().message);
+  if (auto source = check_options(o); !source) return fail(source.error().message);
   const bool supervised = supervisor::supervised();
   const sigset_t signals = block_signals();
 
@@ -302,6 +308,7 @@ int serve(const ServeOptions& o, const std::string& version, const Runtime& runt
 
 int supervise(const ServeOptions& o, std::vector<std::string> command) {
   configure_logging("supervisor", o.log.level, o.log.format);
+  if (auto checked = check_options(o); !checked) return fail(checked.error().message);  // once, not per replica
   if (o.http.port == 0 || o.http.admin_port == 0 || o.http.grpc_port == 0) {
     return fail("port 0 cannot be shared by replicas: give --port, --admin-port and --grpc-port a port each");
   }

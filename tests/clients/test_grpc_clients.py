@@ -147,6 +147,39 @@ def test_tritons_grpc_client(demo, binary, served):
     assert refused.value.status() == "StatusCode.INVALID_ARGUMENT"
 
 
+def test_priority_levels_as_tritons_client_and_ranking_name_them(demo, binary, serve, stubs):
+    pb, pb_grpc, _, _ = stubs
+    server = serve([demo / "ranker_a"], feature_store=demo / "store.jsonl",
+                   args=["--grpc-port", "0", "--priority-levels", "2", "--priority-level", "1:allow_timeout_override=true"])
+    client = triton.InferenceServerClient(url=f"127.0.0.1:{server.grpc_port}")
+    metadata = client.get_model_metadata("ranker_a", as_json=True)
+    body = BODIES[0]
+    tensors = next(iter(extract(binary, demo / "ranker_a", demo / "store.jsonl", [body])))
+    inputs = []
+    for name, array in v2_inputs(metadata, tensors).items():
+        one = triton.InferInput(name, list(array.shape), "FP32" if array.dtype == np.float32 else "INT64")
+        one.set_data_from_numpy(array)
+        inputs.append(one)
+    want = server.predict(dict(body, model="ranker_a"))["scores"]
+    # Triton's client sends the level as a uint64 parameter, the timeout (us) as an int64 one.
+    result = client.infer("ranker_a", inputs, priority=1, timeout=100000)
+    assert result.as_numpy("score").tolist() == pytest.approx(want, rel=1e-6, abs=1e-7)
+    with pytest.raises(InferenceServerException) as refused:
+        client.infer("ranker_a", inputs, priority=3)
+    assert refused.value.status() == "StatusCode.INVALID_ARGUMENT" and "parameters.priority" in str(refused.value)
+    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
+        ranking = pb_grpc.RankingStub(channel)
+        assert list(ranking.Predict(ranking_request(pb, body, priority=1), timeout=10).scores) == \
+            pytest.approx(want, rel=1e-6, abs=1e-7)
+        with pytest.raises(grpc.RpcError) as refused:
+            ranking.Predict(ranking_request(pb, body, priority=5), timeout=10)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert refused.value.details().startswith("priority:"), refused.value.details()
+    text = metrics(server)
+    assert 'numaserve_priority_answered_total{priority="1"} 2\n' in text, text
+    assert 'numaserve_priority_answered_total{priority="2"} 1\n' in text, text  # /predict naming none: the lowest
+
+
 @pytest.fixture
 def repository_served(demo, serve, tmp_path):
     repository = tmp_path / "repository"

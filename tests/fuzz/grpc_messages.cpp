@@ -89,6 +89,7 @@ Result<codec::PredictRequest> reference(std::string_view message, const api::Req
   if (!in.model().empty()) out.model = in.model();
   out.version = in.version();
   out.request_id = in.request_id();
+  if (in.priority() != 0) out.scheduling.priority = in.priority();
   if (!in.has_user()) return fail("user");
   auto user = read_entity(in.user());
   auto context = read_features(in.context());
@@ -122,7 +123,8 @@ void predict(std::string_view message) {
     return;
   }
   FUZZ_CHECK(request->model == expected->model && request->version == expected->version &&
-                 request->request_id == expected->request_id, "model, version or request_id differ");
+                 request->request_id == expected->request_id && request->scheduling.priority == expected->scheduling.priority,
+             "model, version, request_id or priority differ");
   FUZZ_CHECK(same(request->features.user, expected->features.user), "the user differs");
   FUZZ_CHECK(request->features.context == expected->features.context, "the context differs");
   const auto& items = request->features.items;

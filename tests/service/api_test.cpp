@@ -30,6 +30,8 @@ struct Options {
   unsigned workers = 0;
   int admin_port = -1;
   std::chrono::microseconds max_batch_delay{0};
+  std::size_t priority_levels = 1;
+  std::vector<batching::LevelPolicy> policies;
 };
 
 // A service as `numaserve serve` builds it: placement read from this
@@ -59,6 +61,8 @@ class Running {
     parts.config.limits.max_items = o.max_items;
     parts.config.batching.queue_capacity = o.queue_capacity;
     parts.config.batching.max_batch_delay = o.max_batch_delay;
+    parts.config.batching.priority_levels = o.priority_levels;
+    parts.config.batching.policies = o.policies;
     parts.config.warmup_rounds = 1;
     parts.config.version = "test";
     parts.placement = std::move(report);
@@ -359,6 +363,47 @@ TEST(Overload, AFullQueueAnswers503WithRetryAfter) {
   auto res = running.client().Post("/predict", kPredict, "application/json");
   expect_error(res, 503, "");
   EXPECT_EQ(res->get_header_value("Retry-After"), "1");
+}
+
+// Priority levels as a client names them: "parameters" on /predict and v2
+// infer, checked against the server's levels, each level counted apart.
+TEST(Priority, ALevelOrTimeoutOutOfRangeIsA400NamingTheParameterAndEachLevelIsCounted) {
+  Options o;
+  o.admin_port = 0;
+  o.priority_levels = 2;
+  o.policies.resize(1);
+  o.policies[0].timeout = std::chrono::milliseconds(50);
+  o.policies[0].allow_timeout_override = true;
+  Running running(o);
+  auto client = running.client();
+  const auto with = [](const std::string& parameters) {
+    return R"({"user": {"id": "u3"}, "items": [{"id": "i1"}], "parameters": )" + parameters + "}";
+  };
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {R"({"priority": 3})", "parameters.priority"},     {R"({"priority": 0})", "parameters.priority"},
+      {R"({"priority": "1"})", "parameters.priority"},   {R"({"priority": 1.5})", "parameters.priority"},
+      {R"({"timeout": -1})", "parameters.timeout"},      {R"({"priority": 1, "timeout": 50001})", "parameters.timeout"},
+      {R"({"deadline": 5})", "parameters.deadline"},     {R"([1])", "parameters"},
+  };
+  for (const auto& [parameters, field] : bad) {
+    SCOPED_TRACE(parameters);
+    expect_error(client.Post("/predict", with(parameters), "application/json"), 400, field);
+  }
+  // v2 infer's parameters are read before its tensors; their range is checked as /predict's.
+  const json infer{{"inputs", json::array()}, {"parameters", {{"priority", "high"}}}};
+  expect_error(client.Post("/v2/models/ranker_a/infer", infer.dump(), "application/json"), 400, "parameters.priority");
+
+  for (const char* parameters : {R"({"priority": 1, "timeout": 50000})", R"({"priority": 2})", R"({})"}) {
+    auto res = client.Post("/predict", with(parameters), "application/json");
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 200) << parameters << ": " << res->body;
+  }
+  const auto metrics = running.admin_client().Get("/metrics");
+  ASSERT_TRUE(metrics);
+  // No priority given: the default, the lowest.
+  EXPECT_NE(metrics->body.find("numaserve_priority_answered_total{priority=\"1\"} 1\n"), std::string::npos);
+  EXPECT_NE(metrics->body.find("numaserve_priority_answered_total{priority=\"2\"} 2\n"), std::string::npos);
+  EXPECT_NE(metrics->body.find("numaserve_priority_refused_total{priority=\"2\"} 0\n"), std::string::npos);
 }
 
 TEST(Drain, NotReadyButStillAnswering) {

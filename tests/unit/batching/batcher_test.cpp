@@ -138,7 +138,7 @@ TEST(Batcher, AFullQueueIsRefusedBeforeAnythingIsParsed) {
   b.submit(0, job(f, rows({1}), s2));
   const auto refused = b.admit(0);
   ASSERT_FALSE(refused.has_value());
-  EXPECT_EQ(refused.error().code, Error::Code::kUnavailable);
+  EXPECT_EQ(refused.error().code, Error::Code::kResourceExhausted);
   EXPECT_NE(refused.error().message.find("queue full: 2 requests waiting for worker 0"), std::string::npos);
   EXPECT_TRUE(b.admit(1).has_value());  // bounds are per worker
   EXPECT_EQ(b.queue_depth(), 2u);
@@ -162,7 +162,7 @@ TEST(Batcher, RequestsOlderThanTheQueueDelayAreRefusedNotRun) {
   EXPECT_TRUE(f->calls.empty());
   ASSERT_TRUE(old.outcome);
   ASSERT_FALSE(old.outcome->scores.has_value());
-  EXPECT_EQ(old.outcome->scores.error().code, Error::Code::kUnavailable);
+  EXPECT_EQ(old.outcome->scores.error().code, Error::Code::kResourceExhausted);
   EXPECT_GE(old.outcome->timing.queue_seconds, 0.02);
 }
 
@@ -206,10 +206,10 @@ TEST(Batcher, RequestsPastTheirCallersDeadlineAreRefusedNotRun) {
   ASSERT_EQ(f->calls.size(), 1u);
   EXPECT_EQ(f->calls[0], 1u);  // the late request's row never reached the forward
 
-  const auto gone = b.admit(0, Clock::now() - std::chrono::milliseconds(1));
+  const auto gone = b.admit(0, 1, Clock::now() - std::chrono::milliseconds(1));
   ASSERT_FALSE(gone.has_value());
   EXPECT_EQ(gone.error().code, Error::Code::kDeadlineExceeded);
-  EXPECT_TRUE(b.admit(0, Clock::now() + std::chrono::seconds(1)).has_value());
+  EXPECT_TRUE(b.admit(0, 1, Clock::now() + std::chrono::seconds(1)).has_value());
 }
 
 TEST(Batcher, ABatchDelayWaitsForMoreUntilItsDeadline) {
@@ -309,6 +309,179 @@ TEST(Batcher, AForwardReturningTheWrongNumberOfScoresIsAnInternalError) {
   ASSERT_TRUE(a.outcome);
   ASSERT_FALSE(a.outcome->scores.has_value());
   EXPECT_EQ(a.outcome->scores.error().code, Error::Code::kInternal);
+}
+
+// Priority levels: two levels unless a test says otherwise, one row per
+// request and one request per forward where the order is what is tested.
+BatcherConfig levels(std::size_t count = 2) {
+  BatcherConfig c = config();
+  c.priority_levels = count;
+  c.policies.assign(count, LevelPolicy{});
+  return c;
+}
+
+Job job_at(std::size_t priority, std::shared_ptr<const Forward> forward, float value, Seen& seen) {
+  Job j = job(std::move(forward), rows({value}), seen);
+  j.priority = priority;
+  return j;
+}
+
+TEST(BatcherPriority, AHigherLevelRunsFirstWhateverCameFirst) {
+  auto f = doubling();
+  auto c = levels();
+  c.max_batch_items = 1;
+  Batcher b(c);
+  Seen low, high;
+  b.submit(0, job_at(2, f, 1, low));
+  b.submit(0, job_at(1, f, 2, high));
+  b.run_turn(0);
+  ASSERT_TRUE(high.outcome);
+  EXPECT_FALSE(low.outcome);
+  EXPECT_EQ(*high.outcome->scores, std::vector<float>{4});
+  b.run_turn(0);
+  ASSERT_TRUE(low.outcome);
+  EXPECT_EQ(*low.outcome->scores, std::vector<float>{2});
+}
+
+TEST(BatcherPriority, ABatchHoldsOneLevelAndALowerOneRunsAloneWhileAHigherHasTraffic) {
+  auto f = doubling();
+  Batcher b(levels());
+  Seen high_1, high_2, low_1, low_2;
+  b.submit(0, job_at(2, f, 1, low_1));
+  b.submit(0, job_at(1, f, 2, high_1));
+  b.submit(0, job_at(2, f, 3, low_2));
+  b.submit(0, job_at(1, f, 4, high_2));
+  b.run_turn(0);  // level 1's two, without the level-2 rows the forward had room for
+  EXPECT_EQ(f->calls, (std::vector<std::size_t>{2}));
+  ASSERT_TRUE(high_1.outcome && high_2.outcome);
+  EXPECT_EQ(*high_2.outcome->scores, std::vector<float>{8});
+  EXPECT_FALSE(low_1.outcome);
+  b.run_turn(0);  // level 1 had traffic just now: one level-2 request per forward
+  b.run_turn(0);
+  EXPECT_EQ(f->calls, (std::vector<std::size_t>{2, 1, 1}));
+  ASSERT_TRUE(low_1.outcome && low_2.outcome);
+  EXPECT_EQ(*low_2.outcome->scores, std::vector<float>{6});
+}
+
+TEST(BatcherPriority, ALowerLevelAloneBatchesAsUsual) {
+  auto f = doubling();
+  Batcher b(levels());
+  Seen low_1, low_2;
+  b.submit(0, job_at(2, f, 1, low_1));
+  b.submit(0, job_at(2, f, 2, low_2));
+  b.run_turn(0);
+  EXPECT_EQ(f->calls, (std::vector<std::size_t>{2}));
+}
+
+TEST(BatcherPriority, AFullQueueRefusesTheNewestOfTheLowestLevelNeverAHigherOne) {
+  auto f = doubling();
+  auto c = levels(3);
+  c.queue_capacity = 3;
+  Batcher b(c);
+  Seen two_old, three_old, three_new, one;
+  b.submit(0, job_at(2, f, 1, two_old));
+  b.submit(0, job_at(3, f, 2, three_old));
+  b.submit(0, job_at(3, f, 3, three_new));
+  const auto refused = b.admit(0, 3);  // nothing below level 3 to take the place of
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().code, Error::Code::kResourceExhausted);
+  EXPECT_NE(refused.error().message.find("queue full"), std::string::npos) << refused.error().message;
+  ASSERT_TRUE(b.admit(0, 1).has_value());
+  b.submit(0, job_at(1, f, 4, one));
+  EXPECT_EQ(b.queue_depth(), 3u);
+  for (int turn = 0; turn < 3; ++turn) b.run_turn(0);  // a level a turn
+  ASSERT_TRUE(three_new.outcome);
+  ASSERT_FALSE(three_new.outcome->scores.has_value());
+  EXPECT_EQ(three_new.outcome->scores.error().code, Error::Code::kResourceExhausted);
+  EXPECT_NE(three_new.outcome->scores.error().message.find("higher-priority request took this priority-3"),
+            std::string::npos)
+      << three_new.outcome->scores.error().message;
+  for (Seen* s : {&one, &two_old, &three_old}) {
+    ASSERT_TRUE(s->outcome && s->outcome->scores.has_value());
+  }
+  EXPECT_EQ(*one.outcome->scores, std::vector<float>{8});
+  const auto stats = b.level_stats();
+  ASSERT_EQ(stats.size(), 3u);
+  EXPECT_EQ(stats[0].answered, 1u);
+  EXPECT_EQ(stats[0].refused, 0u);
+  EXPECT_EQ(stats[1].answered, 1u);
+  EXPECT_EQ(stats[2].answered, 1u);
+  EXPECT_EQ(stats[2].refused, 2u);  // the admission and the request taken over
+  EXPECT_EQ(stats[2].queued, 0u);
+}
+
+TEST(BatcherPriority, ALevelsOwnQueueLimitRefusesItAloneAndIsCounted) {
+  auto f = doubling();
+  auto c = levels();
+  c.policies[1].max_queue_size = 1;
+  Batcher b(c);
+  Seen low;
+  b.submit(0, job_at(2, f, 1, low));
+  const auto refused = b.admit(0, 2);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_NE(refused.error().message.find("priority-2 has 1 requests waiting"), std::string::npos) << refused.error().message;
+  EXPECT_TRUE(b.admit(0, 1).has_value());
+  EXPECT_EQ(b.level_stats()[1].refused, 1u);
+  EXPECT_EQ(b.level_stats()[1].queued, 1u);
+  EXPECT_FALSE(b.admit(0, 2, Clock::time_point::max(), false).has_value());
+  EXPECT_EQ(b.level_stats()[1].refused, 1u);  // not counted when asked not to
+}
+
+TEST(BatcherPriority, PastItsTimeoutARejectLevelIsRefusedAndADelayLevelRunsLast) {
+  auto f = doubling();
+  auto c = levels();
+  c.max_batch_items = 1;
+  c.policies[0].timeout = std::chrono::milliseconds(10);
+  c.policies[1].timeout = std::chrono::milliseconds(10);
+  c.policies[1].timeout_action = TimeoutAction::kDelay;
+  Batcher b(c);
+  Seen rejected, late, in_time;
+  b.submit(0, job_at(1, f, 1, rejected));
+  b.submit(0, job_at(2, f, 2, late));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  b.submit(0, job_at(2, f, 3, in_time));
+  b.run_turn(0);
+  ASSERT_TRUE(rejected.outcome);
+  EXPECT_EQ(rejected.outcome->scores.error().code, Error::Code::kResourceExhausted);
+  EXPECT_NE(rejected.outcome->scores.error().message.find("priority-1 limit of 10 ms"), std::string::npos)
+      << rejected.outcome->scores.error().message;
+  ASSERT_TRUE(in_time.outcome);  // the delayed one waits behind it
+  EXPECT_FALSE(late.outcome);
+  b.run_turn(0);
+  ASSERT_TRUE(late.outcome && late.outcome->scores.has_value());
+  EXPECT_EQ(*late.outcome->scores, std::vector<float>{4});
+}
+
+TEST(BatcherPriority, ARequestsOwnTimeoutIsKeptBelowItsLevels) {
+  auto f = doubling();
+  Batcher b(levels());
+  Seen own, level;
+  Job j = job_at(1, f, 1, own);
+  j.timeout = std::chrono::milliseconds(5);
+  b.submit(0, std::move(j));
+  b.submit(0, job_at(1, f, 2, level));  // its level's: max_queue_delay, a second
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  b.run_turn(0);
+  ASSERT_TRUE(own.outcome && level.outcome);
+  EXPECT_EQ(own.outcome->scores.error().code, Error::Code::kResourceExhausted);
+  EXPECT_TRUE(level.outcome->scores.has_value());
+}
+
+TEST(BatcherPriority, AConfigurationThatContradictsItselfNamesTheOption) {
+  auto c = levels();
+  EXPECT_TRUE(c.check().has_value());
+  EXPECT_EQ(c.default_level(), 2u);  // unset: the lowest
+  c.policies[1].max_queue_size = c.queue_capacity + 1;
+  ASSERT_FALSE(c.check().has_value());
+  EXPECT_EQ(c.check().error().field, "priority_level");
+  c = levels();
+  c.policies.resize(3);  // a level's policy beyond the levels
+  ASSERT_FALSE(c.check().has_value());
+  EXPECT_EQ(c.check().error().field, "priority_level");
+  c = levels();
+  c.default_priority = 3;
+  ASSERT_FALSE(c.check().has_value());
+  EXPECT_EQ(c.check().error().field, "default_priority");
 }
 
 }  // namespace

@@ -39,6 +39,19 @@ TEST(PredictJson, MinimalRequest) {
   EXPECT_TRUE(r->features.user.id.empty());
 }
 
+TEST(PredictJson, ParametersCarryAPriorityAndATimeoutAsWritten) {
+  auto r = parse_predict_request(R"({"user": {}, "items": [{"id": "i"}], "parameters": {"priority": 2, "timeout": -5}})",
+                                 kLimits);
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  EXPECT_EQ(r->scheduling.priority, 2);
+  EXPECT_EQ(r->scheduling.timeout_us, -5);  // the service refuses it, naming the field
+  auto big = parse_predict_request(R"({"user": {}, "items": [{"id": "i"}], "parameters": {"priority": 18446744073709551615}})",
+                                   kLimits);
+  ASSERT_TRUE(big.has_value()) << big.error().message;
+  EXPECT_EQ(big->scheduling.priority, std::numeric_limits<std::int64_t>::max());
+  EXPECT_FALSE(parse_predict_request(R"({"user": {}, "items": [{"id": "i"}]})", kLimits)->scheduling.priority);
+}
+
 TEST(PredictJson, EveryRejectionNamesItsField) {
   struct Case {
     std::string body;
@@ -48,6 +61,10 @@ TEST(PredictJson, EveryRejectionNamesItsField) {
            {"{", "body"},
            {"[1]", "body"},
            {R"({"items": [{"id": 1}]})", "user"},
+           {R"({"user": {}, "items": [{"id": "i"}], "parameters": [1]})", "parameters"},
+           {R"({"user": {}, "items": [{"id": "i"}], "parameters": {"priority": 1.5}})", "parameters.priority"},
+           {R"({"user": {}, "items": [{"id": "i"}], "parameters": {"timeout": "1s"}})", "parameters.timeout"},
+           {R"({"user": {}, "items": [{"id": "i"}], "parameters": {"sequence_id": 1}})", "parameters.sequence_id"},
            {R"({"user": {}, "items": []})", "items"},
            {R"({"user": {}, "items": {"id": 1}})", "items"},
            {R"({"user": {}, "items": [{"features": {}}]})", "items[0].id"},

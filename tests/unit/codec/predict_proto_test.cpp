@@ -71,6 +71,20 @@ TEST(PredictProto, ReadsBackWhatProtobufWrites) {
   }
 }
 
+TEST(PredictProto, APriorityIsReadAsProtobufReadsAUint32AndZeroIsTheDefault) {
+  PredictRequest request;
+  request.features.user = {"u", {}};
+  request.features.items = {{"i1", {}}};
+  request.scheduling.priority = 2;
+  auto got = parse(grpc::predict_message(request));
+  ASSERT_TRUE(got) << got.error().message;
+  EXPECT_EQ(got->scheduling.priority, 2);
+  EXPECT_EQ(got->scheduling.priority_field, "priority");
+  EXPECT_FALSE(parse(minimal())->scheduling.priority.has_value());
+  EXPECT_FALSE(parse(minimal() + tag(7, 0) + varint(0))->scheduling.priority.has_value());
+  EXPECT_EQ(parse(minimal() + tag(7, 0) + varint((1ull << 32) + 3))->scheduling.priority, 3);  // the low 32 bits
+}
+
 TEST(PredictProto, FollowsProtobufsMergeRules) {
   // The user given twice is one user: the last id, the features of both.
   // A key given twice takes its last entry; a oneof its last member; id

@@ -59,6 +59,20 @@ TEST(V2, InferRequestBecomesABatch) {
   EXPECT_EQ(parsed->batch.bags[0].offsets, (std::vector<std::int64_t>{0, 1}));
 }
 
+TEST(V2, ParametersCarryAPriorityAndATimeoutBesideTheCodecsOwn) {
+  json body = request({{1.5}, {2.5}}, {3, 4}, {0, 1});
+  body["parameters"] = {{"priority", 2}, {"timeout", 1000}, {"binary_data_output", true}, {"sequence_id", "s"}};
+  auto parsed = parse_infer_request(body.dump(), std::nullopt, spec(), {});
+  ASSERT_TRUE(parsed.has_value()) << parsed.error().message;
+  EXPECT_EQ(parsed->scheduling.priority, 2);
+  EXPECT_EQ(parsed->scheduling.timeout_us, 1000);
+  EXPECT_TRUE(parsed->binary_output);
+  body["parameters"] = {{"priority", 1.5}};
+  parsed = parse_infer_request(body.dump(), std::nullopt, spec(), {});
+  ASSERT_FALSE(parsed.has_value());
+  EXPECT_EQ(parsed.error().field, "parameters.priority");
+}
+
 TEST(V2, BadTensorsNameTheField) {
   struct Case {
     json body;

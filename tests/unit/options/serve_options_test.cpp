@@ -77,5 +77,31 @@ TEST(OptionTables, PrecisionOverridesModelYamlOnlyWhenGiven) {
   EXPECT_NE(tables.error().message.find("'int2' is not fp32, bf16, int8 or int4"), std::string::npos) << tables.error().message;
 }
 
+TEST(OptionTables, PriorityLevelsReadTritonsPolicyPerLevelInAnyOrder) {
+  options::ServeOptions o;
+  OptionTable table(options::serve_options(o));
+  ASSERT_TRUE(table.apply_yaml("priority_level:\n"
+                               "  - '2:max_queue_size=8;timeout_us=250000;timeout_action=delay'\n"
+                               "  - '1:allow_timeout_override=true'\n"
+                               "priority_levels: 2\n",
+                               "serve.yaml"));
+  const auto& b = o.service.batching;
+  EXPECT_EQ(b.priority_levels, 2u);
+  ASSERT_EQ(b.policies.size(), 2u);
+  EXPECT_TRUE(b.policies[0].allow_timeout_override);
+  EXPECT_EQ(b.policies[1].max_queue_size, 8u);
+  EXPECT_EQ(b.policies[1].timeout, std::chrono::milliseconds(250));
+  EXPECT_EQ(b.policies[1].timeout_action, batching::TimeoutAction::kDelay);
+  EXPECT_TRUE(b.check().has_value());
+  for (const char* bad : {"priority_level: '2:timeout_action=drop'\n", "priority_level: '0:max_queue_size=1'\n",
+                          "priority_level: 'max_queue_size=1'\n"}) {
+    const auto refused = table.apply_yaml(bad, "serve.yaml");
+    ASSERT_FALSE(refused) << bad;
+    EXPECT_EQ(refused.error().field, "priority_level") << refused.error().message;
+  }
+  ASSERT_TRUE(table.apply_yaml("priority_level: '3:max_queue_size=1'\n", "serve.yaml"));
+  EXPECT_EQ(b.check().error().field, "priority_level");  // a third level's policy with two levels
+}
+
 }  // namespace
 }  // namespace numaserve

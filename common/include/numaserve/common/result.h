@@ -19,6 +19,7 @@ struct Error {
     kUnavailable,      // the facility exists but cannot be used here, or not now
     kNotAllowed,       // it exists, but not in this form (an HTTP method a route does not take)
     kDeadlineExceeded,  // the caller's deadline passed before the work could be done
+    kResourceExhausted,  // refused for load (a queue full, a wait too long): the caller may retry later
     kInternal,         // a library call failed in a way we did not expect
   };
 

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# bench/overload.sh — a peak on one pinned replica, with priority levels and
+# without. One open-loop generator on --client-cpus offers two kinds of
+# traffic at once: level 1 (the feed a user looks at) at 40% of the
+# replica's saturation rate and level 2 (prefetch, bots) at 150%. Each round,
+# the servers on the same --server-cpus in turn:
+#   (s)  saturation: /predict closed loop, --connections connections
+#   (1)  level 1 alone at its rate, against the server with levels
+#   (L)  both at once against `serve --priority-levels 2`
+#   (N)  both at once against a server with one level (today's behaviour):
+#        the same requests, their level not named, each kind reported apart
+# Prints per level: answered, refused (503), other failures, p50/p99 of the
+# answers, and the refusals' p99; the targets beside: with levels, level 1's
+# p99 <= 1.5x its p99 alone, no level-1 request refused or failed, level 2
+# refused in part (only 503s, each with Retry-After: the service's error
+# replies carry it, tests/service/api_test.cpp checks it), answered +
+# refused = sent. Medians over --repeats rounds. Writes a JSON results file.
+# Not a test: numbers for a person to read.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+server_cpus=0 client_cpus=1 items=200 seconds=5 warmup=1 connections=4 repeats=3 high=0.4 low=1.5
+build=${BUILD_DIR:-build} models="" out=""
+usage() {
+  cat <<USAGE
+Usage: bench/overload.sh [--server-cpus LIST] [--client-cpus LIST] [--items N] [--seconds S]
+                         [--repeats R] [--high SHARE] [--low SHARE] [--models DIR] [--out FILE]
+Defaults: server on CPU $server_cpus, load on CPU $client_cpus, $items items, ${seconds}s per
+measurement after ${warmup}s warm-up, $repeats rounds; level 1 at $high and level 2 at $low
+of the saturation rate measured in the same round.
+USAGE
+}
+while (($#)); do
+  case $1 in
+    --server-cpus) server_cpus=$2; shift 2 ;;
+    --client-cpus) client_cpus=$2; shift 2 ;;
+    --items) items=$2; shift 2 ;;
+    --seconds) seconds=$2; shift 2 ;;
+    --repeats) repeats=$2; shift 2 ;;
+    --high) high=$2; shift 2 ;;
+    --low) low=$2; shift 2 ;;
+    --models) models=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "bench/overload.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+source bench/lib.sh
+prepare_models
+out=${out:-bench/results/overload-$(date -u +%Y%m%dT%H%M%SZ).json}
+mkdir -p "$(dirname "$out")"
+work=$(mktemp -d)
+trap 'cleanup_servers; rm -rf "$work"' EXIT
+
+store=$models/store.jsonl
+levels_port=$(free_port)
+start_server "$levels_port" "$server_cpus" "$models/ranker_a" "$store" --priority-levels 2
+single_port=$(free_port)
+start_server "$single_port" "$server_cpus" "$models/ranker_a" "$store"
+
+# load PORT [flags...]: one measurement's JSON line. Open loops get enough
+# connections that the server, not the client, decides what is refused.
+load() {
+  local port=$1
+  shift
+  "$bench" load --port "$port" --feature-store "$store" --items "$items" --seconds "$seconds" --warmup "$warmup" \
+    --cpus "$client_cpus" "$@"
+}
+
+for round in $(seq 1 "$repeats"); do
+  saturation=$(load "$levels_port" --connections "$connections" --priority 1 | python3 -c 'import json, sys; print(json.load(sys.stdin)["rps"])')
+  rate_high=$(python3 -c "print(round($saturation * $high))")
+  rate_low=$(python3 -c "print(round($saturation * $low))")
+  echo "round $round: saturation $saturation requests/s; level 1 at $rate_high/s, level 2 at $rate_low/s" >&2
+  load "$levels_port" --connections 256 --mix "1:$rate_high" > "$work/alone-$round.json"
+  load "$levels_port" --connections 256 --mix "1:$rate_high,2:$rate_low" > "$work/levels-$round.json"
+  load "$single_port" --connections 256 --mix "1:$rate_high,2:$rate_low" --mix-unnamed > "$work/single-$round.json"
+  echo "{\"saturation_rps\": $saturation, \"rate_high\": $rate_high, \"rate_low\": $rate_low}" > "$work/rates-$round.json"
+done
+
+python3 - "$work" "$repeats" "$out" "$(machine_summary)" <<'PY'
+import json, statistics, sys
+
+work, repeats, out, machine = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+rounds = []
+for r in range(1, repeats + 1):
+    read = lambda name: json.load(open(f"{work}/{name}-{r}.json"))
+    rounds.append({"rates": read("rates"), "alone": read("alone")["by_priority"],
+                   "levels": read("levels")["by_priority"], "single": read("single")["by_priority"]})
+
+def level(side, n, key):
+    return statistics.median(r[side].get(str(n), {}).get(key, 0) for r in rounds)
+
+ratio = statistics.median(r["levels"]["1"]["p99_ms"] / r["alone"]["1"]["p99_ms"] for r in rounds)
+print(f"{machine}")
+print(f"saturation {statistics.median(r['rates']['saturation_rps'] for r in rounds):.0f} requests/s (median of {repeats} rounds)")
+print(f"{'':22} {'answered':>9} {'refused':>8} {'other':>6} {'p50 ms':>8} {'p99 ms':>8} {'503 p99':>8}")
+for side, name in (("alone", "level 1 alone"), ("levels", "with levels"), ("single", "without levels")):
+    for n in (1, 2):
+        if side == "alone" and n == 2:
+            continue
+        print(f"{name + ', level ' + str(n):22} {level(side, n, 'answered'):9.0f} {level(side, n, 'refused'):8.0f} "
+              f"{level(side, n, 'other'):6.0f} {level(side, n, 'p50_ms'):8.2f} {level(side, n, 'p99_ms'):8.2f} "
+              f"{level(side, n, 'refused_p99_ms'):8.2f}")
+print(f"with levels: level 1's p99 / alone: {ratio:.2f} (target <= 1.5); level-1 refused or failed: "
+      f"{level('levels', 1, 'refused') + level('levels', 1, 'other'):.0f} (target 0); level 2 refused: "
+      f"{level('levels', 2, 'refused'):.0f} (target > 0), failed otherwise: {level('levels', 2, 'other'):.0f} (target 0)")
+json.dump({"machine": machine, "rounds": rounds, "level1_p99_ratio": ratio}, open(out, "w"), indent=1)
+print(f"results: {out}")
+PY
