@@ -9,6 +9,10 @@
 #   (L)  both at once against `serve --priority-levels 2`
 #   (N)  both at once against a server with one level (today's behaviour):
 #        the same requests, their level not named, each kind reported apart
+# Then, once, the saturation gauge: the one-level server at 25%, 50%, 75%
+# and 100% of the last round's saturation rate, open loop, each held for
+# three of the gauge's 5 s windows, numaserve_saturation read at the end
+# beside the offered share (target: within 0.1 of it).
 # Prints per level: answered, refused (503), other failures, p50/p99 of the
 # answers, and the refusals' p99; the targets beside: with levels, level 1's
 # p99 <= 1.5x its p99 alone, no level-1 request refused or failed, level 2
@@ -79,6 +83,23 @@ for round in $(seq 1 "$repeats"); do
   echo "{\"saturation_rps\": $saturation, \"rate_high\": $rate_high, \"rate_low\": $rate_low}" > "$work/rates-$round.json"
 done
 
+# gauge SHARE: numaserve_saturation at the end of 15 s at SHARE of saturation.
+gauge() {
+  local rate
+  rate=$(python3 -c "print(round($saturation * $1))")
+  "$bench" load --port "$single_port" --feature-store "$store" --items "$items" --seconds 15 --warmup 0 \
+    --cpus "$client_cpus" --connections 256 --rate "$rate" > "$work/gauge-$1.json" &
+  local loader=$!
+  sleep 14.5
+  curl -sf "http://127.0.0.1:$single_port/metrics" | awk '$1 == "numaserve_saturation" { print $2 }'
+  wait "$loader"
+}
+sleep 15  # the last round's load out of the gauge's window
+: > "$work/gauge.txt"
+for share in 0.25 0.5 0.75 1.0; do
+  echo "$share $(gauge "$share")" >> "$work/gauge.txt"
+done
+
 python3 - "$work" "$repeats" "$out" "$(machine_summary)" <<'PY'
 import json, statistics, sys
 
@@ -106,6 +127,10 @@ for side, name in (("alone", "level 1 alone"), ("levels", "with levels"), ("sing
 print(f"with levels: level 1's p99 / alone: {ratio:.2f} (target <= 1.5); level-1 refused or failed: "
       f"{level('levels', 1, 'refused') + level('levels', 1, 'other'):.0f} (target 0); level 2 refused: "
       f"{level('levels', 2, 'refused'):.0f} (target > 0), failed otherwise: {level('levels', 2, 'other'):.0f} (target 0)")
-json.dump({"machine": machine, "rounds": rounds, "level1_p99_ratio": ratio}, open(out, "w"), indent=1)
+gauge = [dict(zip(("offered", "saturation_gauge"), map(float, line.split()))) for line in open(f"{work}/gauge.txt")]
+for g in gauge:
+    print(f"at {g['offered']:.2f} of saturation: numaserve_saturation {g['saturation_gauge']:.2f} "
+          f"(off by {g['saturation_gauge'] - g['offered']:+.2f}; target within 0.10)")
+json.dump({"machine": machine, "rounds": rounds, "level1_p99_ratio": ratio, "gauge": gauge}, open(out, "w"), indent=1)
 print(f"results: {out}")
 PY

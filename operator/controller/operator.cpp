@@ -36,12 +36,13 @@ std::string wall_now(bool micro) {
 }
 
 // The kinds of a pool's objects, in the order they are applied.
-constexpr const char* kKinds[] = {"Deployment", "PodDisruptionBudget", "Service", "HTTPRoute"};
+constexpr const char* kKinds[] = {"Deployment", "PodDisruptionBudget", "Service", "HTTPRoute", "HorizontalPodAutoscaler"};
 
 // Where a pool's objects of `kind` live: listed, applied and deleted there.
 std::string collection(const std::string& kind, const std::string& ns) {
   if (kind == "Deployment") return "/apis/apps/v1/namespaces/" + ns + "/deployments";
   if (kind == "PodDisruptionBudget") return "/apis/policy/v1/namespaces/" + ns + "/poddisruptionbudgets";
+  if (kind == "HorizontalPodAutoscaler") return "/apis/autoscaling/v2/namespaces/" + ns + "/horizontalpodautoscalers";
   if (kind == "Service") return "/api/v1/namespaces/" + ns + "/services";
   return "/apis/gateway.networking.k8s.io/v1/namespaces/" + ns + "/httproutes";
 }
@@ -309,8 +310,9 @@ Status Operator::apply_desired(const std::vector<json>& desired, const Live& liv
   return {};
 }
 
-// Deletes the live objects no class wants (their class has no node of the
-// pool any more); as apply_desired, an error only when no longer leading.
+// Deletes the live objects no pass wants (their class has no node of the
+// pool any more, or the spec no longer asks for them: an HPA with
+// autoscaling off); as apply_desired, an error only when no longer leading.
 Status Operator::delete_unwanted(const Live& live, const std::set<std::string>& wanted, const std::set<std::string>& held,
                                  pool::PassReport& pass) {
   for (const auto& [path, item] : live) {
@@ -330,7 +332,8 @@ Status Operator::delete_unwanted(const Live& live, const std::set<std::string>& 
       continue;
     }
     ++counters_.deleted;
-    log(LogLevel::kInfo, "deleted", {{"object", path}, {"reason", "its machine class has no node of the pool any more"}});
+    log(LogLevel::kInfo, "deleted",
+        {{"object", path}, {"reason", "no pass wants it: its class has no node of the pool, or the spec no longer asks for it"}});
   }
   return {};
 }

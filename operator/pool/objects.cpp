@@ -110,6 +110,28 @@ json route(const PoolSpec& pool, const kube::fleet::FleetPlan& plan, const std::
           {"spec", spec}};
 }
 
+// A class's HorizontalPodAutoscaler: from minReplicas (at most `most`) to
+// `most`, the class's NUMA slots less the headroom — more would stay Pending.
+json autoscaler(const PoolSpec& pool, const json& metadata, std::int64_t most) {
+  const auto& a = pool.autoscaling;
+  const json metric = a.saturation ? json{{"type", "Pods"},
+                                          {"pods",
+                                           {{"metric", {{"name", "numaserve_saturation"}}},
+                                            {"target", {{"type", "AverageValue"}, {"averageValue", a.target_saturation}}}}}}
+                                   : json{{"type", "Resource"},
+                                          {"resource",
+                                           {{"name", "cpu"},
+                                            {"target", {{"type", "Utilization"}, {"averageUtilization", a.target_cpu_percent}}}}}};
+  return {{"apiVersion", "autoscaling/v2"},
+          {"kind", "HorizontalPodAutoscaler"},
+          {"metadata", metadata},
+          {"spec",
+           {{"scaleTargetRef", {{"apiVersion", "apps/v1"}, {"kind", "Deployment"}, {"name", metadata["name"]}}},
+            {"minReplicas", std::min(a.min_replicas, most)},
+            {"maxReplicas", most},
+            {"metrics", json::array({metric})}}}};
+}
+
 }  // namespace
 
 std::int64_t desired_replicas(const PoolSpec& pool, const kube::fleet::ClassPlan& c) {
@@ -125,17 +147,22 @@ std::vector<json> desired_objects(const PoolSpec& pool, const kube::fleet::Fleet
     const json selector = {{"matchLabels", class_pods(pool, c.name)}};
     const json metadata = {{"name", class_object_name(pool, c)}, {"namespace", pool.namespace_name}, {"labels", labels},
                            {"ownerReferences", owner_of(pool)}};
-    out.push_back({{"apiVersion", "apps/v1"},
-                   {"kind", "Deployment"},
-                   {"metadata", metadata},
-                   {"spec",
-                    {{"replicas", desired_replicas(pool, c)},
-                     {"selector", selector},
-                     // No surge: every NUMA slot of the class is taken, a surge
-                     // pod would stay Pending and the rollout never finish.
-                     {"strategy", {{"type", "RollingUpdate"},
-                                   {"rollingUpdate", {{"maxSurge", 0}, {"maxUnavailable", pool.max_unavailable}}}}},
-                     {"template", class_template(pool, c)}}}});
+    const std::int64_t replicas = desired_replicas(pool, c);
+    const bool scaled = pool.autoscaling.enabled && replicas > 0;
+    json deployment = {{"apiVersion", "apps/v1"},
+                       {"kind", "Deployment"},
+                       {"metadata", metadata},
+                       {"spec",
+                        {{"selector", selector},
+                         // No surge: every NUMA slot of the class is taken, a surge
+                         // pod would stay Pending and the rollout never finish.
+                         {"strategy", {{"type", "RollingUpdate"},
+                                       {"rollingUpdate", {{"maxSurge", 0}, {"maxUnavailable", pool.max_unavailable}}}}},
+                         {"template", class_template(pool, c)}}}};
+    // With an HPA the replicas are its: the operator's apply leaves them out.
+    if (!scaled) deployment["spec"]["replicas"] = replicas;
+    out.push_back(std::move(deployment));
+    if (scaled) out.push_back(autoscaler(pool, metadata, replicas));
     out.push_back({{"apiVersion", "policy/v1"},
                    {"kind", "PodDisruptionBudget"},
                    {"metadata", metadata},

@@ -1,6 +1,7 @@
 #pragma once
 // The objects that serve a pool on its plan: per machine class one
-// Deployment, one PodDisruptionBudget and (spec.service) one Service, named
+// Deployment, one PodDisruptionBudget, (spec.service) one Service and
+// (spec.autoscaling) one HorizontalPodAutoscaler, named
 // <pool>-<class>, labelled with the pool and the class; and (spec.httpRoute)
 // one HTTPRoute named <pool> weighting the classes' Services by the CPUs
 // their ready replicas serve with. All owned by the pool.

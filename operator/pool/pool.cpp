@@ -154,6 +154,36 @@ Status read_traffic(const json& spec, PoolSpec& pool) {
 }
 
 
+// spec.autoscaling, as the CRD's schema has it (which refused the rest).
+Status read_autoscaling(const json& spec, PoolSpec& pool) {
+  const json& a = field(spec, {"autoscaling"});
+  if (a.is_null()) return {};
+  if (!a.is_object()) return bad("spec.autoscaling", "want an object");
+  auto& out = pool.autoscaling;
+  out.enabled = !a.contains("enabled") || a["enabled"] == true;
+  if (a.contains("minReplicas")) {
+    if (!a["minReplicas"].is_number_integer() || a["minReplicas"].get<std::int64_t>() < 1) {
+      return bad("spec.autoscaling.minReplicas", "want a count of 1 or more");
+    }
+    out.min_replicas = a["minReplicas"].get<std::int64_t>();
+  }
+  const std::string metric = a.contains("metric") ? text_field(a, {"metric"}) : "cpu";
+  if (metric != "cpu" && metric != "saturation") return bad("spec.autoscaling.metric", "want cpu or saturation");
+  out.saturation = metric == "saturation";
+  if (a.contains("targetCPUUtilizationPercentage")) {
+    const json& t = a["targetCPUUtilizationPercentage"];
+    if (!t.is_number_integer() || t.get<std::int64_t>() < 1 || t.get<std::int64_t>() > 100) {
+      return bad("spec.autoscaling.targetCPUUtilizationPercentage", "want a percentage from 1 to 100");
+    }
+    out.target_cpu_percent = t.get<std::int64_t>();
+  }
+  if (a.contains("targetSaturation")) {
+    if (!a["targetSaturation"].is_string()) return bad("spec.autoscaling.targetSaturation", "want a quantity, e.g. 700m");
+    out.target_saturation = a["targetSaturation"].get<std::string>();
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<PoolSpec> parse_pool(const json& object) {
@@ -194,6 +224,7 @@ Result<PoolSpec> parse_pool(const json& object) {
   }
   if (auto s = read_placement(spec, pool); !s) return tl::unexpected(s.error());
   if (auto s = read_traffic(spec, pool); !s) return tl::unexpected(s.error());
+  if (auto s = read_autoscaling(spec, pool); !s) return tl::unexpected(s.error());
   return pool;
 }
 

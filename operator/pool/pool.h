@@ -45,6 +45,17 @@ struct PoolSpec {
   // parent: no route.
   nlohmann::json route_parents = nlohmann::json::array();
   nlohmann::json route_hostnames = nlohmann::json::array();
+  // spec.autoscaling: a HorizontalPodAutoscaler per class, from minReplicas
+  // to the class's replicas (its NUMA slots less the headroom), on the pods'
+  // CPU or on numaserve_saturation (a Pods metric); the Deployments' replicas
+  // are then the HPAs'.
+  struct Autoscaling {
+    bool enabled = false;
+    std::int64_t min_replicas = 1;
+    bool saturation = false;                    // metric: saturation, else cpu
+    std::int64_t target_cpu_percent = 70;       // targetCPUUtilizationPercentage
+    std::string target_saturation = "700m";     // targetSaturation: each replica's numaserve_saturation, on average
+  } autoscaling;
 };
 
 // From the ServingPool object as the API server returns it. The CRD's schema

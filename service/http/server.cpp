@@ -270,7 +270,7 @@ std::vector<WorkerStats> Server::stats() const {
     const auto& c = worker->counters;
     auto get = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
     out.push_back({get(c.connections), get(c.accepted), get(c.requests), get(c.idle_closed), get(c.timed_out),
-                   get(c.rejected), get(c.cut), get(c.retired)});
+                   get(c.rejected), get(c.cut), get(c.retired), worker->busy.share()});
   }
   return out;
 }

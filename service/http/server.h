@@ -43,6 +43,7 @@ struct WorkerStats {
   std::uint64_t rejected = 0;      // 400 malformed, 413, 431: refused before the application saw them
   std::uint64_t cut = 0;           // mid-request when the drain's time ran out
   std::uint64_t retired = 0;       // closed after a reply at max_connection_requests or max_connection_age
+  double busy_share = 0;           // its thread's CPU time over wall time, the last seconds (busy.h)
 };
 
 class Server {

@@ -78,6 +78,7 @@ void Worker::arm_sweep() {
 
 void Worker::sweep(Clock::duration period) {
   const auto now = Clock::now();
+  busy.sample(now, BusyShare::thread_cpu_seconds());
   if (draining && now >= server.cut_at) {
     cut();
     return;

@@ -24,6 +24,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "http/busy.h"
 #include "http/config.h"
 #include "http/handler.h"
 
@@ -86,6 +87,7 @@ class Worker {
   ServerState& server;
   const std::size_t index;
   WorkerCounters counters;
+  BusyShare busy;  // its thread's CPU over the last seconds, sampled by its sweep
   std::size_t open = 0;  // counted connections, this worker's thread only
   bool draining = false;
   std::array<char, 16u << 10> scratch{};  // where lingering connections drop what they read

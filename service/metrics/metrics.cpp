@@ -69,6 +69,9 @@ void render_workers(std::string& out, const std::vector<WorkerGauges>& workers) 
        [](const WorkerGauges& w) { return w.forward_seconds; }},
       {"numaserve_worker_queue_depth", "gauge", "Requests waiting in the worker's queue.",
        [](const WorkerGauges& w) { return static_cast<double>(w.queued); }},
+      {"numaserve_worker_busy_share", "gauge",
+       "The worker thread's CPU time over wall time, averaged over the last seconds.",
+       [](const WorkerGauges& w) { return w.busy_share; }},
   };
   render_families(out, kFamilies, workers, "worker", 0);
 }
@@ -238,6 +241,12 @@ void render_gauges(std::string& out, const Gauges& gauges) {
   w.sample("numaserve_in_flight_requests", gauges.in_flight);
   w.family("numaserve_busy_workers", "gauge", "Inference workers running a forward.");
   w.sample("numaserve_busy_workers", gauges.busy_workers);
+  double busy = 0;
+  for (const auto& worker : gauges.workers) busy += worker.busy_share / static_cast<double>(gauges.workers.size());
+  w.family("numaserve_saturation", "gauge",
+           "How busy the replica is, 0 to 1: its worker threads' mean CPU time over wall time, the last seconds "
+           "(about the offered load over the saturation rate; the signal to autoscale on).");
+  w.sample("numaserve_saturation", busy);
   w.family("numaserve_ready", "gauge", "1 when warmed up and not draining.");
   w.sample("numaserve_ready", gauges.ready ? 1 : 0);
   w.family("numaserve_threads", "gauge", "Threads by kind.");

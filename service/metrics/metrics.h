@@ -51,6 +51,7 @@ struct WorkerGauges {
   std::uint64_t stolen = 0;            // of those, read by another worker
   double forward_seconds = 0;
   std::size_t queued = 0;
+  double busy_share = 0;  // its thread's CPU time over wall time, the last seconds (http/busy.h)
 };
 
 // One priority level (serve --priority-levels), over the workers.

@@ -150,6 +150,7 @@ void transport_gauges(const http::Server& server, metrics::Gauges& g) {
     g.workers[i].connections = workers[i].connections;
     g.workers[i].accepted = workers[i].accepted;
     g.workers[i].requests_read = workers[i].requests;
+    g.workers[i].busy_share = workers[i].busy_share;
   }
   for (const auto& w : workers) {
     g.transport.idle_closed += w.idle_closed;

@@ -146,6 +146,13 @@ for kind in Deployment PodDisruptionBudget HorizontalPodAutoscaler; do
   n=$(grep -c "^kind: $kind\$" "$out/fleet-classes.yaml")
   [[ $n == "$classes" ]] || fail "fleet-classes: $n ${kind}s for $classes classes"
 done
+# Autoscaling on the replicas' saturation gauge: a Pods metric per class,
+# each HPA still bounded by its class's NUMA-node slots.
+render fleet-saturation "" -f "$fleet_values" --set autoscaling.enabled=true --set autoscaling.metric=saturation
+[[ $(grep -c '^          name: numaserve_saturation$' "$out/fleet-saturation.yaml") == "$classes" ]] ||
+  fail "fleet-saturation: not one numaserve_saturation Pods metric per class"
+grep -q 'averageValue: "700m"' "$out/fleet-saturation.yaml" || fail "fleet-saturation: the target is not the default 700m"
+grep -q 'averageUtilization' "$out/fleet-saturation.yaml" && fail "fleet-saturation: a CPU metric beside saturation"
 [[ $(grep -c '^kind: Service$' "$out/fleet-classes.yaml") == $((3 + classes)) ]] ||
   fail "fleet-classes: not one Service for all and one per class (+ admin, agent)"
 # Traffic that follows capacity on the two generations (cluster-plan's

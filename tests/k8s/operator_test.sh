@@ -326,7 +326,8 @@ as_operator() { "$CP_DIR/bin/kubectl" --kubeconfig "$CP_DIR/operator.kubeconfig"
 for allowed in "list nodes" "list noderesourcetopologies.topology.node.k8s.io" "-n numaserve patch deployments" \
                "-n numaserve create deployments" "-n numaserve delete poddisruptionbudgets" "-n numaserve delete pods" \
                "-n numaserve patch servingpools.numaserve.io --subresource status" "-n numaserve update leases/numaserve-operator" \
-               "-n numaserve patch services" "-n numaserve delete httproutes.gateway.networking.k8s.io"; do
+               "-n numaserve patch services" "-n numaserve delete httproutes.gateway.networking.k8s.io" \
+               "-n numaserve patch horizontalpodautoscalers.autoscaling"; do
   # shellcheck disable=SC2086
   [[ $(as_operator auth can-i $allowed 2>/dev/null) == yes ]] && ok "may $allowed" || fail "may not $allowed"
 done
@@ -432,6 +433,26 @@ mark_ready
 same_as_before() { [[ $(written) == "$wrote" ]]; }
 eventually 60 same_as_before && ok "after every fault: what it wrote is what it wrote before them, spec for spec" ||
   fail "after the faults the objects differ: $(diff <(jq . <<< "$wrote") <(written | jq .) | head -20)"
+
+echo "== autoscaling: an HPA per class within its NUMA slots; the replicas are the HPA's, not the operator's"
+kube patch servingpool $pool --type merge -p '{"spec":{"autoscaling":{"metric":"saturation","targetSaturation":"650m"}}}' >/dev/null
+hpas() { kube get hpa -l numaserve.io/pool=$pool -o jsonpath='{range .items[*]}{.spec.scaleTargetRef.name}:{.spec.minReplicas}-{.spec.maxReplicas}:{.spec.metrics[0].pods.metric.name}={.spec.metrics[0].pods.target.averageValue}{"\n"}{end}' | sort | tr '\n' ' '; }
+want_hpas=""  # each up to the replicas the plan gave its class
+for d in $(deployments); do want_hpas+="$d:1-$(kube get deployment "$d" -o jsonpath='{.spec.replicas}'):numaserve_saturation=650m "; done
+eventually 60 bash -c "[[ \"\$(kubectl --kubeconfig $CP_DIR/kubeconfig -n numaserve get hpa -l numaserve.io/pool=$pool -o name | wc -l)\" == $(deployments | wc -w) ]]" || true
+[[ $(hpas) == "$want_hpas" ]] && ok "an HPA per class on numaserve_saturation, 1 to its slots: $(hpas)" || fail "HPAs: '$(hpas)', expected '$want_hpas'"
+scaled=$(deployments | awk '{print $1}')  # the classes now: phase 4 changed them
+slots=$(kube get deployment "$scaled" -o jsonpath='{.spec.replicas}')
+kube scale deployment "$scaled" --replicas 2 >/dev/null
+passes=$(metric op-f numaserve_operator_reconciles_total)
+two_passes() { (( $(metric op-f numaserve_operator_reconciles_total) >= passes + 2 )); }
+eventually 60 two_passes && [[ $(kube get deployment "$scaled" -o jsonpath='{.spec.replicas}') == 2 ]] &&
+  ok "a scale to 2 (as the HPA would) left alone by two passes" ||
+  fail "$scaled's replicas after two passes: $(kube get deployment "$scaled" -o jsonpath='{.spec.replicas}')"
+kube patch servingpool $pool --type merge -p '{"spec":{"autoscaling":{"enabled":false}}}' >/dev/null
+off() { [[ -z $(hpas | tr -d ' ') && $(kube get deployment "$scaled" -o jsonpath='{.spec.replicas}') == "$slots" ]]; }
+eventually 60 off && ok "autoscaling off: the HPAs deleted, the plan's $slots replicas back" ||
+  fail "autoscaling off: HPAs '$(hpas)', $scaled's replicas $(kube get deployment "$scaled" -o jsonpath='{.spec.replicas}')"
 
 echo "== the pool deleted: the garbage collector removes its Deployments"
 kube delete servingpool $pool >/dev/null

@@ -248,6 +248,38 @@ TEST(ServingPool, HeadroomAndUniformSizing) {
   EXPECT_EQ((*gold)["spec"]["replicas"], 4 - 1);
 }
 
+// spec.autoscaling: an HPA per class bounded by its NUMA slots (less the
+// headroom), the Deployment's replicas left to it; on CPU or saturation.
+TEST(ServingPool, AutoscalingGivesEachClassAnHpaBoundedByItsSlots) {
+  const PoolSpec pool = parsed({{"headroom", 1},
+                                {"autoscaling", {{"minReplicas", 2}, {"metric", "saturation"}, {"targetSaturation", "650m"}}}});
+  const auto plan = plan_for(pool);
+  const auto objects = desired_objects(pool, plan);
+  ASSERT_EQ(objects.size(), 6u);  // Deployment, PDB, HPA per class
+  const json* e5 = find(objects, "Deployment", "e5-1", plan);
+  const json* e5_hpa = find(objects, "HorizontalPodAutoscaler", "e5-1", plan);
+  const json* gold_hpa = find(objects, "HorizontalPodAutoscaler", "gold-1", plan);
+  ASSERT_TRUE(e5 && e5_hpa && gold_hpa);
+  EXPECT_FALSE((*e5)["spec"].contains("replicas"));  // the HPA's
+  EXPECT_EQ((*e5_hpa)["spec"]["scaleTargetRef"], json({{"apiVersion", "apps/v1"}, {"kind", "Deployment"}, {"name", (*e5)["metadata"]["name"]}}));
+  EXPECT_EQ((*e5_hpa)["spec"]["maxReplicas"], 4 - 1);   // 2 nodes x 2 NUMA nodes, less the headroom
+  EXPECT_EQ((*e5_hpa)["spec"]["minReplicas"], 2);
+  EXPECT_EQ((*gold_hpa)["spec"]["maxReplicas"], 2 - 1);
+  EXPECT_EQ((*gold_hpa)["spec"]["minReplicas"], 1);     // never above the most
+  EXPECT_EQ((*e5_hpa)["spec"]["metrics"][0],
+            json({{"type", "Pods"},
+                  {"pods", {{"metric", {{"name", "numaserve_saturation"}}}, {"target", {{"type", "AverageValue"}, {"averageValue", "650m"}}}}}}));
+  const PoolSpec cpu = parsed({{"autoscaling", json::object()}});
+  const auto cpu_objects = desired_objects(cpu, plan_for(cpu));
+  const json* hpa = find(cpu_objects, "HorizontalPodAutoscaler", "e5-1", plan);
+  ASSERT_TRUE(hpa);
+  EXPECT_EQ((*hpa)["spec"]["metrics"][0]["resource"]["target"], json({{"type", "Utilization"}, {"averageUtilization", 70}}));
+  const PoolSpec off = parsed({{"autoscaling", {{"enabled", false}}}});
+  const auto off_objects = desired_objects(off, plan_for(off));
+  EXPECT_EQ(find(off_objects, "HorizontalPodAutoscaler", "e5-1", plan), nullptr);
+  EXPECT_EQ((*find(off_objects, "Deployment", "e5-1", plan))["spec"]["replicas"], 4);
+}
+
 TEST(ServingPool, TheNodeSelectorBoundsThePoolsFleet) {
   auto nodes = fleet_of(node_list({{"e5-1", {{"pool", "a"}}}, {"e5-2", {}}, {"gold-1", {{"pool", "a"}}}}),
                         two_generations_nrts(), {{"pool", "a"}});
@@ -283,6 +315,8 @@ TEST(ServingPool, MistakesTheSchemaCannotCatchNameTheField) {
   EXPECT_EQ(parse_pool(pool_object({{"podMemoryFraction", 1.5}})).error().field, "spec.podMemoryFraction");
   EXPECT_EQ(parse_pool(pool_object({{"sizing", "half"}})).error().field, "spec.sizing");
   EXPECT_EQ(parse_pool(pool_object({{"container", 7}})).error().field, "spec.container");
+  EXPECT_EQ(parse_pool(pool_object({{"autoscaling", {{"metric", "memory"}}}})).error().field, "spec.autoscaling.metric");
+  EXPECT_EQ(parse_pool(pool_object({{"autoscaling", {{"minReplicas", 0}}}})).error().field, "spec.autoscaling.minReplicas");
   EXPECT_EQ(parse_pool(pool_object({{"hugepagesPerReplica", {{"hugepages-2Mi", "lots"}}}})).error().field,
             "spec.hugepagesPerReplica.hugepages-2Mi");
   EXPECT_EQ(parsed({{"hugepagesPerReplica", {{"hugepages-2Mi", "1Gi"}}}}).sizing.hugepages_per_replica.at("hugepages-2Mi"),
