@@ -234,12 +234,11 @@ void Batcher::expire(Worker& w, Clock::time_point now, std::vector<Queued>& aged
 // request's Forward, in order, within max_batch_items rows; the first
 // always, however large. A batch holds one level: a higher level's forward
 // is never lengthened by lower rows. While a higher level is active (a
-// request of it queued within kActive), a lower level runs one request per
+// request of it queued within higher_level_active), a lower level runs one request per
 // forward, so what arrives of the higher level waits at most for one
 // request's forward, not a whole batch's. A delay level's requests past
 // their timeout go after its others.
 void Batcher::take(Worker& w, std::size_t most, Clock::time_point now, std::vector<Queued>& out) const {
-  constexpr auto kActive = std::chrono::milliseconds(100);
   std::size_t l = 0;
   while (l < w.queues.size() && w.queues[l].empty()) ++l;
   if (l == w.queues.size()) return;
@@ -248,7 +247,7 @@ void Batcher::take(Worker& w, std::size_t most, Clock::time_point now, std::vect
     std::stable_partition(queue.begin(), queue.end(), [now](const Queued& q) { return now <= q.expires; });
   }
   for (std::size_t higher = 0; higher < l; ++higher) {
-    if (now - w.last_submitted[higher] < kActive) most = std::min<std::size_t>(most, 1);
+    if (now - w.last_submitted[higher] < config_.higher_level_active) most = std::min<std::size_t>(most, 1);
   }
   const Forward* key = queue.front().job.forward.get();
   std::size_t rows = 0;

@@ -70,6 +70,9 @@ struct BatcherConfig {
   std::size_t priority_levels = 1;    // 1 is the highest
   std::vector<LevelPolicy> policies;  // [p - 1]: level p's, where given; the rest take LevelPolicy's defaults
   std::size_t default_priority = 0;   // a request's that names none; 0: the lowest
+  // How long after a higher level's request a lower level still runs one
+  // request per forward (not an option: the batcher's own tuning).
+  std::chrono::milliseconds higher_level_active{100};
 
   const LevelPolicy& policy(std::size_t priority) const;
   std::size_t default_level() const { return default_priority == 0 ? priority_levels : default_priority; }
