@@ -63,23 +63,24 @@ start_server "$levels_port" "$server_cpus" "$models/ranker_a" "$store" --priorit
 single_port=$(free_port)
 start_server "$single_port" "$server_cpus" "$models/ranker_a" "$store"
 
-# load PORT [flags...]: one measurement's JSON line. Open loops get enough
-# connections that the server, not the client, decides what is refused.
+# load PORT SECONDS WARMUP [flags...]: one measurement's JSON line. Open
+# loops get enough connections that the server, not the client, decides
+# what is refused.
 load() {
-  local port=$1
-  shift
-  "$bench" load --port "$port" --feature-store "$store" --items "$items" --seconds "$seconds" --warmup "$warmup" \
+  local port=$1 length=$2 settle=$3
+  shift 3
+  "$bench" load --port "$port" --feature-store "$store" --items "$items" --seconds "$length" --warmup "$settle" \
     --cpus "$client_cpus" "$@"
 }
 
 for round in $(seq 1 "$repeats"); do
-  saturation=$(load "$levels_port" --connections "$connections" --priority 1 | python3 -c 'import json, sys; print(json.load(sys.stdin)["rps"])')
+  saturation=$(load "$levels_port" "$seconds" "$warmup" --connections "$connections" --priority 1 | python3 -c 'import json, sys; print(json.load(sys.stdin)["rps"])')
   rate_high=$(python3 -c "print(round($saturation * $high))")
   rate_low=$(python3 -c "print(round($saturation * $low))")
   echo "round $round: saturation $saturation requests/s; level 1 at $rate_high/s, level 2 at $rate_low/s" >&2
-  load "$levels_port" --connections 256 --mix "1:$rate_high" > "$work/alone-$round.json"
-  load "$levels_port" --connections 256 --mix "1:$rate_high,2:$rate_low" > "$work/levels-$round.json"
-  load "$single_port" --connections 256 --mix "1:$rate_high,2:$rate_low" --mix-unnamed > "$work/single-$round.json"
+  load "$levels_port" "$seconds" "$warmup" --connections 256 --mix "1:$rate_high" > "$work/alone-$round.json"
+  load "$levels_port" "$seconds" "$warmup" --connections 256 --mix "1:$rate_high,2:$rate_low" > "$work/levels-$round.json"
+  load "$single_port" "$seconds" "$warmup" --connections 256 --mix "1:$rate_high,2:$rate_low" --mix-unnamed > "$work/single-$round.json"
   echo "{\"saturation_rps\": $saturation, \"rate_high\": $rate_high, \"rate_low\": $rate_low}" > "$work/rates-$round.json"
 done
 
@@ -87,8 +88,7 @@ done
 gauge() {
   local rate
   rate=$(python3 -c "print(round($saturation * $1))")
-  "$bench" load --port "$single_port" --feature-store "$store" --items "$items" --seconds 15 --warmup 0 \
-    --cpus "$client_cpus" --connections 256 --rate "$rate" > "$work/gauge-$1.json" &
+  load "$single_port" 15 0 --connections 256 --rate "$rate" > "$work/gauge-$1.json" &
   local loader=$!
   sleep 14.5
   curl -sf "http://127.0.0.1:$single_port/metrics" | awk '$1 == "numaserve_saturation" { print $2 }'

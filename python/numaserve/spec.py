@@ -190,7 +190,7 @@ class StoreMapping:
 _FEATURE_KEYS = {"name", "source", "kind", "table", "max_len", "transform", "mean", "std", "clip", "default",
                  "view", "store_name"}
 _ROOT_KEYS = {"name", "version", "hash_seed", "tables", "features", "output", "feature_store", "precision",
-              "embedding_precision", "precision_max_drift", "quantized_tables"}
+              "embedding_precision", "precision_max_drift", "quantized_tables", "priority"}
 # In the service's table order: a refusal lists them in this order.
 PRECISIONS = ("fp32", "bf16", "bf16-if-available", "int8", "int8-if-available")  # the linear layers
 EMBEDDING_PRECISIONS = ("fp32", "bf16", "int8", "int4")  # the tables; int8/int4 rowwise, a scale and bias per row
@@ -363,6 +363,10 @@ class ModelSpec:
         # model.pt (numaserve.export writes them).
         self.quantized_tables: List[str] = []
         self.precision_max_drift: float = DEFAULT_MAX_DRIFT
+        # priority: the server's priority level for a request that names
+        # none (1 the highest); 0 leaves it to `serve --default-priority`.
+        # A serving choice: extraction does not read it.
+        self.priority: int = 0
 
     @classmethod
     def load(cls, model_dir):
@@ -430,6 +434,10 @@ class ModelSpec:
                 raise _bad(file, root["precision_max_drift"], "precision_max_drift", "want a number > 0")
         if root["quantized_tables"]:
             _parse_quantized_tables(root["quantized_tables"], file, spec)
+        if root["priority"]:
+            spec.priority = root["priority"].whole_number()
+            if not spec.priority:
+                raise _bad(file, root["priority"], "priority", "want a priority level: a whole number, 1 the highest")
         return spec
 
     def feature(self, name, source) -> Optional[FeatureSpec]:

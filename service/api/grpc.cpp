@@ -73,10 +73,10 @@ Answer grpc_model_infer(Service& service, Call& call) {
   if (auto admitted = service.admit(call); !admitted) return tl::unexpected(admitted.error());
   auto parsed = codec::grpc::parse_model_infer(call.request.body);
   if (!parsed) return tl::unexpected(parsed.error());
-  if (auto scheduled = service.schedule(call, parsed->scheduling); !scheduled) return tl::unexpected(scheduled.error());
   auto version = service.find_model(parsed->model.name, parsed->model.version);
   if (!version) return tl::unexpected(version.error());
   const features::ModelSpec& spec = (*version)->model->spec();
+  if (auto scheduled = service.schedule(call, parsed->scheduling, spec); !scheduled) return tl::unexpected(scheduled.error());
   auto batch = codec::read_inputs(parsed->inputs, spec, service.config().limits);
   if (!batch) return tl::unexpected(batch.error());
   service.enqueue(call, std::move(*version), std::move(*batch), start, [&spec, id = std::move(parsed->id)](std::vector<float>&& scores) {

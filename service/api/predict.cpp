@@ -3,10 +3,11 @@
 //   admit    a service warming up, or a worker whose queue is full or
 //            stale, refuses before parsing (503)
 //   parse    the body into a request (predict_json.cpp; a bad body is a 400)
-//   schedule its priority level and timeout; with levels, the admission
-//            at its level (503)
 //   resolve  the model and version it names, or the default (404 for an
 //            unknown or not-ready one), held until the reply is sent
+//   schedule its priority level (its own, else its model's, else the
+//            server's default) and timeout; with levels, the admission at
+//            its level (503)
 //   fetch    what the feature store holds for the user and the items
 //            (feature_store/): the embedded store answers at once, Redis
 //            on this worker's loop, which serves its other connections
@@ -71,9 +72,11 @@ Answer predict_with(Service& service, Call& call, const PredictCodec& codec) {
   if (auto admitted = service.admit(call); !admitted) return tl::unexpected(admitted.error());
   auto parsed = codec.parse(call.request.body, service.config().limits);
   if (!parsed) return tl::unexpected(parsed.error());
-  if (auto scheduled = service.schedule(call, parsed->scheduling); !scheduled) return tl::unexpected(scheduled.error());
   auto version = service.find_model(parsed->model, parsed->version);
   if (!version) return tl::unexpected(version.error());
+  if (auto scheduled = service.schedule(call, parsed->scheduling, (*version)->model->spec()); !scheduled) {
+    return tl::unexpected(scheduled.error());
+  }
   const auto fetch_start = Clock::now();
   service.metrics().observe(metrics::Stage::kParse, (*version)->name, to_seconds(fetch_start - start));
 

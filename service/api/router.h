@@ -20,6 +20,7 @@ class Router final : public http::Handler {
   void on_worker_start(std::size_t worker) override { service_.start_worker(worker); }
   void on_request(std::size_t worker, http::Request&& request, http::Responder responder) override;
   Turn on_turn(std::size_t worker) override { return service_.turn(worker); }
+  bool turn_due(std::size_t worker) const override { return service_.turn_due(worker); }
   http::Reply refusal(int status, const std::string& message, const std::string& field) const override;
 
  private:

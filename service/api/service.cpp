@@ -199,9 +199,9 @@ Status Service::admit(const Call& call) {
   return {};
 }
 
-Status Service::schedule(Call& call, const codec::Scheduling& scheduling) {
+Status Service::schedule(Call& call, const codec::Scheduling& scheduling, const features::ModelSpec& model) {
   const auto& levels = config_.batching;
-  call.priority = levels.default_level();
+  call.priority = model.priority != 0 ? std::min(model.priority, levels.priority_levels) : levels.default_level();
   if (scheduling.priority) {
     const auto p = *scheduling.priority;
     if (p < 1 || p > static_cast<std::int64_t>(levels.priority_levels)) {

@@ -79,6 +79,7 @@ class Service {
   // The transport's calls, on each worker's own thread.
   void start_worker(std::size_t worker);
   Turn turn(std::size_t worker);
+  bool turn_due(std::size_t worker) const { return batcher_.turn_due(worker); }
 
   const ServiceConfig& config() const { return config_; }
   lifecycle::ModelTable& models() { return models_; }
@@ -123,12 +124,13 @@ class Service {
   // priority levels only readiness and the deadline: the rest waits for
   // the request's level (schedule()).
   Status admit(const Call& call);
-  // Once parsed: the request's level (its own, else the default) and its
+  // Once parsed: the request's level (its own, else its model's, else the
+  // server's default; a model's beyond the levels is the lowest) and its
   // own timeout into `call` — 400 naming the parameter for a level outside
   // 1..levels, a timeout below 0 or above its level's; a timeout is kept
   // only where the level allows an override (Triton's way). With several
   // levels, the admission at its level.
-  Status schedule(Call& call, const codec::Scheduling& scheduling);
+  Status schedule(Call& call, const codec::Scheduling& scheduling, const features::ModelSpec& model);
   // The version a request names (ModelTable::resolve), held to its reply.
   Result<lifecycle::HeldVersion> find_model(const std::optional<std::string>& name, const std::string& version = {}) const {
     return models_.resolve(name, version);

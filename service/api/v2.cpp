@@ -73,7 +73,7 @@ Answer v2_infer(Service& service, Call& call) {
   if (!json_length) return tl::unexpected(json_length.error());
   auto parsed = codec::parse_infer_request(call.request.body, *json_length, spec, service.config().limits);
   if (!parsed) return tl::unexpected(parsed.error());
-  if (auto scheduled = service.schedule(call, parsed->scheduling); !scheduled) return tl::unexpected(scheduled.error());
+  if (auto scheduled = service.schedule(call, parsed->scheduling, spec); !scheduled) return tl::unexpected(scheduled.error());
   // As /predict's parse stage: what reading the tensors cost, JSON or binary.
   service.metrics().observe(metrics::Stage::kParse, spec.name, to_seconds(batching::Clock::now() - start));
   auto encode = [&spec, id = std::move(parsed->id), binary = parsed->binary_output](std::vector<float>&& scores) {

@@ -68,6 +68,7 @@ struct alignas(64) Batcher::Worker {
   std::atomic<bool> idle{false};      // its last turn left it nothing to run: its loop sleeps
   std::atomic<bool> busy{false};      // in a forward
   std::size_t share = 0;              // what its owner left each idle worker to take; under the lock
+  bool turn_due = false;              // see Batcher::turn_due; its owner's thread only
   std::atomic<double> seconds_per_row{0};  // its recent forwards', a moving average
   // Counters: one writer, the worker's own thread.
   std::atomic<std::uint64_t> forwards{0}, rows{0}, requests{0}, stolen{0};
@@ -190,6 +191,7 @@ void Batcher::submit(std::size_t worker, Job job) {
   std::lock_guard lock(w.mutex);
   w.queued_rows[l] += job.batch.rows;
   w.last_submitted[l] = now;
+  w.turn_due = w.turn_due || (job.priority < config_.priority_levels && config_.max_batch_delay.count() == 0);
   w.queues[l].push_back({std::move(job), now, now + timeout});
   if (w.size() > config_.queue_capacity) take_over(w, l + 1);
   w.depth.store(w.size(), std::memory_order_relaxed);
@@ -331,9 +333,12 @@ void Batcher::collect(std::size_t worker, Clock::time_point now, std::vector<Que
   w.depth.store(w.size(), std::memory_order_relaxed);
 }
 
+bool Batcher::turn_due(std::size_t worker) const { return workers_[worker]->turn_due; }
+
 Turn Batcher::run_turn(std::size_t worker) {
   Worker& w = *workers_[worker];
   w.idle.store(false, std::memory_order_relaxed);
+  w.turn_due = false;
   const auto now = Clock::now();
   Turn turn;
   std::vector<Queued> jobs, aged;

@@ -157,6 +157,13 @@ class Batcher {
   // On `worker`'s thread, once per turn of its loop: refuses what aged out
   // and runs one batch of its own queue, or of another worker's.
   Turn run_turn(std::size_t worker);
+  // On `worker`'s thread: a request above the lowest level was queued since
+  // its last turn, so its loop should stop reading and run it now. Under a
+  // flood the loop would otherwise read, parse and refuse every lower-level
+  // request that arrives before it ends its intake, while the higher one
+  // waits. Never with one level or with max_batch_delay (a batch waits on
+  // purpose there).
+  bool turn_due(std::size_t worker) const;
 
   std::size_t queue_depth() const;  // over all workers
   std::size_t busy_workers() const;

@@ -1,10 +1,8 @@
 #include "codec/grpc_codec.h"
 
-#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
-#include <limits>
 #include <variant>
 
 #include "lifecycle/control.h"
@@ -258,7 +256,7 @@ Result<InferCall> parse_model_infer(std::string_view message) {
     if (p.parameter_choice_case() == inference::InferParameter::kInt64Param) {
       *target = p.int64_param();
     } else if (p.parameter_choice_case() == inference::InferParameter::kUint64Param) {
-      *target = static_cast<std::int64_t>(std::min<std::uint64_t>(p.uint64_param(), std::numeric_limits<std::int64_t>::max()));
+      *target = saturated(p.uint64_param());
     } else {
       return bad(std::string("parameters.") + key, "want an int64_param or uint64_param");
     }

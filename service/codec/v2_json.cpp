@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <limits>
 #include <map>
 
 namespace numaserve::codec {
@@ -302,7 +301,7 @@ Result<Scheduling> scheduling(const json& root) {
     if (!p.contains(key)) continue;
     const json& v = p[key];
     if (v.is_number_unsigned()) {
-      *target = static_cast<std::int64_t>(std::min<std::uint64_t>(v.get<std::uint64_t>(), std::numeric_limits<std::int64_t>::max()));
+      *target = saturated(v.get<std::uint64_t>());
     } else if (v.is_number_integer()) {
       *target = v.get<std::int64_t>();
     } else {

@@ -296,6 +296,21 @@ Status parse_precision_keys(const YamlNode& root, const std::string& file, Model
 
 }  // namespace
 
+namespace {
+
+Status parse_priority(const YamlNode& root, const std::string& file, ModelSpec& model) {
+  const auto priority = root["priority"];
+  if (!priority) return {};
+  const auto level = priority.whole_number();
+  if (!level || *level == 0) {
+    return tl::unexpected(bad(file, priority, "priority", "want a priority level: a whole number, 1 the highest"));
+  }
+  model.priority = static_cast<std::size_t>(*level);
+  return {};
+}
+
+}  // namespace
+
 int rowwise_bits(TablePrecision p) { return p == TablePrecision::kInt8 ? 8 : p == TablePrecision::kInt4 ? 4 : 0; }
 
 Result<ModelSpec> parse_model_spec(const std::string& yaml, const std::string& file) {
@@ -304,7 +319,7 @@ Result<ModelSpec> parse_model_spec(const std::string& yaml, const std::string& f
   const YamlNode& root = *parsed;
   if (!root.is_map()) return make_error(Error::Code::kInvalidArgument, file + ": want a map", file);
   static const std::set<std::string> kKeys = {"name",   "version",       "hash_seed", "tables",
-                                              "features", "output",      "feature_store", "precision", "embedding_precision", "quantized_tables", "precision_max_drift"};
+                                              "features", "output",      "feature_store", "precision", "embedding_precision", "quantized_tables", "precision_max_drift", "priority"};
   for (const auto& entry : root.entries()) {
     auto key = yaml_key(file, entry.first);
     if (!key) return tl::unexpected(key.error());
@@ -353,6 +368,7 @@ Result<ModelSpec> parse_model_spec(const std::string& yaml, const std::string& f
     if (auto s = parse_store_mapping(root["feature_store"], file, model.store); !s) return tl::unexpected(s.error());
   }
   if (auto s = parse_precision_keys(root, file, model); !s) return tl::unexpected(s.error());
+  if (auto s = parse_priority(root, file, model); !s) return tl::unexpected(s.error());
   return model;
 }
 

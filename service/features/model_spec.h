@@ -34,6 +34,9 @@
 //   embedding_precision: int8    # the tables: fp32, bf16, int8 or int4 (rowwise); default: as precision
 //   precision_max_drift: 0.005   # the largest |score - fp32 score| the load accepts
 //   quantized_tables: [user]     # shipped already in embedding_precision (int8 or int4): tables/user.rowwise
+//
+// Serving (service/batching/):
+//   priority: 2                  # the level of a request that names none; default: serve --default-priority
 
 #include <cstddef>
 #include <cstdint>
@@ -122,6 +125,10 @@ struct ModelSpec {
   std::optional<TablePrecision> embedding_precision;  // unset: tables_following(precision)
   std::vector<std::string> quantized_tables;          // shipped rowwise, in embedding_precision
   double precision_max_drift = kDefaultMaxDrift;
+  // The priority level a request for it takes when it names none (1 is the
+  // highest; one beyond the server's levels is its lowest); 0: the server's
+  // default. Not part of the feature contract: versions may differ.
+  std::size_t priority = 0;
 
   // Numeric features in order: the columns of the dense input.
   std::vector<const FeatureSpec*> dense_features() const;

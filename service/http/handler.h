@@ -60,6 +60,10 @@ class Handler {
   virtual void on_worker_start(std::size_t worker) = 0;
   virtual void on_request(std::size_t worker, Request&& request, Responder responder) = 0;
   virtual Turn on_turn(std::size_t worker) = 0;
+  // Asked before each ready network event a worker handles: true stops its
+  // intake and gives the application its turn now, before the events still
+  // ready (a request that must not wait behind the reading of a flood).
+  virtual bool turn_due(std::size_t worker) const = 0;
   // The reply to a request the transport refuses by itself (400 malformed,
   // 408, 413, 431, 503 over the connection limit, 500 dropped): the
   // application's error body, so every error a client sees has one shape.

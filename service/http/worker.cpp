@@ -156,7 +156,7 @@ void Worker::run() {
     } else {
       context.run_one();
     }
-    for (std::size_t i = 0; i < kHandlersPerTurn && context.poll_one() != 0; ++i) {
+    for (std::size_t i = 0; i < kHandlersPerTurn && !handler.turn_due(index) && context.poll_one() != 0; ++i) {
     }
     try {
       turn = handler.on_turn(index);

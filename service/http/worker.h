@@ -4,7 +4,8 @@
 // completion on its core: the application (Handler) gets the whole request
 // on the worker's thread, and after every round of network events it gets
 // a turn (Handler::on_turn) to run what the round gathered — one forward
-// for all the requests that arrived together. Every connection has a
+// for all the requests that arrived together; a round ends early when the
+// application asks for its turn (Handler::turn_due). Every connection has a
 // deadline for its phase (idle between requests, header, body, sending the
 // reply), checked by a sweep on each worker, not a timer per connection.
 // Private to http/: server.cpp starts and stops workers, connection.cpp

@@ -554,10 +554,12 @@ BAD_MODELS = {
     "quantized_no_precision": GOOD + "quantized_tables: [tag]\n",
     "quantized_following": GOOD + "precision: int8\nquantized_tables: [tag]\n",  # the files' bits must be written
     "quantized_bf16": GOOD + "embedding_precision: bf16\nquantized_tables: [tag]\n",
+    "priority_zero": GOOD + "priority: 0\n", "priority_text": GOOD + "priority: high\n",
+    "priority_negative": GOOD + "priority: -2\n",
     # Accepted (the service starts and extracts as the package does):
     "precision_int8": GOOD + "precision: int8\n", "precision_int8_if": GOOD + "precision: int8-if-available\n",
     "embedding_int4": GOOD + "precision: bf16-if-available\nembedding_precision: int4\n",
-    "embedding_int8": GOOD + "embedding_precision: int8\n",
+    "embedding_int8": GOOD + "embedding_precision: int8\n", "priority": GOOD + "priority: 2\n",
     "embedding_bf16_int8": GOOD + "precision: int8\nembedding_precision: bf16\n",
     "quantized_none": GOOD + "embedding_precision: int8\nquantized_tables: []\n",
 }

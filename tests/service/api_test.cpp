@@ -32,6 +32,7 @@ struct Options {
   std::chrono::microseconds max_batch_delay{0};
   std::size_t priority_levels = 1;
   std::vector<batching::LevelPolicy> policies;
+  std::string ranker_a_yaml;  // lines added to ranker_a's model.yaml
 };
 
 // A service as `numaserve serve` builds it: placement read from this
@@ -49,7 +50,8 @@ class Running {
     report.plan = *plan;
     report.instance = "test";
     std::vector<std::unique_ptr<Model>> models;
-    for (const char* name : {"ranker_a", "ranker_b"}) models.push_back(std::move(*model::TorchModel::load(demo_dir() / name)));
+    const auto ranker_a = o.ranker_a_yaml.empty() ? demo_dir() / "ranker_a" : testing::ranker_a_with(o.ranker_a_yaml);
+    for (const auto& dir : {ranker_a, demo_dir() / "ranker_b"}) models.push_back(std::move(*model::TorchModel::load(dir)));
     http::ServerConfig server_config;
     server_config.host = "127.0.0.1";
     server_config.port = 0;
@@ -366,18 +368,21 @@ TEST(Overload, AFullQueueAnswers503WithRetryAfter) {
 }
 
 // Priority levels as a client names them: "parameters" on /predict and v2
-// infer, checked against the server's levels, each level counted apart.
+// infer, checked against the server's levels, each level counted apart; a
+// request naming none takes its model's level (model.yaml), else the
+// server's default.
 TEST(Priority, ALevelOrTimeoutOutOfRangeIsA400NamingTheParameterAndEachLevelIsCounted) {
   Options o;
   o.admin_port = 0;
   o.priority_levels = 2;
+  o.ranker_a_yaml = "priority: 1\n";
   o.policies.resize(1);
   o.policies[0].timeout = std::chrono::milliseconds(50);
   o.policies[0].allow_timeout_override = true;
   Running running(o);
   auto client = running.client();
-  const auto with = [](const std::string& parameters) {
-    return R"({"user": {"id": "u3"}, "items": [{"id": "i1"}], "parameters": )" + parameters + "}";
+  const auto with = [](const std::string& parameters, const std::string& model = "ranker_a") {
+    return R"({"model": ")" + model + R"(", "user": {"id": "u3"}, "items": [{"id": "i1"}], "parameters": )" + parameters + "}";
   };
   const std::vector<std::pair<std::string, std::string>> bad = {
       {R"({"priority": 3})", "parameters.priority"},     {R"({"priority": 0})", "parameters.priority"},
@@ -393,15 +398,20 @@ TEST(Priority, ALevelOrTimeoutOutOfRangeIsA400NamingTheParameterAndEachLevelIsCo
   const json infer{{"inputs", json::array()}, {"parameters", {{"priority", "high"}}}};
   expect_error(client.Post("/v2/models/ranker_a/infer", infer.dump(), "application/json"), 400, "parameters.priority");
 
-  for (const char* parameters : {R"({"priority": 1, "timeout": 50000})", R"({"priority": 2})", R"({})"}) {
-    auto res = client.Post("/predict", with(parameters), "application/json");
+  const std::vector<std::pair<std::string, std::string>> served = {
+      {R"({"priority": 1, "timeout": 50000})", "ranker_a"},
+      {R"({"priority": 2})", "ranker_a"},  // its own level over its model's
+      {R"({})", "ranker_a"},               // its model's: 1
+      {R"({})", "ranker_b"},               // the server's default: the lowest
+  };
+  for (const auto& [parameters, model] : served) {
+    auto res = client.Post("/predict", with(parameters, model), "application/json");
     ASSERT_TRUE(res);
     EXPECT_EQ(res->status, 200) << parameters << ": " << res->body;
   }
   const auto metrics = running.admin_client().Get("/metrics");
   ASSERT_TRUE(metrics);
-  // No priority given: the default, the lowest.
-  EXPECT_NE(metrics->body.find("numaserve_priority_answered_total{priority=\"1\"} 1\n"), std::string::npos);
+  EXPECT_NE(metrics->body.find("numaserve_priority_answered_total{priority=\"1\"} 2\n"), std::string::npos);
   EXPECT_NE(metrics->body.find("numaserve_priority_answered_total{priority=\"2\"} 2\n"), std::string::npos);
   EXPECT_NE(metrics->body.find("numaserve_priority_refused_total{priority=\"2\"} 0\n"), std::string::npos);
 }

@@ -365,6 +365,30 @@ TEST(BatcherPriority, ABatchHoldsOneLevelAndALowerOneRunsAloneWhileAHigherHasTra
   EXPECT_EQ(*low_2.outcome->scores, std::vector<float>{6});
 }
 
+TEST(BatcherPriority, AHigherLevelsRequestAsksForTheTurnAtOnceALowestOneDoesNot) {
+  auto f = doubling();
+  Batcher b(levels(3));
+  Seen lowest, middle;
+  b.submit(0, job_at(3, f, 1, lowest));
+  EXPECT_FALSE(b.turn_due(0));  // the lowest level batches with what the loop reads next
+  b.submit(0, job_at(2, f, 2, middle));
+  EXPECT_TRUE(b.turn_due(0));
+  b.run_turn(0);
+  EXPECT_FALSE(b.turn_due(0));
+  ASSERT_TRUE(middle.outcome);
+
+  Batcher one_level(config());  // today's behaviour: batches grow under load
+  Seen alone;
+  one_level.submit(0, job(f, rows({1}), alone));
+  EXPECT_FALSE(one_level.turn_due(0));
+  auto delayed = levels();
+  delayed.max_batch_delay = std::chrono::milliseconds(5);  // a batch waits on purpose
+  Batcher waiting(delayed);
+  Seen high;
+  waiting.submit(0, job_at(1, f, 1, high));
+  EXPECT_FALSE(waiting.turn_due(0));
+}
+
 TEST(BatcherPriority, ALowerLevelAloneBatchesAsUsual) {
   auto f = doubling();
   Batcher b(levels());

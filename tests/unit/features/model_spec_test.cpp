@@ -77,6 +77,23 @@ TEST(ModelSpec, ReadsTheTablesShippedQuantized) {
   }
 }
 
+TEST(ModelSpec, ReadsThePriorityLevelOfRequestsNamingNone) {
+  const std::string head = "name: m\nversion: \"1\"\ntables: {t: 10}\nfeatures:\n  - {name: a, source: item, kind: id, table: t}\n";
+  EXPECT_EQ(parse(head)->priority, 0u);  // the server's default
+  auto first = parse(head + "priority: 1\n");
+  ASSERT_TRUE(first) << first.error().message;
+  EXPECT_EQ(first->priority, 1u);
+  for (const std::string value : {"0", "-1", "1.5", "high", "[1]"}) {
+    auto refused = parse(head + "priority: " + value + "\n");
+    ASSERT_FALSE(refused) << value;
+    EXPECT_EQ(refused.error().field, "priority");
+    EXPECT_NE(refused.error().message.find("model.yaml line 6: priority: want a priority level"), std::string::npos)
+        << refused.error().message;
+  }
+  // A serving choice, not part of the feature contract: a new version may change it.
+  EXPECT_TRUE(same_feature_contract(*parse(head), *first));
+}
+
 TEST(ModelSpec, ErrorsNameLineAndField) {
   const std::string head = "name: m\nversion: \"1\"\ntables: {t: 10}\nfeatures:\n";
   struct Case {

@@ -23,7 +23,8 @@ using Clock = std::chrono::steady_clock;
 using testing::RawConnection;
 
 // /echo answers "<worker> <method> <path> <body>" at once; /turn answers in
-// the worker's next turn, with how many requests that turn answered; /thread
+// the worker's next turn, with how many requests that turn answered (/urgent
+// too, and it asks for that turn before the loop reads on); /thread
 // from another thread; /drop never (its responder is dropped), /drop-thread
 // neither (dropped on another thread); /hold when the test releases it. Its
 // refusals have the service's error shape, {"error": ..., "field": ...}.
@@ -35,8 +36,9 @@ class TestApp final : public Handler {
   }
 
   void on_request(std::size_t worker, Request&& request, Responder responder) override {
-    if (request.path == "/turn") {
+    if (request.path == "/turn" || request.path == "/urgent") {
       if (block_next_turn_.exchange(false)) blocked_turn_ = true;
+      urgent_.at(worker) = urgent_.at(worker) || request.path == "/urgent";
       deferred_.at(worker).push_back(std::move(responder));
       return;
     }
@@ -82,8 +84,11 @@ class TestApp final : public Handler {
       r.send(std::move(reply));
     }
     waiting.clear();
+    urgent_.at(worker) = false;
     return {};
   }
+
+  bool turn_due(std::size_t worker) const override { return urgent_.at(worker); }
 
   Reply refusal(int status, const std::string& message, const std::string& field) const override {
     nlohmann::json body = {{"error", message}};
@@ -124,6 +129,7 @@ class TestApp final : public Handler {
   // Per worker, each touched only on its own thread: a fixed slot apiece, as
   // inserting into a shared map from two workers at once would race.
   std::array<std::vector<Responder>, 4> deferred_;
+  std::array<bool, 4> urgent_{};
   bool blocked_turn_ = false;
 };
 

@@ -13,6 +13,16 @@
 namespace numaserve::http::server_testing {
 namespace {
 
+// `count` clients, each sending `path` on a connection of its own.
+std::vector<RawConnection> each_sends(Running& r, int count, const std::string& path) {
+  std::vector<RawConnection> clients;
+  for (int i = 0; i < count; ++i) {
+    clients.push_back(r.connect());
+    clients.back().send(testing::get(path));
+  }
+  return clients;
+}
+
 TEST(Server, PipelinedRequestsAreAnsweredInOrder) {
   Running r(small());
   auto c = r.connect();
@@ -39,13 +49,25 @@ TEST(Server, RequestsThatArriveTogetherAreAnsweredInOneTurn) {
   r.app.block_next_turn_ = true;
   alone.send(testing::get("/turn"));
   std::this_thread::sleep_for(30ms);
-  std::vector<RawConnection> clients;
-  for (int i = 0; i < 5; ++i) {
-    clients.push_back(r.connect());
-    clients.back().send(testing::get("/turn"));
-  }
+  auto clients = each_sends(r, 5, "/turn");
   EXPECT_EQ(alone.read_response()->body, "batch=1");
   for (auto& c : clients) EXPECT_EQ(c.read_response()->body, "batch=5");
+}
+
+TEST(Server, ATurnDueStopsTheIntakeOfTheRequestsStillReady) {
+  Running r(small());
+  auto first = r.connect();
+  r.app.block_next_turn_ = true;
+  first.send(testing::get("/turn"));
+  std::this_thread::sleep_for(30ms);
+  // While the worker is held, an urgent request is ready, then four more:
+  // the loop gives the turn once it has read the urgent one, before the rest.
+  auto urgent = each_sends(r, 1, "/urgent");
+  std::this_thread::sleep_for(10ms);
+  auto clients = each_sends(r, 4, "/turn");
+  EXPECT_EQ(first.read_response()->body, "batch=1");
+  EXPECT_EQ(urgent[0].read_response()->body, "batch=1");
+  for (auto& c : clients) EXPECT_EQ(c.read_response()->body, "batch=4");
 }
 
 TEST(Server, ExpectContinueGetsAnInterimResponseThenTheReply) {
