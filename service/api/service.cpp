@@ -52,7 +52,7 @@ Service::Service(Parts parts, std::vector<std::string> model_names)
       transport_gauges_(std::move(parts.transport_gauges)),
       wake_worker_(std::move(parts.wake_worker)),
       request_id_prefix_("ns-" + std::to_string(getpid()) + "-"),
-      metrics_(models_.names()),
+      metrics_(models_.names(), config_.batching.priority_levels),
       batcher_(batching_of(config_, placement_)),
       readiness_(placement_.plan.workers.size(), config_.wait_for_group),
       warmup_left_(placement_.plan.workers.size(), 0),
@@ -243,6 +243,7 @@ struct Service::Pending {
   lifecycle::HeldVersion version;  // from admission to the reply
   Clock::time_point start;
   Encoder encode;
+  std::size_t priority;  // its level, for its latency
 };
 
 void Service::enqueue(Call& call, lifecycle::HeldVersion version, features::Batch batch, Clock::time_point start, Encoder encode) {
@@ -250,7 +251,8 @@ void Service::enqueue(Call& call, lifecycle::HeldVersion version, features::Batc
   // batch can run on it.
   std::shared_ptr<const batching::Forward> forward = version;
   auto pending = std::make_shared<Pending>(
-      Pending{std::move(call.responder), call.route, call.request.protocol, std::move(version), start, std::move(encode)});
+      Pending{std::move(call.responder), call.route, call.request.protocol, std::move(version), start, std::move(encode),
+              call.priority});
   batcher_.submit(call.worker, batching::Job{std::move(forward), std::move(batch), call.request.deadline,
                                              [this, pending](batching::Outcome&& outcome) { complete(*pending, std::move(outcome)); },
                                              call.priority, call.timeout});
@@ -270,7 +272,9 @@ void Service::complete(Pending& pending, batching::Outcome&& outcome) {
   const auto encoding = Clock::now();
   http::Reply reply = pending.encode(std::move(*outcome.scores));
   metrics_.observe(metrics::Stage::kEncode, name, to_seconds(Clock::now() - encoding));
-  metrics_.observe(metrics::Stage::kTotal, name, to_seconds(Clock::now() - pending.start));
+  const double total = to_seconds(Clock::now() - pending.start);
+  metrics_.observe(metrics::Stage::kTotal, name, total);
+  metrics_.observe_level(pending.priority, total);
   finish(pending.route, pending.responder, std::move(reply));
 }
 

@@ -76,8 +76,9 @@ void render_workers(std::string& out, const std::vector<WorkerGauges>& workers) 
   render_families(out, kFamilies, workers, "worker", 0);
 }
 
-// Per priority level: what waits, what ran, what was refused.
-void render_levels(std::string& out, const std::vector<LevelGauges>& levels) {
+// Per priority level: what waits, what ran, what was refused, how long the
+// answered took (`latency`, [0] is priority 1).
+void render_levels(std::string& out, const std::vector<LevelGauges>& levels, const std::deque<Histogram>& latency) {
   static const Family<LevelGauges> kFamilies[] = {
       {"numaserve_priority_queued", "gauge", "Requests of the priority level waiting for a forward.",
        [](const LevelGauges& l) { return static_cast<double>(l.queued); }},
@@ -92,6 +93,11 @@ void render_levels(std::string& out, const std::vector<LevelGauges>& levels) {
        [](const LevelGauges& l) { return l.wait_seconds; }},
   };
   render_families(out, kFamilies, levels, "priority", 1);
+  TextWriter(out).family("numaserve_priority_request_seconds", "histogram",
+                         "Time from a request read whole to its reply made, per priority level: its answered requests.");
+  for (std::size_t p = 0; p < latency.size(); ++p) {
+    latency[p].render(out, "numaserve_priority_request_seconds", prometheus::label("priority", std::to_string(p + 1)));
+  }
 }
 
 void render_feature_store(std::string& out, const Histogram& latency, const feature_store::StoreStats& s) {
@@ -283,9 +289,10 @@ struct Metrics::PerModel {
   Histogram load, warmup;
 };
 
-Metrics::Metrics(const std::vector<std::string>& models)
+Metrics::Metrics(const std::vector<std::string>& models, std::size_t priority_levels)
     : batch_items_(powers_of_two(8192)), batch_requests_(powers_of_two(256)), feature_store_(latency_buckets()) {
   for (const auto& model : models) add_model(model);
+  for (std::size_t p = 0; p < std::max<std::size_t>(priority_levels, 1); ++p) levels_.emplace_back(latency_buckets());
 }
 
 Metrics::~Metrics() = default;
@@ -335,6 +342,10 @@ void Metrics::observe(Stage stage, const std::string& model, double seconds) {
   if (PerModel* m = find(model)) m->stages[static_cast<std::size_t>(stage)].observe(seconds);
 }
 
+void Metrics::observe_level(std::size_t priority, double seconds) {
+  if (priority >= 1 && priority <= levels_.size()) levels_[priority - 1].observe(seconds);
+}
+
 void Metrics::observe_batch(std::size_t items, std::size_t requests) {
   batch_items_.observe(static_cast<double>(items));
   batch_requests_.observe(static_cast<double>(requests));
@@ -374,7 +385,7 @@ std::string Metrics::render(const Gauges& gauges) const {
   batch_requests_.render(out, "numaserve_batch_requests", "");
 
   render_workers(out, gauges.workers);
-  render_levels(out, gauges.levels);
+  render_levels(out, gauges.levels, levels_);
   render_transport(out, gauges.transport);
   if (gauges.feature_store) render_feature_store(out, feature_store_, *gauges.feature_store);
 

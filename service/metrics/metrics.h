@@ -103,7 +103,7 @@ struct Gauges {
 
 class Metrics {
  public:
-  explicit Metrics(const std::vector<std::string>& models);
+  explicit Metrics(const std::vector<std::string>& models, std::size_t priority_levels = 1);
   ~Metrics();
   // A model served from now on (added after start); once per name.
   void add_model(const std::string& model);
@@ -117,6 +117,9 @@ class Metrics {
   // `model` must be one given to the constructor or add_model; others are dropped.
   void observe(Stage stage, const std::string& model, double seconds);
   void observe_batch(std::size_t items, std::size_t requests);
+  // An answered request of level `priority` (1..priority_levels): its time
+  // from read whole to its reply made, whatever its model.
+  void observe_level(std::size_t priority, double seconds);
   // One request's round trip to a networked feature store, failed or not.
   void observe_feature_store(double seconds) { feature_store_.observe(seconds); }
   // A version's load by the repository's manager: `result` "ok" or why it
@@ -141,6 +144,7 @@ class Metrics {
   Histogram batch_items_;
   Histogram batch_requests_;
   Histogram feature_store_;
+  std::deque<Histogram> levels_;  // [0] is priority 1
   std::map<std::pair<std::string, std::string>, std::uint64_t> loads_;  // under requests_mutex_
 };
 

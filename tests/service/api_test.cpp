@@ -412,6 +412,7 @@ TEST(Priority, ALevelOrTimeoutOutOfRangeIsA400NamingTheParameterAndEachLevelIsCo
   const auto metrics = running.admin_client().Get("/metrics");
   ASSERT_TRUE(metrics);
   EXPECT_NE(metrics->body.find("numaserve_priority_answered_total{priority=\"1\"} 2\n"), std::string::npos);
+  EXPECT_NE(metrics->body.find("numaserve_priority_request_seconds_count{priority=\"1\"} 2\n"), std::string::npos);
   EXPECT_NE(metrics->body.find("numaserve_priority_answered_total{priority=\"2\"} 2\n"), std::string::npos);
   EXPECT_NE(metrics->body.find("numaserve_priority_refused_total{priority=\"2\"} 0\n"), std::string::npos);
 }

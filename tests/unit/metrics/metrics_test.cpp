@@ -52,6 +52,20 @@ TEST(Metrics, RequestsStagesBatchesAndGauges) {
   EXPECT_NE(out.find("# TYPE numaserve_stage_seconds histogram\n"), std::string::npos);
 }
 
+TEST(Metrics, EachPriorityLevelHasItsLatencyHistogram) {
+  Metrics m({"ranker_a"}, 2);
+  m.observe_level(1, 0.0003);
+  m.observe_level(1, 0.0004);
+  m.observe_level(2, 0.02);
+  m.observe_level(3, 1);  // not a level: dropped
+  const std::string out = m.render(Gauges{});
+  EXPECT_TRUE(has_line(out, "numaserve_priority_request_seconds_bucket{priority=\"1\",le=\"0.00025\"} 0")) << out;
+  EXPECT_TRUE(has_line(out, "numaserve_priority_request_seconds_bucket{priority=\"1\",le=\"0.0005\"} 2")) << out;
+  EXPECT_TRUE(has_line(out, "numaserve_priority_request_seconds_bucket{priority=\"2\",le=\"0.01\"} 0")) << out;
+  EXPECT_TRUE(has_line(out, "numaserve_priority_request_seconds_count{priority=\"2\"} 1")) << out;
+  EXPECT_EQ(out.find("priority=\"3\""), std::string::npos);
+}
+
 TEST(Metrics, LabelValuesAreEscaped) {
   Metrics m({});
   m.count_request("/a\"b\\c\nd", 404);
