@@ -57,6 +57,19 @@ class RequestReader {
     return value(Kind::kArray);
   }
   bool end_container() { return skip_depth_ > 0 ? (--skip_depth_, true) : end(); }
+  // True while the items list is being read.
+  bool reading_items() const { return skip_depth_ == 0 && !stack_.empty() && stack_.back().in == In::kItems; }
+  // An item that is its id alone ({"id": "i1"}, the usual one: its
+  // features are the store's) kept as it is, without the frames of the
+  // general walk; false, having read nothing, past the limit, where the
+  // general walk counts the rest.
+  bool plain_item(std::string_view id) {
+    Frame& f = stack_.back();
+    if (f.count >= limits_.max_items) return false;
+    ++f.count;
+    out_.features.items.push_back(features::Entity{std::string(id), {}});
+    return true;
+  }
   bool key(std::string_view name) { return skipping() || on_key(name); }
 
  private:
@@ -282,6 +295,16 @@ class RequestReader {
   double number_ = 0;
 };
 
+// The id of an item that is its string id alone, else nothing.
+std::optional<std::string_view> plain_item_id(simdjson::dom::element item) {
+  if (item.type() != simdjson::dom::element_type::OBJECT) return std::nullopt;
+  const simdjson::dom::object object = item.get_object().value_unsafe();
+  if (object.size() != 1) return std::nullopt;
+  const auto field = *object.begin();
+  if (field.key != "id" || field.value.type() != simdjson::dom::element_type::STRING) return std::nullopt;
+  return field.value.get_string().value_unsafe();
+}
+
 // Feeds a parsed document to the reader in document order; false when the
 // reader refused something. Recursion is bounded by simdjson's depth limit.
 bool walk(simdjson::dom::element element, RequestReader& reader) {
@@ -298,7 +321,9 @@ bool walk(simdjson::dom::element element, RequestReader& reader) {
     case element_type::ARRAY: {
       const simdjson::dom::array array = element.get_array().value_unsafe();
       if (!reader.start_array(array.size())) return false;
+      const bool items = reader.reading_items();
       for (const auto value : array) {
+        if (const auto id = items ? plain_item_id(value) : std::nullopt; id && reader.plain_item(*id)) continue;
         if (!walk(value, reader)) return false;
       }
       return reader.end_container();

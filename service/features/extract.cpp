@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <tuple>
 
 namespace numaserve::features {
 namespace {
@@ -173,27 +174,84 @@ struct Rows {
   }
 };
 
-Status fill_dense(const std::vector<const FeatureSpec*>& dense, const Rows& rows, Batch& batch) {
-  const std::size_t n = rows.count();
-  for (std::size_t c = 0; c < dense.size(); ++c) {
-    const FeatureSpec& spec = *dense[c];
-    if (spec.source != Source::kItem) {  // once per request
-      auto v = numeric(spec, rows.find(spec, 0), {spec.source});
-      if (!v) return tl::unexpected(v.error());
-      for (std::size_t i = 0; i < n; ++i) batch.dense[i * dense.size() + c] = *v;
-      continue;
+// One of the model's inputs and where it goes in the batch.
+struct Column {
+  std::size_t at;  // dense: the column; sparse: the bag
+  const FeatureSpec* spec;
+  std::uint64_t table_rows = 0;  // sparse: its table's
+};
+
+// The model's inputs by source (the user's and context's, shared by every
+// row, and the item's), each in ModelSpec order.
+struct Columns {
+  std::vector<Column> shared_dense, shared_bags, item_dense, item_bags;
+
+  explicit Columns(const ModelSpec& model) {
+    const auto dense = model.dense_features();
+    const auto sparse = model.sparse_features();
+    for (std::size_t c = 0; c < dense.size(); ++c) {
+      (dense[c]->source == Source::kItem ? item_dense : shared_dense).push_back({c, dense[c]});
     }
-    for (std::size_t i = 0; i < n; ++i) {
-      if (const auto row = rows.cached(i); row >= 0) {
-        batch.dense[i * dense.size() + c] = rows.cache->dense_value(row, c);
-        continue;
-      }
-      auto v = numeric(spec, rows.find(spec, i), {Source::kItem, i});
-      if (!v) return tl::unexpected(v.error());
-      batch.dense[i * dense.size() + c] = *v;
+    for (std::size_t b = 0; b < sparse.size(); ++b) {
+      (sparse[b]->source == Source::kItem ? item_bags : shared_bags)
+          .push_back({b, sparse[b], model.tables.at(sparse[b]->table)});
     }
   }
-  return {};
+};
+
+// The refusal extraction reports: the first in the feature contract's
+// order (dense columns, then bags, each in ModelSpec order and over the
+// rows in turn), which the Python package reports too. Rows are filled one
+// by one, so a later row's refusal may be found before an earlier column's.
+class FirstRefusal {
+ public:
+  void offer(bool sparse, std::size_t at, std::size_t row, const Error& error) {
+    const Key key{sparse, at, row};
+    if (error_ && !(key < key_)) return;
+    key_ = key;
+    error_ = error;
+  }
+  Status status() const {
+    if (error_) return tl::unexpected(*error_);
+    return {};
+  }
+
+ private:
+  using Key = std::tuple<bool, std::size_t, std::size_t>;
+  Key key_;
+  std::optional<Error> error_;
+};
+
+// The user's and the context's columns: extracted once, the same on every row.
+void fill_shared(const ModelSpec& model, const Columns& columns, const Rows& rows, Batch& batch,
+                 FirstRefusal& refusal) {
+  const std::size_t n = rows.count(), width = batch.dense_width;
+  for (const Column& dense : columns.shared_dense) {
+    auto v = numeric(*dense.spec, rows.find(*dense.spec, 0), {dense.spec->source});
+    if (!v) {
+      refusal.offer(false, dense.at, 0, v.error());
+      continue;
+    }
+    for (std::size_t i = 0; i < n; ++i) batch.dense[i * width + dense.at] = *v;
+  }
+  for (const Column& sparse : columns.shared_bags) {
+    Bag& bag = batch.bags[sparse.at];
+    if (auto s = append_ids(*sparse.spec, rows.find(*sparse.spec, 0), {sparse.spec->source}, model.hash_seed,
+                            sparse.table_rows, bag.indices);
+        !s) {
+      refusal.offer(true, sparse.at, 0, s.error());
+      continue;
+    }
+    const std::size_t ids = bag.indices.size(), total = n * ids;
+    bag.offsets.resize(n);
+    for (std::size_t i = 0; i < n; ++i) bag.offsets[i] = static_cast<std::int64_t>(i * ids);
+    bag.indices.resize(total);
+    // The rows written so far copied after themselves: a few long copies
+    // where one per row (a user's 20 recent items on 200 rows) was 200 calls.
+    for (std::size_t filled = ids; filled < total; filled += std::min(filled, total - filled)) {
+      std::copy_n(bag.indices.data(), std::min(filled, total - filled), bag.indices.data() + filled);
+    }
+  }
 }
 
 // Appends `ids` to `out`, which has room for them: one id (most item bags)
@@ -206,47 +264,51 @@ void append(std::vector<std::int64_t>& out, std::span<const std::int64_t> ids) {
   }
 }
 
-Status fill_bags(const ModelSpec& model, const std::vector<const FeatureSpec*>& sparse, const Rows& rows,
-                 Batch& batch) {
-  const std::size_t n = rows.count();
-  for (std::size_t b = 0; b < sparse.size(); ++b) {
-    const FeatureSpec& spec = *sparse[b];
-    const std::uint64_t table_rows = model.tables.at(spec.table);
-    Bag& bag = batch.bags[b];
-    bag.offsets.resize(n);
-    if (spec.source != Source::kItem) {  // once per request, repeated on every row
-      if (auto s = append_ids(spec, rows.find(spec, 0), {spec.source}, model.hash_seed, table_rows, bag.indices); !s) return s;
-      const std::size_t width = bag.indices.size();
-      bag.indices.resize(n * width);
-      for (std::size_t i = 0; i < n; ++i) bag.offsets[i] = static_cast<std::int64_t>(i * width);
-      if (width == 1) {
-        std::fill(bag.indices.begin() + 1, bag.indices.end(), bag.indices.front());
-      } else {
-        for (std::size_t i = 1; i < n; ++i) std::copy_n(bag.indices.data(), width, bag.indices.data() + i * width);
-      }
-      continue;
-    }
-    // Sized once from the cached rows (the rest grow it if they must):
-    // growing a list bag by doubling copied it several times a request.
+// The item columns, row by row: a cached row's record is read in one visit
+// (one or two cache lines) rather than once per column; an item the cache
+// does not hold is extracted afresh.
+void fill_items(const ModelSpec& model, const Columns& columns, const Rows& rows, Batch& batch,
+                FirstRefusal& refusal) {
+  const std::size_t n = rows.count(), width = batch.dense_width;
+  // Each bag sized once, cached rows from their records and the others at
+  // their longest: growing a list bag by doubling copied it several times.
+  for (const Column& sparse : columns.item_bags) {
     std::size_t size = 0;
     for (std::size_t i = 0; i < n; ++i) {
       const auto row = rows.cached(i);
-      size += row >= 0 ? rows.cache->ids(row, b).size() : std::max<std::size_t>(spec.max_len, 1);
+      size += row >= 0 ? rows.cache->ids(row, sparse.at).size() : std::max<std::size_t>(sparse.spec->max_len, 1);
     }
-    bag.indices.reserve(size);
-    for (std::size_t i = 0; i < n; ++i) {
-      bag.offsets[i] = static_cast<std::int64_t>(bag.indices.size());
-      if (const auto row = rows.cached(i); row >= 0) {
-        append(bag.indices, rows.cache->ids(row, b));
+    batch.bags[sparse.at].indices.reserve(size);
+    batch.bags[sparse.at].offsets.resize(n);
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto row = rows.cached(i);
+    for (const Column& dense : columns.item_dense) {
+      if (row >= 0) {
+        batch.dense[i * width + dense.at] = rows.cache->dense_value(row, dense.at);
         continue;
       }
-      if (auto s = append_ids(spec, rows.find(spec, i), {Source::kItem, i}, model.hash_seed, table_rows, bag.indices);
+      auto v = numeric(*dense.spec, rows.find(*dense.spec, i), {Source::kItem, i});
+      if (!v) {
+        refusal.offer(false, dense.at, i, v.error());
+        continue;
+      }
+      batch.dense[i * width + dense.at] = *v;
+    }
+    for (const Column& sparse : columns.item_bags) {
+      Bag& bag = batch.bags[sparse.at];
+      bag.offsets[i] = static_cast<std::int64_t>(bag.indices.size());
+      if (row >= 0) {
+        append(bag.indices, rows.cache->ids(row, sparse.at));
+        continue;
+      }
+      if (auto s = append_ids(*sparse.spec, rows.find(*sparse.spec, i), {Source::kItem, i}, model.hash_seed,
+                              sparse.table_rows, bag.indices);
           !s) {
-        return s;
+        refusal.offer(true, sparse.at, i, s.error());
       }
     }
   }
-  return {};
 }
 
 }  // namespace
@@ -268,16 +330,17 @@ Result<Batch> extract(const ModelSpec& model, const Request& request, const Stor
   for (const std::int64_t row : cached) {
     if (row >= 0) cache->prefetch(row);
   }
-  const auto dense = model.dense_features();
-  const auto sparse = model.sparse_features();
+  const Columns columns(model);
   Batch batch;
   batch.rows = n;
-  batch.dense_width = dense.size();
-  batch.dense.resize(n * dense.size());
-  batch.bags.resize(sparse.size());
+  batch.dense_width = columns.shared_dense.size() + columns.item_dense.size();
+  batch.dense.resize(n * batch.dense_width);
+  batch.bags.resize(columns.shared_bags.size() + columns.item_bags.size());
   const Rows rows{request, stored, cache};
-  if (auto s = fill_dense(dense, rows, batch); !s) return tl::unexpected(s.error());
-  if (auto s = fill_bags(model, sparse, rows, batch); !s) return tl::unexpected(s.error());
+  FirstRefusal refusal;
+  fill_shared(model, columns, rows, batch, refusal);
+  fill_items(model, columns, rows, batch, refusal);
+  if (auto s = refusal.status(); !s) return tl::unexpected(s.error());
   return batch;
 }
 

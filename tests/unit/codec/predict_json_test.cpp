@@ -32,6 +32,30 @@ TEST(PredictJson, ParsesTheDocumentedRequest) {
             (std::vector<std::string>{"a", "7"}));
 }
 
+// Items that are their string id alone take a shorter way through the
+// reader than the others: mixed in one list, each is read as written, in
+// order, and the limit counts both.
+TEST(PredictJson, PlainAndFullItemsMixedKeepTheirOrderAndTheLimit) {
+  auto r = parse_predict_request(R"({"user": {}, "items": [{"id": "a"}, {"id": 7}, {"id": "b", "features": {"p": 1}},
+      {"features": {"p": 2}, "id": "c"}, {"id": "d\u00e9"}, {"id": ""}]})",
+                                 kLimits);
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  std::vector<std::string> ids;
+  for (const auto& item : r->features.items) ids.push_back(item.id);
+  EXPECT_EQ(ids, (std::vector<std::string>{"a", "7", "b", "c", "d\xC3\xA9", ""}));
+  EXPECT_TRUE(r->features.items[0].features.empty());
+  EXPECT_EQ(std::get<double>(r->features.items[3].features.at("p")), 2.0);
+
+  api::RequestLimits limits;
+  limits.max_items = 2;
+  auto many = parse_predict_request(R"({"user": {}, "items": [{"id": "a"}, {"id": "b"}, {"id": "c"}, {"x": 1}]})", limits);
+  ASSERT_FALSE(many.has_value());
+  EXPECT_EQ(many.error().message, "items: 4 items; the limit is 2");
+  auto unknown = parse_predict_request(R"({"user": {}, "items": [{"id": "a"}, {"ids": "b"}]})", kLimits);
+  ASSERT_FALSE(unknown.has_value());
+  EXPECT_EQ(unknown.error().field, "items[1].ids");
+}
+
 TEST(PredictJson, MinimalRequest) {
   auto r = parse_predict_request(R"({"user": {}, "items": [{"id": "i"}]})", kLimits);
   ASSERT_TRUE(r.has_value()) << r.error().message;

@@ -147,6 +147,27 @@ TEST_F(Extraction, BadInputNamesTheField) {
   }
 }
 
+// Of several refusals the one reported is the first in the contract's
+// order (dense columns before bags, then by column, then by row), as the
+// Python package reports it, though extraction fills the rows one by one.
+TEST_F(Extraction, OfSeveralRefusalsTheFirstInTheContractsOrderIsReported) {
+  Request r = request({"i1", "i2", "i3"});
+  r.items[0].features["tags"] = 5.0;
+  r.items[2].features["price"] = std::vector<std::string>{"x"};
+  auto batch = extract(spec_, r, store_->query(r));
+  ASSERT_FALSE(batch.has_value());
+  EXPECT_EQ(batch.error().field, "items[2].features.price");  // a dense column before any bag
+  r.items[2].features.erase("price");
+  r.items[1].features["tags"] = 6.0;
+  batch = extract(spec_, r, store_->query(r));
+  ASSERT_FALSE(batch.has_value());
+  EXPECT_EQ(batch.error().field, "items[0].features.tags");  // row 0 before row 1
+  r.user.features["country"] = 7.5;
+  batch = extract(spec_, r, store_->query(r));
+  ASSERT_FALSE(batch.has_value());
+  EXPECT_EQ(batch.error().field, "user.features.country");  // the user's bag comes before the items' tags
+}
+
 TEST_F(Extraction, ConcatenatedBatchesEqualOneBatchOfAllItems) {
   auto one = feature_store::extract(spec_, request({"i1", "i2"}), *store_);
   auto two = feature_store::extract(spec_, request({"i3"}), *store_);
@@ -159,6 +180,43 @@ TEST_F(Extraction, ConcatenatedBatchesEqualOneBatchOfAllItems) {
   for (std::size_t k = 0; k < joined.bags.size(); ++k) {
     EXPECT_EQ(joined.bags[k].indices, all->bags[k].indices) << k;
     EXPECT_EQ(joined.bags[k].offsets, all->bags[k].offsets) << k;
+  }
+}
+
+// A user's list of ids is extracted once and repeated whole on every row,
+// whatever the number of rows (the copies double up to it).
+TEST(SharedFeatures, AUsersListRepeatsWholeOnEveryRow) {
+  auto spec = parse_model_spec(R"(name: m
+version: "1"
+hash_seed: 3
+tables: {item: 100, recent: 50}
+features:
+  - {name: id, source: item, kind: id, table: item}
+  - {name: recent, source: user, kind: id_list, table: recent, max_len: 5}
+)",
+                               "model.yaml");
+  ASSERT_TRUE(spec.has_value()) << spec.error().message;
+  const std::vector<std::string> recent{"a", "b", "c"};
+  std::vector<std::int64_t> one;
+  for (const auto& id : recent) one.push_back(bucket(id, 3, 50));
+  for (std::size_t n : {1, 2, 3, 5, 64, 200}) {
+    Request r;
+    r.user.features["recent"] = recent;
+    r.items.resize(n, Entity{"i", {}});
+    StoredFeatures stored;
+    stored.items.assign(n, nullptr);
+    auto batch = extract(*spec, r, stored);
+    ASSERT_TRUE(batch.has_value()) << batch.error().message;
+    const Bag& bag = batch->bags[1];
+    ASSERT_EQ(bag.indices.size(), 3 * n) << n;
+    ASSERT_EQ(bag.offsets.size(), n) << n;
+    for (std::size_t i = 0; i < n; ++i) {
+      EXPECT_EQ(bag.offsets[i], static_cast<std::int64_t>(3 * i)) << n;
+      EXPECT_EQ(std::vector<std::int64_t>(bag.indices.begin() + static_cast<std::ptrdiff_t>(3 * i),
+                                          bag.indices.begin() + static_cast<std::ptrdiff_t>(3 * i + 3)),
+                one)
+          << n << " row " << i;
+    }
   }
 }
 
