@@ -117,6 +117,9 @@ spec:
           path: /healthz
           port: admin
         periodSeconds: 5
+        # Liveness's 3 s, not the default 1 s: a node busy starting pods (a
+        # warm-up forward on the worker's loop) answers late, not never.
+        timeoutSeconds: 3
         failureThreshold: {{ max 1 (div $root.Values.probes.startupSeconds 5) }}
       livenessProbe:
         httpGet:

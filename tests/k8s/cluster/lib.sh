@@ -18,7 +18,8 @@
 #   gateway_api             the Gateway API's standard CRDs installed (HTTPRoute...)
 #   ROOT, CHART, HELM       the repository, its chart, the helm that renders it
 #   ok / fail MESSAGE       a check's result; fail counts into $failures
-#   eventually SECONDS CMD  polls CMD until it succeeds or the seconds run out
+#   eventually SECONDS CMD  polls CMD until it succeeds or the seconds run out, every
+#                           $EVENTUALLY_PAUSE seconds (default 0.5)
 CLUSTER_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$CLUSTER_DIR/../../.." && pwd)
 CHART=$ROOT/charts/numaserve
@@ -30,7 +31,7 @@ fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 ok() { echo "ok $*"; }
 eventually() {  # seconds command...
   local deadline=$((SECONDS + $1)); shift
-  until "$@" >/dev/null 2>&1; do ((SECONDS < deadline)) || return 1; sleep 0.5; done
+  until "$@" >/dev/null 2>&1; do ((SECONDS < deadline)) || return 1; sleep "${EVENTUALLY_PAUSE:-0.5}"; done
 }
 
 # A CRD just applied, Established. kubectl wait fails at once, rather than
