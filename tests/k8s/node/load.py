@@ -4,9 +4,9 @@
 No kube-proxy runs in the node test's VM, so this client does its job: it
 reads the Service's EndpointSlices from the API server (admin credentials of
 a kubeconfig) every INTERVAL seconds and sends each request to the next
-ready endpoint, over a new connection, 20 a second at most. It runs until the file STOP exists,
-then prints one JSON line: requests sent, failures (each with its endpoint
-and error) and the endpoints it saw.
+ready endpoint, over a new connection, 20 a second at most. It runs until
+the file STOP exists, then prints one JSON line: requests sent, failures
+(each with its endpoint and error) and the endpoints it saw.
 
 Usage: load.py KUBECONFIG NAMESPACE SERVICE PORT STOP
 """
